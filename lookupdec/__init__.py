@@ -1,0 +1,45 @@
+"""lookupdec: lossless lookup-based speculative decoding.
+
+Public names are imported lazily so that ``import lookupdec`` (and the
+torch-free ``lookupdec.index``) stay light.
+"""
+from lookupdec.errors import (
+    ContextTooLongError,
+    CorpusError,
+    IndexFormatError,
+    LookupdecError,
+    ModelLoadError,
+    TokenizerMismatchError,
+)
+from lookupdec.tree import DraftTree
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "build_index": "lookupdec.index",
+    "open_index": "lookupdec.index",
+    "SuffixIndex": "lookupdec.index",
+    "Decoder": "lookupdec.decoder",
+    "generate": "lookupdec.decoder",
+    "GenerationResult": "lookupdec.decoder",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'lookupdec' has no attribute {name!r}")
+
+
+__all__ = [
+    "DraftTree",
+    "LookupdecError",
+    "CorpusError",
+    "IndexFormatError",
+    "TokenizerMismatchError",
+    "ContextTooLongError",
+    "ModelLoadError",
+    *_LAZY,
+]

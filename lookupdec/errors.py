@@ -1,0 +1,29 @@
+"""The exceptions lookupdec raises for user errors.
+
+Every message names the bad value and says how to fix it. Internal invariants
+use ``assert``; these are for things a user can get wrong.
+"""
+
+
+class LookupdecError(Exception):
+    """Base class of every user-facing lookupdec error."""
+
+
+class CorpusError(LookupdecError, ValueError):
+    """A corpus file is missing, unreadable, malformed or empty."""
+
+
+class IndexFormatError(LookupdecError, ValueError):
+    """An index directory is missing, incomplete, corrupted or of another format."""
+
+
+class TokenizerMismatchError(LookupdecError, ValueError):
+    """An index was built with a different tokenizer than the one in use."""
+
+
+class ContextTooLongError(LookupdecError, ValueError):
+    """A prompt (plus the tokens to generate) does not fit the model's context."""
+
+
+class ModelLoadError(LookupdecError):
+    """A model could not be found or loaded."""

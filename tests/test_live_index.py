@@ -1,0 +1,111 @@
+"""LiveIndex agrees with the whole-sequence scan, step by step, and pins the edge cases."""
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from lookupdec.index.live import LiveIndex, LiveMatch, continuation_reference, match_reference
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_incremental_matches_reference_on_random_sequences(seed):
+    rng = np.random.default_rng(seed)
+    vocab = int(rng.integers(1, 5))  # small vocabularies force many, overlapping matches
+    min_n = int(rng.integers(1, 4))
+    max_n = min_n + int(rng.integers(0, 6))
+    k = int(rng.integers(1, 6))
+    seq = rng.integers(0, vocab, size=int(rng.integers(0, 120))).tolist()
+    idx = LiveIndex(max_n=max_n, min_n=min_n)
+    pos = 0
+    while pos < len(seq):  # append in chunks of varying size, as commits do
+        step = int(rng.integers(1, 5))
+        idx.extend(seq[pos:pos + step])
+        pos = min(pos + step, len(seq))
+        assert idx.match(k) == match_reference(seq[:pos], max_n, min_n, k), (seed, pos)
+        m = idx.match(k)
+        for s in m.starts:
+            for depth in (1, 4, 9):
+                assert idx.continuation(s, depth) == continuation_reference(seq[:pos], s, depth)
+
+
+def test_narrower_query_bounds_match_reference():
+    rng = np.random.default_rng(5)
+    seq = rng.integers(0, 3, size=200).tolist()
+    idx = LiveIndex(max_n=8, min_n=1)
+    idx.extend(seq)
+    for lo, hi in [(1, 1), (2, 5), (3, 8), (8, 8)]:
+        assert idx.match(4, max_n=hi, min_n=lo) == match_reference(seq, hi, lo, 4)
+
+
+def test_empty_and_too_short():
+    idx = LiveIndex(max_n=4, min_n=2)
+    # Nothing indexed: no match.
+    assert idx.match() == LiveMatch.none()
+    idx.extend([5, 5])
+    # [5, 5] is the suffix itself; no earlier occurrence has a known continuation.
+    assert idx.match() == LiveMatch.none()
+    idx.append(5)
+    # [5, 5] now also ends at position 1 and continued with token 5 at position 2.
+    assert idx.match() == LiveMatch(2, (2,), 1)
+
+
+def test_all_equal_tokens_overlap_the_suffix():
+    idx = LiveIndex(max_n=3, min_n=1)
+    idx.extend([9] * 6)
+    m = idx.match(max_occurrences=2)
+    # Longest length wins (3), most recent occurrences first; there are 3 of them (starts 3, 4, 5).
+    assert m == LiveMatch(3, (5, 4), 3)
+    # The most recent occurrence runs into the suffix: it repeats with period 1.
+    assert idx.continuation(5, 4) == [9, 9, 9, 9]
+
+
+def test_longest_not_first_match():
+    idx = LiveIndex(max_n=4, min_n=1)
+    idx.extend([1, 2, 3, 7, 2, 3, 8, 1, 2, 3])
+    m = idx.match(max_occurrences=5)
+    # [1, 2, 3] occurs at 0..2 (continues with 7); the shorter [2, 3] also at 4..5 (continues with 8).
+    assert (m.length, m.starts) == (3, (3,))
+    assert idx.continuation(3, 2) == [7, 2]
+
+
+def test_periodic_continuation():
+    idx = LiveIndex(max_n=4, min_n=1)
+    idx.extend([4, 1, 2, 1, 2])
+    # [1, 2] occurred at 1..2 and continued from position 3; [2, 1, 2] never occurred before.
+    assert idx.match() == LiveMatch(2, (3,), 1)
+    # Only [1, 2] is known after position 3; the rest repeats with period 5 - 3 = 2.
+    assert idx.continuation(3, 5) == [1, 2, 1, 2, 1]
+
+
+def test_huge_token_ids():
+    big = 2**31 - 1
+    idx = LiveIndex(max_n=2, min_n=1)
+    idx.extend([big, 0, big])
+    assert idx.match() == LiveMatch(1, (1,), 1)
+    assert idx.tokens.dtype == np.int64 and idx.tokens.tolist() == [big, 0, big]
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="min_n"):
+        LiveIndex(max_n=4, min_n=0)
+    with pytest.raises(ValueError, match="max_n"):
+        LiveIndex(max_n=1, min_n=2)
+    idx = LiveIndex(max_n=4, min_n=2)
+    idx.extend([1, 2, 1, 2])
+    with pytest.raises(ValueError, match="inside"):
+        idx.match(max_n=5)
+    with pytest.raises(ValueError, match="start"):
+        idx.continuation(4, 2)
+
+
+def test_reset_forgets():
+    idx = LiveIndex(max_n=3, min_n=1)
+    idx.extend([1, 2, 1])
+    idx.reset([3, 4])
+    assert len(idx) == 2 and idx.match() == LiveMatch.none()
+
+
+def test_index_does_not_import_torch():
+    code = "import sys, lookupdec.index.live; assert 'torch' not in sys.modules, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)

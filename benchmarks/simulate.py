@@ -1,0 +1,310 @@
+"""Offline acceptance simulator: replay recorded greedy outputs through a drafter.
+
+Greedy speculative decoding is deterministic given the target's greedy output:
+at each step the verifier accepts the longest draft path that agrees with the
+output, plus one bonus token. So a recorded output (``benchmarks/record_outputs.py``)
+replays exactly without the model: start the drafter on the prompt, ask for a
+tree, accept against the recording, commit, repeat until the output is consumed.
+The mean accepted tokens per step (tau) and the accepted-length histogram are
+what a real run gives, in a fraction of a second per question.
+
+Usage::
+
+    python benchmarks/simulate.py benchmarks/out/greedy_pc2_128.jsonl --drafter pld
+    python benchmarks/simulate.py RECORDS.jsonl --drafter pld -s min_n=1 -s max_width=16
+
+Library::
+
+    from simulate import load_records, simulate
+    res = simulate(lambda: PLDDrafter(), load_records(path))
+    res.overall.tau, res.by_task["rag"].tau, res.histogram
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+
+if __package__ in (None, ""):  # run as a script: make the checkout's package importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from lookupdec.drafters.base import Drafter, NoDrafter  # noqa: E402
+from lookupdec.tree import DraftTree  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Record:
+    """One recorded greedy generation."""
+
+    question_id: int
+    task: str
+    turn: int
+    prompt_ids: tuple[int, ...]
+    output_ids: tuple[int, ...]
+
+
+def load_records(path: str | Path) -> list[Record]:
+    """Read the JSONL written by ``record_outputs.py``.
+
+    Raises:
+        ValueError: naming the file and line of a record that lacks a field.
+    """
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            r = json.loads(line)
+            try:
+                out.append(Record(int(r["question_id"]), str(r["task"]), int(r.get("turn", 0)),
+                                  tuple(r["prompt_ids"]), tuple(r["output_ids"])))
+            except KeyError as e:
+                raise ValueError(f"{path}:{lineno}: record lacks field {e}; re-record with record_outputs.py") from None
+    return out
+
+
+@dataclass(frozen=True)
+class VerifyCost:
+    """Time of one verify forward as a function of its width, by linear interpolation.
+
+    ``points`` are (tokens in the forward, ms); beyond the last point the last
+    slope continues. The default is transformers' forward of the embedded
+    model on this project's 2-core CPU with a ~500-token cache.
+
+    Example:
+        >>> VerifyCost().ms(1), VerifyCost().ms(12)
+        (47.0, 82.5)
+    """
+
+    points: tuple[tuple[int, float], ...] = ((1, 47.0), (8, 75.0), (16, 90.0))
+
+    def ms(self, width: int) -> float:
+        xs = [p[0] for p in self.points]
+        ys = [p[1] for p in self.points]
+        if width <= xs[-1]:
+            return float(np.interp(width, xs, ys))
+        slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
+        return ys[-1] + slope * (width - xs[-1])
+
+
+@dataclass(frozen=True)
+class TaskStats:
+    """Totals over a group of records.
+
+    Attributes:
+        records: generations replayed.
+        tokens: output tokens produced (sum of the recordings' lengths).
+        steps: verify steps taken.
+        tau: mean accepted tokens per step, bonus included (tokens / steps,
+            pooled over the group as the decoder's ``mean_accepted`` is per generation).
+        mean_draft: mean draft tree size per step.
+        est_speedup: tokens per unit of modelled verify time, relative to plain
+            decoding (one 1-token forward per token); drafting time not counted.
+    """
+
+    records: int
+    tokens: int
+    steps: int
+    tau: float
+    mean_draft: float
+    est_speedup: float
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """What a replay measured.
+
+    Attributes:
+        overall: totals over every record.
+        by_task: the same per task, in first-seen order.
+        histogram: ``histogram[k]`` = steps that accepted ``k`` draft tokens.
+        seconds: wall time of the replay.
+    """
+
+    overall: TaskStats
+    by_task: Mapping[str, TaskStats]
+    histogram: tuple[int, ...]
+    seconds: float = field(compare=False)
+
+
+def accepted_length(tree: DraftTree, target: Sequence[int]) -> int:
+    """Length of the longest root-to-node path of ``tree`` that is a prefix of ``target``.
+
+    Example:
+        >>> accepted_length(DraftTree.from_sequences([[1, 2, 9], [1, 3]]), [1, 3, 4])
+        2
+    """
+    if not len(tree) or not len(target):
+        return 0
+    children: dict[tuple[int, int], int] = {}
+    for i, (tok, par) in enumerate(zip(tree.tokens.tolist(), tree.parents.tolist())):
+        children.setdefault((par, tok), i)  # a trie holds each (parent, token) once
+    node, k = -1, 0
+    while k < len(target):
+        nxt = children.get((node, int(target[k])))
+        if nxt is None:
+            break
+        node, k = nxt, k + 1
+    return k
+
+
+def accepted_length_reference(tree: DraftTree, target: Sequence[int]) -> int:
+    """Slow accepted_length: the deepest node whose whole path equals the target's prefix."""
+    best = 0
+    for i in range(len(tree)):
+        path = tree.path_tokens(i)
+        if list(target[:len(path)]) == path:
+            best = max(best, len(path))
+    return best
+
+
+def _stats(records: int, tokens: int, steps: int, drafted: int, cost_ms: float, cost1: float) -> TaskStats:
+    return TaskStats(records, tokens, steps, tokens / steps if steps else 0.0, drafted / steps if steps else 0.0,
+                     tokens * cost1 / cost_ms if cost_ms else 0.0)
+
+
+def simulate(drafter_factory: Callable[[], Drafter], records: Iterable[Record], *, budget: int = 64,
+             cost: VerifyCost | None = None) -> SimResult:
+    """Replay ``records`` through fresh drafters and measure acceptance.
+
+    Each step: ``tree = drafter.propose(budget)``; the accepted draft tokens
+    are the longest tree path that the recorded output continues with; the
+    step yields those plus the recorded next token (the bonus), except when
+    the draft covers the rest of the output. ``drafter.commit(new, accepted)``.
+
+    Args:
+        drafter_factory: returns a drafter; called once per record, so state never leaks between records.
+        records: recorded generations (``load_records``).
+        budget: node budget offered to ``propose`` each step.
+        cost: verify-time model for ``est_speedup`` (default :class:`VerifyCost`).
+
+    Returns:
+        SimResult with per-task and overall tau and the accepted-length histogram.
+
+    Raises:
+        ValueError: when a drafter proposes more than ``budget`` nodes.
+
+    Example:
+        >>> r = simulate(NoDrafter, [Record(1, "qa", 0, (5, 6), (7, 8, 2))])
+        >>> r.overall.tau, r.histogram
+        (1.0, (3,))
+    """
+    cost = cost or VerifyCost()
+    cost1 = cost.ms(1)
+    t0 = time.perf_counter()
+    hist: list[int] = []
+    # task -> [records, tokens, steps, drafted nodes, modelled ms]
+    acc: dict[str, list[float]] = {}
+    cost_cache: dict[int, float] = {}
+    for rec in records:
+        drafter = drafter_factory()
+        drafter.begin(rec.prompt_ids)
+        out = rec.output_ids
+        pos = steps = drafted = 0
+        ms = 0.0
+        while pos < len(out):
+            tree = drafter.propose(budget)
+            if len(tree) > budget:
+                raise ValueError(f"drafter {getattr(drafter, 'name', drafter)!r} proposed {len(tree)} nodes "
+                                 f"for a budget of {budget}")
+            k = accepted_length(tree, out[pos:])
+            new = out[pos:pos + k + 1]  # accepted draft + bonus (none when the draft reached the end)
+            drafter.commit(new, k)
+            pos += len(new)
+            steps += 1
+            drafted += len(tree)
+            w = len(tree) + 1  # the forward scores the root token and every node
+            if w not in cost_cache:
+                cost_cache[w] = cost.ms(w)
+            ms += cost_cache[w]
+            if k >= len(hist):
+                hist.extend([0] * (k + 1 - len(hist)))
+            hist[k] += 1
+        a = acc.setdefault(rec.task, [0, 0, 0, 0, 0.0])
+        a[0] += 1
+        a[1] += len(out)
+        a[2] += steps
+        a[3] += drafted
+        a[4] += ms
+    by_task = {t: _stats(int(a[0]), int(a[1]), int(a[2]), int(a[3]), a[4], cost1) for t, a in acc.items()}
+    tot = [sum(a[i] for a in acc.values()) for i in range(5)]
+    overall = _stats(int(tot[0]), int(tot[1]), int(tot[2]), int(tot[3]), tot[4], cost1)
+    return SimResult(overall, by_task, tuple(hist), time.perf_counter() - t0)
+
+
+# ------------------------------------------------------------------ drafters by name
+def _parse_value(text: str):
+    for conv in (int, float):
+        try:
+            return conv(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(text.lower(), text)
+
+
+def drafter_factory(name: str, settings: Mapping[str, object]) -> Callable[[], Drafter]:
+    """A factory for the drafter called ``name`` with keyword ``settings``.
+
+    Raises:
+        ValueError: for an unknown drafter name.
+    """
+    if name == "ar":
+        return NoDrafter
+    if name == "pld":
+        from lookupdec.drafters.pld import PLDConfig, PLDDrafter
+
+        config = PLDConfig(**settings)  # validate once, not per record
+        return lambda: PLDDrafter(config)
+    raise ValueError(f"unknown drafter {name!r}; expected 'ar' or 'pld'")
+
+
+def format_table(res: SimResult, title: str) -> str:
+    """A Markdown table of per-task and overall figures."""
+    lines = [f"### {title}", "", "| task | records | tokens | steps | tau | mean draft | est. speedup |",
+             "|---|---|---|---|---|---|---|"]
+    for task, s in [*res.by_task.items(), ("**overall**", res.overall)]:
+        lines.append(f"| {task} | {s.records} | {s.tokens} | {s.steps} | {s.tau:.3f} | {s.mean_draft:.2f} | "
+                     f"{s.est_speedup:.2f} |")
+    total = sum(res.histogram) or 1
+    lines += ["", "accepted draft tokens per step: " + ", ".join(
+        f"{k}: {100 * c / total:.1f}%" for k, c in enumerate(res.histogram) if c)]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="Replay recorded greedy outputs through a drafter (no model).")
+    ap.add_argument("records", type=Path, help="JSONL from benchmarks/record_outputs.py")
+    ap.add_argument("--drafter", default="pld", help="'pld' or 'ar'")
+    ap.add_argument("-s", "--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="drafter setting, e.g. -s max_width=16 (repeatable)")
+    ap.add_argument("--budget", type=int, default=64, help="node budget offered to the drafter each step")
+    ap.add_argument("--json", type=Path, default=None, help="also write the result as JSON here")
+    args = ap.parse_args(argv)
+
+    settings = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            ap.error(f"--set expects KEY=VALUE, got {item!r}")
+        settings[key] = _parse_value(value)
+    records = load_records(args.records)
+    res = simulate(drafter_factory(args.drafter, settings), records, budget=args.budget)
+    desc = " ".join(f"{k}={v}" for k, v in settings.items()) or "defaults"
+    print(format_table(res, f"{args.drafter} ({desc}), {len(records)} records, budget {args.budget}"))
+    print(f"\nreplayed in {res.seconds:.2f} s")
+    if args.json:
+        args.json.write_text(json.dumps({"drafter": args.drafter, "settings": settings, "budget": args.budget,
+                                         "overall": asdict(res.overall),
+                                         "by_task": {t: asdict(s) for t, s in res.by_task.items()},
+                                         "histogram": list(res.histogram)}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

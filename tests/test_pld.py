@@ -1,0 +1,151 @@
+"""PLD drafter rules, each pinned by a tiny hand-computed case."""
+import numpy as np
+import pytest
+
+from lookupdec.drafters.base import Drafter
+from lookupdec.drafters.pld import PLDConfig, PLDDrafter, lookup_tree
+from lookupdec.index.live import LiveIndex
+
+
+def drafter(prompt, **settings):
+    d = PLDDrafter(**settings)
+    d.begin(prompt)
+    return d
+
+
+def test_is_a_drafter():
+    assert isinstance(PLDDrafter(), Drafter) and PLDDrafter.name == "pld"
+
+
+def test_no_match_gives_empty_tree():
+    # No 2-token suffix of [1..6] occurred earlier.
+    assert len(drafter([1, 2, 3, 4, 5, 6]).propose(16)) == 0
+
+
+def test_context_shorter_than_n():
+    # One token: no suffix of length min_n=2 exists.
+    assert len(drafter([7]).propose(16)) == 0
+    # Two tokens: the only 2-gram is the suffix itself, whose continuation is unknown.
+    assert len(drafter([7, 7]).propose(16)) == 0
+    # Empty prompt.
+    assert len(drafter([]).propose(16)) == 0
+
+
+def test_one_token_matches_need_min_n_1():
+    # [9] occurred before (followed by 4), but a 1-token match only counts with min_n=1.
+    assert len(drafter([9, 4, 5, 9], min_n=2).propose(16)) == 0
+    assert drafter([9, 4, 5, 9], min_n=1, init_depth=2).propose(16).tokens.tolist() == [4, 5]
+
+
+def test_longest_match_wins_over_most_recent_shorter_one():
+    # [1, 2, 3] occurred once (then 7); the shorter [2, 3] more recently (then 8).
+    d = drafter([1, 2, 3, 7, 9, 2, 3, 8, 1, 2, 3], init_depth=1)
+    assert d.propose(16).tokens.tolist() == [7]
+
+
+def test_several_occurrences_merged_most_recent_first():
+    # [1, 2] continued with 5, then 6 later, then 6 again: the most recent (6) comes first,
+    # and its count says two occurrences agree.
+    t = drafter([1, 2, 5, 7, 1, 2, 6, 8, 1, 2, 6, 9, 1, 2], init_depth=1).propose(16)
+    assert (t.tokens.tolist(), t.parents.tolist(), t.counts.tolist()) == ([6, 5], [-1, -1], [2, 1])
+
+
+def test_max_occurrences_keeps_the_most_recent():
+    # Only the most recent occurrence (continuing with 6) is read.
+    t = drafter([1, 2, 5, 7, 1, 2, 6, 8, 1, 2], init_depth=1, max_occurrences=1).propose(16)
+    assert t.tokens.tolist() == [6]
+
+
+def test_draft_clipped_to_budget_and_width():
+    d = drafter([1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2], init_depth=8, max_depth=8)
+    # The decoder's budget caps the tree...
+    assert d.propose(3).tokens.tolist() == [3, 4, 5]
+    # ...and so does max_width, whatever the budget.
+    d = drafter([1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2], init_depth=8, max_depth=8, max_width=2)
+    assert d.propose(64).tokens.tolist() == [3, 4]
+    # A zero budget drafts nothing.
+    assert len(d.propose(0)) == 0
+
+
+def test_tree_pruned_to_width_keeps_best_supported_nodes():
+    idx = LiveIndex(max_n=4, min_n=2)
+    # [1, 2] continues with 5 5 once and with 6 6 twice (most recent 6 6).
+    idx.extend([1, 2, 5, 5, 7, 1, 2, 6, 6, 8, 1, 2, 6, 6, 9, 1, 2])
+    t = lookup_tree(idx, depth=2, width=3, max_occurrences=8)
+    # The two-vote path [6, 6] survives whole; the single-vote branch keeps its first node.
+    assert (t.tokens.tolist(), t.parents.tolist(), t.counts.tolist()) == ([6, 6, 5], [-1, 0, -1], [2, 2, 1])
+
+
+def test_repeating_pattern_drafted_to_full_depth():
+    # The suffix [3, 3] last occurred one token back: the continuation repeats 3s.
+    assert drafter([3, 3, 3], init_depth=4).propose(16).tokens.tolist() == [3, 3, 3, 3]
+
+
+def test_depth_grows_after_full_acceptance():
+    d = drafter([1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2], init_depth=2, grow=2, max_depth=5)
+    t = d.propose(16)
+    assert t.tokens.tolist() == [3, 4]
+    d.commit([3, 4, 5], accepted=2)
+    # Both drafted tokens accepted: depth 2 + grow 2 = 4.
+    assert d.depth == 4
+    assert d.propose(16).tokens.tolist() == [6, 7, 8, 9]
+    d.commit([6, 7, 8, 9, 1], accepted=4)
+    # Capped at max_depth.
+    assert d.depth == 5
+
+
+def test_depth_shrinks_after_rejection():
+    d = drafter([1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2], init_depth=6, min_depth=1)
+    assert len(d.propose(16)) == 6
+    d.commit([3, 0], accepted=1)
+    # One of six accepted: next depth is accepted + 1 = 2.
+    assert d.depth == 2
+    d.propose(16)  # suffix [3, 0] never occurred: empty draft
+    d.commit([4], accepted=0)
+    # An empty draft says nothing about acceptance: depth stays.
+    assert d.depth == 2
+    d2 = drafter([1, 2, 3, 4, 1, 2], init_depth=3, min_depth=2)
+    d2.propose(16)
+    d2.commit([0], accepted=0)
+    # Nothing accepted: accepted + 1 = 1, held at min_depth 2.
+    assert d2.depth == 2
+
+
+def test_begin_resets_state():
+    d = drafter([1, 2, 3, 1, 2], init_depth=3)
+    d.propose(16)
+    d.commit([3, 1, 2, 3], accepted=3)
+    d.begin([4, 5, 6])
+    # A new sequence: the old one's matches and the adapted depth are gone.
+    assert len(d.propose(16)) == 0 and d.depth == 3
+
+
+def test_commit_indexes_generated_tokens():
+    d = drafter([1, 2, 3], init_depth=2)
+    d.propose(16)
+    d.commit([4, 1, 2], accepted=0)
+    # [1, 2] now recurs: the prompt's continuation [3, 4] is drafted.
+    assert d.propose(16).tokens.tolist() == [3, 4]
+
+
+@pytest.mark.parametrize("bad", [dict(min_n=0), dict(min_n=3, max_n=2), dict(max_width=0), dict(max_occurrences=0),
+                                 dict(min_depth=3, init_depth=2), dict(init_depth=9, max_depth=8), dict(grow=-1)])
+def test_bad_config_named(bad):
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        PLDConfig(**bad)
+
+
+def test_config_or_settings_not_both():
+    with pytest.raises(TypeError):
+        PLDDrafter(PLDConfig(), min_n=1)
+
+
+def test_random_trees_are_valid_and_within_width():
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        d = drafter(rng.integers(0, 4, size=60).tolist(), min_n=1, max_width=int(rng.integers(1, 10)))
+        for _ in range(5):
+            t = d.propose(int(rng.integers(0, 12)))
+            assert t.check() == "" and len(t) <= d.config.max_width
+            new = rng.integers(0, 4, size=int(rng.integers(1, 4))).tolist()
+            d.commit(new, accepted=len(new) - 1)

@@ -1,0 +1,119 @@
+"""The offline acceptance simulator, on hand-made records with hand-computed results."""
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lookupdec.drafters.base import NoDrafter
+from lookupdec.drafters.pld import PLDDrafter
+from lookupdec.tree import DraftTree
+
+# benchmarks/ is a folder of scripts, not a package: load the file as a module.
+_spec = importlib.util.spec_from_file_location(
+    "benchmarks_simulate", Path(__file__).resolve().parents[1] / "benchmarks" / "simulate.py")
+sim = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = sim  # dataclasses look their module up here
+_spec.loader.exec_module(sim)
+
+
+class Oracle:
+    """Drafts the recorded output itself, ``budget`` tokens at a time (knows it by the prompt)."""
+
+    name = "oracle"
+
+    def __init__(self, answers):
+        self.answers = answers
+
+    def begin(self, prompt_ids):
+        self.rest = list(self.answers[tuple(prompt_ids)])
+
+    def propose(self, budget):
+        return DraftTree.chain(self.rest[:budget])
+
+    def commit(self, new_ids, accepted):
+        assert self.rest[:len(new_ids)] == list(new_ids)
+        self.rest = self.rest[len(new_ids):]
+
+
+RECORDS = [
+    sim.Record(1, "qa", 0, (10, 11), tuple(range(100, 110))),  # 10 output tokens
+    sim.Record(2, "rag", 0, (12,), tuple(range(200, 207))),  # 7 output tokens
+]
+
+
+def test_empty_drafter_gives_tau_one():
+    r = sim.simulate(NoDrafter, RECORDS)
+    # One token per step, exactly; every step accepted 0 draft tokens.
+    assert r.overall.tau == 1.0 and r.overall.steps == 17 and r.histogram == (17,)
+    # Plain decoding is the cost model's baseline.
+    assert r.overall.est_speedup == pytest.approx(1.0)
+
+
+def test_oracle_gives_the_maximum():
+    answers = {r.prompt_ids: r.output_ids for r in RECORDS}
+    r = sim.simulate(lambda: Oracle(answers), RECORDS, budget=3)
+    # Each step accepts 3 drafted + 1 bonus: 10 tokens take 3 steps (4 + 4 + 2), 7 take 2 (4 + 3).
+    assert (r.by_task["qa"].steps, r.by_task["rag"].steps) == (3, 2)
+    assert r.overall.tau == pytest.approx(17 / 5)
+    # Accepted draft tokens: 3, 3, 2 (last step covers the end: no bonus) and 3, 3.
+    assert r.histogram == (0, 0, 1, 4)
+
+
+def test_pld_on_a_hand_computed_record():
+    rec = sim.Record(3, "summarization", 0, (1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1, 2), (3, 4, 5, 6, 7, 8, 9))
+    r = sim.simulate(lambda: PLDDrafter(min_n=2, init_depth=4, grow=2, max_depth=8), [rec])
+    # Step 1: [1, 2] matches, [3, 4, 5, 6] accepted + bonus 7; depth grows to 6.
+    # Step 2: [6, 7] matches, drafts [8, 9, 0, 1, 2, 3]; [8, 9] accepted and the output ends.
+    assert (r.overall.steps, r.overall.tau) == (2, 3.5)
+    assert r.histogram == (0, 0, 1, 0, 1)
+    # Mean draft size: (4 + 6) / 2.
+    assert r.overall.mean_draft == 5.0
+
+
+def test_over_budget_drafter_is_refused():
+    class Greedy(Oracle):
+        def propose(self, budget):
+            return DraftTree.chain(self.rest[:budget + 1])
+
+    answers = {r.prompt_ids: r.output_ids for r in RECORDS}
+    with pytest.raises(ValueError, match="budget"):
+        sim.simulate(lambda: Greedy(answers), RECORDS, budget=2)
+
+
+def test_accepted_length_matches_reference_on_random_trees():
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        seqs = [rng.integers(0, 3, size=int(rng.integers(0, 5))).tolist() for _ in range(int(rng.integers(0, 5)))]
+        tree = DraftTree.from_sequences(seqs)
+        target = rng.integers(0, 3, size=int(rng.integers(0, 6))).tolist()
+        assert sim.accepted_length(tree, target) == sim.accepted_length_reference(tree, target)
+
+
+def test_cost_model_interpolates_and_extrapolates():
+    c = sim.VerifyCost(((1, 10.0), (3, 20.0)))
+    assert (c.ms(1), c.ms(2), c.ms(5)) == (10.0, 15.0, 30.0)
+
+
+def test_load_records_round_trip_and_errors(tmp_path):
+    p = tmp_path / "r.jsonl"
+    p.write_text(json.dumps({"question_id": 7, "task": "qa", "turn": 1, "prompt_ids": [1], "output_ids": [2, 3]}) + "\n\n")
+    assert sim.load_records(p) == [sim.Record(7, "qa", 1, (1,), (2, 3))]
+    p.write_text(json.dumps({"question_id": 7, "task": "qa", "prompt_ids": [1]}) + "\n")
+    with pytest.raises(ValueError, match=r"r.jsonl:1.*output_ids"):
+        sim.load_records(p)
+
+
+def test_cli_prints_table(tmp_path, capsys):
+    p = tmp_path / "r.jsonl"
+    p.write_text("".join(json.dumps({"question_id": r.question_id, "task": r.task, "turn": r.turn,
+                                     "prompt_ids": list(r.prompt_ids), "output_ids": list(r.output_ids)}) + "\n"
+                         for r in RECORDS))
+    out_json = tmp_path / "res.json"
+    assert sim.main([str(p), "--drafter", "ar", "--json", str(out_json)]) == 0
+    assert "| **overall** | 2 | 17 | 17 | 1.000 |" in capsys.readouterr().out
+    assert json.loads(out_json.read_text())["overall"]["steps"] == 17
+    with pytest.raises(ValueError, match="unknown drafter"):
+        sim.drafter_factory("nope", {})

@@ -1,0 +1,201 @@
+"""The command line of ``benchmarks/spec_bench.py``: parse, load, run, report."""
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+from .exactness import ExactnessCheck, OutputMismatch
+from .methods import (LOOKUPDEC_METHODS, PEER_METHODS, REFERENCE_METHOD, HFGenerate, LookupdecMethod, Method,
+                      known_method_names)
+from .metrics import OVERALL, accept_histograms, summarize
+from .plots import plot_accept_hist, plot_speedup
+from .report import markdown_table, ordered_methods, write_json
+from .runner import ChatCodec, HFChatCodec, RunConfig, run_benchmark
+from .tasks import load_questions
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_QUESTIONS = REPO.parent / "shared" / "data" / "spec_bench_question.jsonl"
+DEFAULT_OUT = REPO / "benchmarks" / "out"
+# The baseline of the main table; speedups are also given against REFERENCE_METHOD.
+BASELINE = "hf"
+JSON_NAME, TABLE_NAME = "spec_bench.json", "spec_bench.md"
+SPEEDUP_PNG, HIST_PNG = "speedup.png", "accepted_hist.png"
+
+
+@dataclass(frozen=True)
+class Setup:
+    """Everything a run needs besides the questions.
+
+    Attributes:
+        methods: name -> method, in the order asked for.
+        codec: the chat template and decoder of the model's tokenizer.
+        eos_ids: ids that end a generation.
+        info: facts for the JSON config (model name, versions, threads).
+    """
+
+    methods: Mapping[str, Method]
+    codec: ChatCodec
+    eos_ids: tuple[int, ...]
+    info: Mapping[str, object]
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(
+        prog="spec_bench.py",
+        description="Spec-Bench: speed, accepted tokens and exactness of every method on the same prompts.",
+    )
+    ap.add_argument("--questions", type=Path, default=DEFAULT_QUESTIONS, help="Spec-Bench question.jsonl")
+    ap.add_argument("--per-category", type=int, default=None, metavar="N",
+                    help="first N questions of each of the 13 categories (default: all 480)")
+    ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--methods", default="all",
+                    help=f"comma list from {','.join(list(PEER_METHODS) + list(LOOKUPDEC_METHODS))}; "
+                         f"'all' = the peers and every method the decoder registers; "
+                         f"{REFERENCE_METHOD!r} is always run (the exactness reference)")
+    ap.add_argument("--repeats", type=int, default=1, help="timed generations per turn; times are medians")
+    ap.add_argument("--warmup-tokens", type=int, default=16, help="tokens of each method's warm-up (0: none)")
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output directory")
+    ap.add_argument("--model", default=None, help="model name or path (default: the embedded SmolLM2-135M)")
+    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    return ap.parse_args(argv)
+
+
+def decoder_method_names() -> list[str] | None:
+    """The method names the installed decoder registers, or None if it does not say."""
+    try:
+        import lookupdec.decoder as decoder_module
+    except ImportError:
+        return None
+    for attr in ("METHODS", "DRAFTERS", "method_names"):
+        names = getattr(decoder_module, attr, None)
+        if callable(names):
+            names = names()
+        if names:
+            return [str(n) for n in names]
+    return None
+
+
+def choose_methods(spec: str, available: Sequence[str]) -> list[str]:
+    """The methods to run, from ``--methods``, the reference first.
+
+    Raises:
+        ValueError: naming an unknown method and the known ones.
+
+    Example:
+        >>> choose_methods("hf,pld", ["hf", "hf_pld", "ar", "pld"])
+        ['ar', 'hf', 'pld']
+    """
+    names = list(available) if spec.strip() == "all" else [s.strip() for s in spec.split(",") if s.strip()]
+    known = set(PEER_METHODS) | set(LOOKUPDEC_METHODS)
+    bad = [n for n in names if n not in known]
+    if bad:
+        raise ValueError(f"unknown method(s) {bad}; choose from {sorted(known)} or 'all'")
+    names = [REFERENCE_METHOD] + [n for n in dict.fromkeys(names) if n != REFERENCE_METHOD]
+    return names
+
+
+def load_setup(args: argparse.Namespace, names: Sequence[str]) -> Setup:
+    """Load the model(s) and build the methods: our Decoder, and a separately
+    loaded copy with default kernels for the transformers peers (the Decoder
+    may prepack its weights)."""
+    import torch
+    import transformers
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from lookupdec.decoder import Decoder
+
+    dec = Decoder(args.model, dtype="float32")
+    peers = [n for n in names if n in PEER_METHODS]
+    methods: dict[str, Method] = {}
+    eos_ids: tuple[int, ...] | None = None
+    peer_model = None
+    if peers:
+        from lookupdec.models import load_model
+
+        loaded = load_model(args.model, dtype="float32")
+        peer_model = loaded.model.eval()
+        eos_ids = tuple(int(e) for e in loaded.eos_ids)
+    if eos_ids is None:
+        eos = getattr(dec, "eos_ids", None) or (dec.tokenizer.eos_token_id,)
+        eos_ids = tuple(int(e) for e in eos)
+    for n in names:
+        if n in PEER_METHODS:
+            methods[n] = HFGenerate(n, peer_model, eos_ids, PEER_METHODS[n])
+        else:
+            methods[n] = LookupdecMethod(dec, n, LOOKUPDEC_METHODS[n])
+    info = {
+        "model": args.model or "embedded SmolLM2-135M-Instruct (Q4_1 GGUF, float32)",
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "threads": torch.get_num_threads(),
+        "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
+    }
+    return Setup(methods, HFChatCodec(dec.tokenizer), eos_ids, info)
+
+
+def main(argv: Sequence[str] | None = None,
+         setup: Callable[[argparse.Namespace, Sequence[str]], Setup] = load_setup) -> int:
+    """Run the benchmark; 0 on success, 1 on an output mismatch, 2 on bad arguments.
+
+    Args:
+        argv: command-line arguments (``sys.argv[1:]`` when None).
+        setup: builds the methods; tests pass fakes here.
+    """
+    args = parse_args(argv)
+    try:
+        names = choose_methods(args.methods, known_method_names(decoder_method_names()))
+        questions = load_questions(args.questions, args.per_category)
+        config = RunConfig(args.max_new_tokens, args.repeats, args.warmup_tokens)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"spec_bench: error: {exc}", file=sys.stderr)
+        return 2
+    t0 = time.perf_counter()
+    env = setup(args, names)
+    load_s = time.perf_counter() - t0
+    args.out.mkdir(parents=True, exist_ok=True)
+    run_config = {
+        "argv": list(sys.argv[1:] if argv is None else argv),
+        "questions": str(args.questions), "per_category": args.per_category,
+        "n_questions": len(questions), "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
+        "warmup_tokens": args.warmup_tokens, "methods": list(env.methods), "reference": REFERENCE_METHOD,
+        "eos_ids": list(env.eos_ids), **env.info,
+    }
+    print(f"spec_bench: {len(questions)} questions, methods {', '.join(env.methods)}, "
+          f"max_new_tokens {args.max_new_tokens}, repeats {args.repeats} (loaded in {load_s:.1f} s)",
+          file=sys.stderr)
+
+    records: list = []
+    check = ExactnessCheck(REFERENCE_METHOD, env.eos_ids)
+    t1 = time.perf_counter()
+    try:
+        run_benchmark(questions, env.methods, env.codec, check, config, records=records,
+                      log=lambda line: print(line, file=sys.stderr, flush=True))
+    except OutputMismatch as exc:
+        run_config["run_s"] = time.perf_counter() - t1
+        path = write_json(args.out / JSON_NAME, run_config, records, error=str(exc))
+        print(f"spec_bench: FAILED: {exc}\nspec_bench: partial figures in {path}", file=sys.stderr)
+        return 1
+    run_config["run_s"] = time.perf_counter() - t1
+
+    baseline = BASELINE if BASELINE in env.methods else REFERENCE_METHOD
+    summaries = {baseline: summarize(records, baseline)}
+    if baseline != REFERENCE_METHOD:
+        summaries[REFERENCE_METHOD] = summarize(records, REFERENCE_METHOD)
+    order = ordered_methods(records, [baseline] + list(env.methods))
+    table = markdown_table(summaries[baseline], order, summaries.get(REFERENCE_METHOD)
+                           if baseline != REFERENCE_METHOD else None)
+    write_json(args.out / JSON_NAME, run_config, records, summaries)
+    (args.out / TABLE_NAME).write_text(table, encoding="utf-8")
+    plot_speedup(summaries[baseline], order, args.out / SPEEDUP_PNG)
+    plot_accept_hist(accept_histograms(records), order, args.out / HIST_PNG)
+    print(table)
+    print(f"spec_bench: all outputs equal {REFERENCE_METHOD!r}'s; {len(questions)} questions in "
+          f"{run_config['run_s']:.0f} s; wrote {args.out / JSON_NAME}, {TABLE_NAME}, {SPEEDUP_PNG}, {HIST_PNG}",
+          file=sys.stderr)
+    return 0

@@ -1,0 +1,203 @@
+"""The decoding methods the harness compares, behind one small interface.
+
+A method turns prompt token ids into greedy new token ids and says how many
+target forward passes ("steps") it took and how many tokens each step
+committed. The harness times the call itself, so every method is timed the
+same way.
+
+Peers (transformers ``generate()``):
+
+- ``hf``: plain greedy, the baseline users know;
+- ``hf_pld``: ``prompt_lookup_num_tokens=10``, transformers' prompt lookup.
+
+Their steps are counted with a streamer: ``generate()`` hands the streamer
+the prompt once, then the tokens of each forward pass in one ``put()`` (one
+token per step in greedy search; the accepted draft plus the bonus token in
+assisted decoding), so the number of ``put()`` calls after the first is the
+number of forward passes and their sizes are the accepted lengths.
+
+lookupdec methods run ``Decoder.generate(prompt_ids, method=NAME)``; their
+steps and accepted lengths come from the decoder's ``GenerationResult``.
+Adding one is one line in ``LOOKUPDEC_METHODS``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+# Every lookupdec method the harness knows -> whether it takes the documents
+# inside rag/summarization prompts as ``references`` (LLMA drafts from them;
+# ``auto`` may choose LLMA). Adding a method is one line here.
+LOOKUPDEC_METHODS: dict[str, bool] = {
+    "ar": False,
+    "pld": False,
+    "llma": True,
+    "rest": False,
+    "lookahead": False,
+    "auto": True,
+}
+# transformers generate() peers -> prompt_lookup_num_tokens (None = plain greedy).
+PEER_METHODS: dict[str, int | None] = {
+    "hf": None,
+    "hf_pld": 10,
+}
+# The method every other method's output is compared against.
+REFERENCE_METHOD = "ar"
+
+
+@dataclass(frozen=True)
+class MethodOutput:
+    """What one generation returned.
+
+    Attributes:
+        token_ids: the new tokens, as the method produced them (an EOS it
+            stopped on may or may not be included; see ``exactness.canonical``).
+        steps: target-model forward passes, prefill included.
+        step_lengths: tokens committed by each step (accepted draft tokens + 1);
+            empty when the method does not report them.
+    """
+
+    token_ids: tuple[int, ...]
+    steps: int
+    step_lengths: tuple[int, ...] = ()
+
+
+class Method(Protocol):
+    """A decoding method under test.
+
+    ``takes_references`` says whether ``generate`` uses the documents; the
+    harness passes them either way and the method ignores them if not.
+    """
+
+    name: str
+    takes_references: bool
+
+    def generate(self, prompt_ids: Sequence[int], max_new_tokens: int,
+                 references: Sequence[str]) -> MethodOutput: ...
+
+
+class _StepRecorder:
+    """A ``generate()`` streamer that records the size of every ``put()`` after the prompt."""
+
+    def __init__(self) -> None:
+        self.prompt_seen = False
+        self.lengths: list[int] = []
+
+    def put(self, value) -> None:
+        if not self.prompt_seen:  # the first put() is the prompt itself
+            self.prompt_seen = True
+            return
+        self.lengths.append(int(value.numel()))
+
+    def end(self) -> None:
+        pass
+
+
+class HFGenerate:
+    """transformers ``model.generate()`` greedy, optionally with prompt lookup.
+
+    Args:
+        name: the method's name in reports.
+        model: a Hugging Face causal LM with default kernels.
+        eos_ids: token ids that end a generation.
+        prompt_lookup_num_tokens: tokens per prompt-lookup draft; ``None`` for
+            plain greedy search.
+
+    Example:
+        >>> m = HFGenerate("hf", loaded.model, loaded.eos_ids)  # doctest: +SKIP
+        >>> m.generate([1, 2, 3], 16, ()).steps  # doctest: +SKIP
+        16
+    """
+
+    takes_references = False
+
+    def __init__(self, name: str, model, eos_ids: Sequence[int], prompt_lookup_num_tokens: int | None = None):
+        self.name = name
+        self.model = model
+        self.eos_ids = [int(e) for e in eos_ids]
+        self.prompt_lookup_num_tokens = prompt_lookup_num_tokens
+
+    def generate(self, prompt_ids: Sequence[int], max_new_tokens: int,
+                 references: Sequence[str] = ()) -> MethodOutput:
+        import torch
+        from transformers import GenerationConfig
+
+        # A fresh config, so no sampling defaults shipped with the model apply.
+        config = GenerationConfig(
+            do_sample=False,
+            max_new_tokens=max_new_tokens,
+            eos_token_id=self.eos_ids,
+            pad_token_id=self.eos_ids[0],
+            prompt_lookup_num_tokens=self.prompt_lookup_num_tokens,
+        )
+        ids = torch.tensor([list(prompt_ids)], dtype=torch.long, device=self.model.device)
+        recorder = _StepRecorder()
+        with torch.inference_mode():
+            out = self.model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config,
+                                      streamer=recorder)
+        new = tuple(int(t) for t in out[0, ids.shape[1]:].tolist())
+        return MethodOutput(new, len(recorder.lengths), tuple(recorder.lengths))
+
+
+class LookupdecMethod:
+    """``lookupdec.Decoder.generate`` with one registered method, greedy.
+
+    Args:
+        decoder: a ``lookupdec.Decoder``.
+        method: the decoder's method name (``"ar"``, ``"pld"``, ...).
+        takes_references: pass the prompt's documents as ``references``.
+
+    Example:
+        >>> m = LookupdecMethod(Decoder(), "pld")  # doctest: +SKIP
+        >>> m.generate(prompt_ids, 64, ()).token_ids[:3]  # doctest: +SKIP
+        (504, 3458, 28)
+    """
+
+    def __init__(self, decoder, method: str, takes_references: bool = False):
+        self.name = method
+        self.decoder = decoder
+        self.takes_references = takes_references
+
+    def generate(self, prompt_ids: Sequence[int], max_new_tokens: int,
+                 references: Sequence[str] = ()) -> MethodOutput:
+        refs = list(references) if (self.takes_references and references) else None
+        res = self.decoder.generate(list(prompt_ids), method=self.name, max_new_tokens=max_new_tokens,
+                                    temperature=0.0, references=refs, chat_template=False)
+        lengths = step_lengths_from_stats(res.step_stats, res.new_tokens)
+        return MethodOutput(tuple(int(t) for t in res.token_ids), int(res.steps), lengths)
+
+
+def step_lengths_from_stats(step_stats, new_tokens: int) -> tuple[int, ...]:
+    """Tokens committed per step from the decoder's ``StepStats``.
+
+    A step commits its accepted draft tokens plus the bonus token; the last
+    step may have been cut by ``max_new_tokens`` or EOS, so the total is
+    clipped to ``new_tokens``.
+
+    Example:
+        >>> from types import SimpleNamespace as S
+        >>> step_lengths_from_stats([S(accepted=0), S(accepted=3), S(accepted=2)], 6)
+        (1, 4, 1)
+    """
+    out, left = [], int(new_tokens)
+    for s in step_stats:
+        n = min(int(s.accepted) + 1, left)
+        if n <= 0:
+            break
+        out.append(n)
+        left -= n
+    return tuple(out)
+
+
+def known_method_names(decoder_methods: Sequence[str] | None = None) -> list[str]:
+    """Every method name the harness can run, peers first.
+
+    Args:
+        decoder_methods: the names the installed decoder registers; ``None``
+            keeps every entry of ``LOOKUPDEC_METHODS``.
+    """
+    names = list(PEER_METHODS)
+    for name in LOOKUPDEC_METHODS:
+        if decoder_methods is None or name in decoder_methods:
+            names.append(name)
+    return names

@@ -1,0 +1,173 @@
+"""Spec-Bench's speed arithmetic, over ``TurnRecord``s.
+
+As Spec-Bench's ``evaluation/speed.py`` computes it, for one method and one
+task (or all questions, "overall"):
+
+- a question's speed is its new tokens summed over its turns divided by its
+  wall time summed over its turns;
+- the method's tokens/s is the MEAN of its per-question speeds;
+- speedup = method tokens/s / baseline tokens/s (a ratio of means, not a
+  mean of per-question ratios);
+- mean accepted tokens = the mean over all steps of the tokens each step
+  committed = total committed tokens / total steps.
+
+The spread shown next to a speedup is the sample standard deviation
+(ddof=1; 0 for one question) of the per-question ratios
+speed_q(method) / speed_q(baseline), with their min and max kept as well.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Sequence
+
+from .runner import TurnRecord
+from .tasks import TASKS
+
+OVERALL = "overall"
+
+
+@dataclass(frozen=True)
+class QuestionSpeed:
+    """One method's totals on one question (turns summed)."""
+
+    method: str
+    question_id: int
+    task: str
+    new_tokens: int
+    seconds: float
+    committed_tokens: int
+    steps: int
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.new_tokens / self.seconds
+
+
+@dataclass(frozen=True)
+class TaskSummary:
+    """One method on one task (or ``"overall"``) against one baseline.
+
+    Attributes:
+        method, task, baseline: what is compared.
+        n_questions: questions in the task.
+        tokens_per_s: mean of the method's per-question tokens/s.
+        baseline_tokens_per_s: the same for the baseline.
+        speedup: tokens_per_s / baseline_tokens_per_s.
+        speedup_std: sample std of the per-question speedups (0 for one question).
+        speedup_min, speedup_max: extremes of the per-question speedups.
+        mean_accepted: committed tokens / steps over the task.
+    """
+
+    method: str
+    task: str
+    baseline: str
+    n_questions: int
+    tokens_per_s: float
+    baseline_tokens_per_s: float
+    speedup: float
+    speedup_std: float
+    speedup_min: float
+    speedup_max: float
+    mean_accepted: float
+
+
+def question_speeds(records: Iterable[TurnRecord]) -> dict[tuple[str, int], QuestionSpeed]:
+    """Sum each (method, question)'s turns.
+
+    Example:
+        >>> r = [TurnRecord("ar", 7, "math", "mt_bench", t, 10, 2.0, (2.0,), 10, 10) for t in (1, 2)]
+        >>> question_speeds(r)[("ar", 7)].tokens_per_s
+        5.0
+    """
+    acc: dict[tuple[str, int], list] = {}
+    for r in records:
+        key = (r.method, r.question_id)
+        if key not in acc:
+            acc[key] = [r.task, 0, 0.0, 0, 0]
+        a = acc[key]
+        a[1] += r.new_tokens
+        a[2] += r.seconds
+        a[3] += r.committed_tokens
+        a[4] += r.steps
+    return {k: QuestionSpeed(k[0], k[1], a[0], a[1], a[2], a[3], a[4]) for k, a in acc.items()}
+
+
+def _sample_std(xs: Sequence[float]) -> float:
+    return statistics.stdev(xs) if len(xs) > 1 else 0.0
+
+
+def summarize(records: Sequence[TurnRecord], baseline: str) -> dict[tuple[str, str], TaskSummary]:
+    """Per-method, per-task and overall figures against ``baseline``.
+
+    Args:
+        records: every ``TurnRecord`` of a run.
+        baseline: the method whose tokens/s is the denominator (``"hf"`` or ``"ar"``).
+
+    Returns:
+        ``(method, task) -> TaskSummary`` for every method, every task present
+        (in ``TASKS`` order) and ``"overall"``.
+
+    Raises:
+        ValueError: when ``baseline`` has no records, or a method did not run
+            the same questions as the baseline.
+
+    Example:
+        >>> s = summarize(records, baseline="hf")  # doctest: +SKIP
+        >>> s[("pld", "overall")].speedup  # doctest: +SKIP
+        1.87
+    """
+    speeds = question_speeds(records)
+    by_method: dict[str, dict[int, QuestionSpeed]] = defaultdict(dict)
+    for (method, qid), s in speeds.items():
+        by_method[method][qid] = s
+    if baseline not in by_method:
+        raise ValueError(f"baseline {baseline!r} has no records; methods run: {sorted(by_method)}")
+    base = by_method[baseline]
+    tasks = [t for t in TASKS if any(s.task == t for s in base.values())] + [OVERALL]
+    out: dict[tuple[str, str], TaskSummary] = {}
+    for method, qs in by_method.items():
+        if set(qs) != set(base):
+            raise ValueError(f"method {method!r} ran questions {sorted(set(qs) ^ set(base))} "
+                             f"that baseline {baseline!r} did not (or vice versa)")
+        for task in tasks:
+            ids = sorted(q for q, s in base.items() if task == OVERALL or s.task == task)
+            mine = [qs[q] for q in ids]
+            theirs = [base[q] for q in ids]
+            tps = statistics.fmean(s.tokens_per_s for s in mine)
+            base_tps = statistics.fmean(s.tokens_per_s for s in theirs)
+            ratios = [m.tokens_per_s / b.tokens_per_s for m, b in zip(mine, theirs, strict=True)]
+            steps = sum(s.steps for s in mine)
+            out[(method, task)] = TaskSummary(
+                method=method, task=task, baseline=baseline, n_questions=len(ids),
+                tokens_per_s=tps, baseline_tokens_per_s=base_tps, speedup=tps / base_tps,
+                speedup_std=_sample_std(ratios), speedup_min=min(ratios), speedup_max=max(ratios),
+                mean_accepted=sum(s.committed_tokens for s in mine) / steps if steps else math.nan,
+            )
+    return out
+
+
+def accept_histograms(records: Iterable[TurnRecord]) -> dict[str, dict[int, int]]:
+    """Per method: tokens committed per step -> number of steps, over all its records."""
+    hist: dict[str, Counter] = defaultdict(Counter)
+    for r in records:
+        hist[r.method].update(r.accept_hist)
+    return {m: dict(sorted(h.items())) for m, h in hist.items()}
+
+
+def method_order(records: Iterable[TurnRecord]) -> list[str]:
+    """Methods in the order they first appear in ``records``."""
+    seen: dict[str, None] = {}
+    for r in records:
+        seen.setdefault(r.method, None)
+    return list(seen)
+
+
+def as_dict(summaries: Mapping[tuple[str, str], TaskSummary]) -> dict[str, dict[str, dict]]:
+    """``{method: {task: fields}}`` for JSON."""
+    out: dict[str, dict[str, dict]] = defaultdict(dict)
+    for (method, task), s in summaries.items():
+        out[method][task] = {k: v for k, v in s.__dict__.items() if k not in ("method", "task")}
+    return dict(out)

@@ -1,0 +1,117 @@
+"""The run's files: a JSON of every figure and a Markdown table like Spec-Bench's."""
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import asdict
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from .metrics import OVERALL, TaskSummary, accept_histograms, as_dict, method_order
+from .runner import TurnRecord
+from .tasks import TASK_TITLES, TASKS
+
+
+def record_dict(r: TurnRecord) -> dict:
+    """A ``TurnRecord`` as JSON fields, ``tokens_per_s`` included."""
+    d = asdict(r)
+    d["tokens_per_s"] = r.tokens_per_s
+    d["accept_hist"] = {str(k): v for k, v in r.accept_hist.items()}
+    return d
+
+
+def write_json(path: str | Path, config: Mapping, records: Sequence[TurnRecord],
+               summaries: Mapping[str, Mapping[tuple[str, str], TaskSummary]] | None = None,
+               error: str | None = None) -> Path:
+    """Write the run (config, per-turn records, summaries per baseline, error) atomically.
+
+    Args:
+        path: the JSON file to write.
+        config: the run's settings (command line, model, versions).
+        records: every ``TurnRecord``.
+        summaries: baseline name -> ``summarize(records, baseline)``.
+        error: the mismatch message of a failed run.
+
+    Returns:
+        ``path``.
+    """
+    path = Path(path)
+    doc = {
+        "config": dict(config),
+        "error": error,
+        "summary": {b: as_dict(s) for b, s in (summaries or {}).items()},
+        "accept_hist": {m: {str(k): v for k, v in h.items()} for m, h in accept_histograms(records).items()},
+        "records": [record_dict(r) for r in records],
+    }
+    tmp = path.with_suffix(path.suffix + ".part")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(doc, f, indent=1, allow_nan=True)
+    os.replace(tmp, path)
+    return path
+
+
+def _num(x: float, digits: int = 2) -> str:
+    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def markdown_table(summaries: Mapping[tuple[str, str], TaskSummary], methods: Sequence[str],
+                   second: Mapping[tuple[str, str], TaskSummary] | None = None) -> str:
+    """Spec-Bench's leaderboard table, plus per-task accepted tokens and tokens/s.
+
+    Args:
+        summaries: ``summarize(records, baseline)`` for the main baseline.
+        methods: row order.
+        second: ``summarize`` against a second baseline (``ar``); adds an
+            "Overall vs <second>" column.
+
+    Returns:
+        Markdown: a caption line, the speedup table, a blank line, and the
+        table of mean accepted tokens / tokens/s per task.
+
+    Example:
+        >>> print(markdown_table(summarize(records, "hf"), ["hf", "ar", "pld"]))  # doctest: +SKIP
+    """
+    any_s = next(iter(summaries.values()))
+    baseline = any_s.baseline
+    tasks = [t for t in TASKS if (methods[0], t) in summaries]
+    n = {t: summaries[(methods[0], t)].n_questions for t in tasks + [OVERALL]}
+    sec_name = next(iter(second.values())).baseline if second else None
+
+    head = ["Method"] + [f"{TASK_TITLES[t]} (n={n[t]})" for t in tasks] + [f"Overall (n={n[OVERALL]})"]
+    if second:
+        head.append(f"Overall vs {sec_name}")
+    head += ["Mean accepted", "Tokens/s"]
+    lines = [
+        f"Speedup over `{baseline}` (ratio of mean per-question tokens/s, as Spec-Bench's speed.py; "
+        "± is the sample std of per-question speedups).",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|",
+    ]
+    for m in methods:
+        row = [f"`{m}`"]
+        for t in tasks + [OVERALL]:
+            s = summaries[(m, t)]
+            row.append(f"{_num(s.speedup)}×±{_num(s.speedup_std)}")
+        if second:
+            row.append(f"{_num(second[(m, OVERALL)].speedup)}×")
+        o = summaries[(m, OVERALL)]
+        row += [_num(o.mean_accepted), _num(o.tokens_per_s, 1)]
+        lines.append("| " + " | ".join(row) + " |")
+
+    lines += ["", "Mean accepted tokens per step / tokens/s, per task.", ""]
+    head2 = ["Method"] + [TASK_TITLES[t] for t in tasks] + ["Overall"]
+    lines.append("| " + " | ".join(head2) + " |")
+    lines.append("|" + "|".join(["---"] + ["---:"] * (len(head2) - 1)) + "|")
+    for m in methods:
+        row = [f"`{m}`"] + [f"{_num(summaries[(m, t)].mean_accepted)} / {_num(summaries[(m, t)].tokens_per_s, 1)}"
+                            for t in tasks + [OVERALL]]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def ordered_methods(records: Sequence[TurnRecord], preferred: Sequence[str]) -> list[str]:
+    """Methods of ``records``, in ``preferred`` order first, then the rest."""
+    present = method_order(records)
+    return [m for m in preferred if m in present] + [m for m in present if m not in preferred]

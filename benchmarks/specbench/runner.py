@@ -1,0 +1,200 @@
+"""The benchmark loop: warm-up, then every question, turn and method, with repeats.
+
+Order of work (all methods inside one process, interleaved per question, so
+a slow spell of a shared machine hits every method alike):
+
+    warm-up: one short generation per method, not recorded
+    for each question, for each turn:
+        prompt ids = chat template over the conversation so far
+        for each repeat, for each method (the reference ``ar`` first):
+            time method.generate(prompt ids); check its tokens against ar's
+
+Turn 2 of an MT-bench question is asked with the first question and ``ar``'s
+first answer in the context, for every method. Every method's first answer
+has already been checked equal to ``ar``'s at that point (a mismatch stops
+the run on turn 1), so this is the same context each method would build
+from its own answer, and all methods get byte-identical prompt ids.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Protocol, Sequence
+
+from .documents import extract_documents
+from .exactness import ExactnessCheck, canonical
+from .methods import Method, MethodOutput
+from .tasks import Question
+
+
+class ChatCodec(Protocol):
+    """Turns a conversation into prompt ids, and answer ids back into text."""
+
+    def encode(self, messages: Sequence[Mapping[str, str]]) -> list[int]: ...
+
+    def decode(self, token_ids: Sequence[int]) -> str: ...
+
+
+class HFChatCodec:
+    """A Hugging Face tokenizer's chat template (ready for the assistant's turn) and decoder."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+
+    def encode(self, messages: Sequence[Mapping[str, str]]) -> list[int]:
+        ids = self.tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True)
+        if isinstance(ids, Mapping) or hasattr(ids, "input_ids"):  # a BatchEncoding in transformers 5
+            ids = ids["input_ids"]
+        return [int(t) for t in ids]
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(token_ids), skip_special_tokens=True)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """How the loop runs.
+
+    Attributes:
+        max_new_tokens: new tokens per generation at most.
+        repeats: generations per (question, turn, method); times are their median.
+        warmup_tokens: new tokens of each method's unrecorded warm-up generation.
+    """
+
+    max_new_tokens: int = 128
+    repeats: int = 1
+    warmup_tokens: int = 16
+
+    def __post_init__(self):
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be at least 1, got {self.max_new_tokens}")
+        if self.repeats < 1:
+            raise ValueError(f"repeats must be at least 1, got {self.repeats}")
+        if self.warmup_tokens < 0:
+            raise ValueError(f"warmup_tokens must be >= 0 (0 skips warm-up), got {self.warmup_tokens}")
+
+
+@dataclass(frozen=True)
+class TurnRecord:
+    """One method's figures on one turn of one question.
+
+    Attributes:
+        method, question_id, category, task: what ran on what.
+        turn: 1 or 2.
+        new_tokens: new tokens without a trailing EOS (equal across methods
+            when outputs are exact; the numerator of tokens/s).
+        seconds: median wall time of the ``generate`` call over the repeats.
+        seconds_repeats: every repeat's wall time.
+        steps: target forward passes (prefill included).
+        committed_tokens: tokens the steps committed, a final EOS included
+            (the numerator of mean accepted tokens per step).
+        accept_hist: tokens committed per step -> number of steps.
+        token_ids: the canonical new tokens.
+    """
+
+    method: str
+    question_id: int
+    category: str
+    task: str
+    turn: int
+    new_tokens: int
+    seconds: float
+    seconds_repeats: tuple[float, ...]
+    steps: int
+    committed_tokens: int
+    accept_hist: Mapping[int, int] = field(default_factory=dict)
+    token_ids: tuple[int, ...] = ()
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.new_tokens / self.seconds if self.seconds > 0 else float("nan")
+
+
+def _record(method: str, q: Question, turn: int, outs: list[MethodOutput], secs: list[float],
+            eos_ids: Sequence[int]) -> TurnRecord:
+    first = outs[0]  # repeats give identical tokens (checked); steps come from the first
+    ids = canonical(first.token_ids, eos_ids)
+    lengths = first.step_lengths or ()
+    return TurnRecord(
+        method=method, question_id=q.question_id, category=q.category, task=q.task, turn=turn,
+        new_tokens=len(ids), seconds=statistics.median(secs), seconds_repeats=tuple(secs),
+        steps=first.steps, committed_tokens=len(first.token_ids),
+        accept_hist=dict(sorted(Counter(lengths).items())), token_ids=ids,
+    )
+
+
+def run_benchmark(questions: Sequence[Question], methods: Mapping[str, Method], codec: ChatCodec,
+                  check: ExactnessCheck, config: RunConfig = RunConfig(),
+                  records: list[TurnRecord] | None = None,
+                  log: Callable[[str], None] | None = None) -> list[TurnRecord]:
+    """Run every method on every question and turn, checking exactness as it goes.
+
+    Args:
+        questions: the questions to run, in order.
+        methods: name -> method; must contain ``check.reference``.
+        codec: builds each turn's prompt ids and decodes the reference answer.
+        check: the exactness check (reference method and EOS ids).
+        config: token limits and repeats.
+        records: a list to append records to as they are made (so a caller
+            keeps the figures gathered before a mismatch); a new one if None.
+        log: receives one progress line per question.
+
+    Returns:
+        ``records``: one ``TurnRecord`` per (question, turn, method).
+
+    Raises:
+        ValueError: if the reference method is not among ``methods``.
+        OutputMismatch: at the first output that differs from the reference's.
+
+    Example:
+        >>> recs = run_benchmark(questions, {"ar": ar, "pld": pld}, codec,
+        ...                      ExactnessCheck("ar", (2,)))  # doctest: +SKIP
+    """
+    if check.reference not in methods:
+        raise ValueError(f"the reference method {check.reference!r} must be run; got methods {list(methods)}")
+    order = [check.reference] + [m for m in methods if m != check.reference]
+    records = [] if records is None else records
+    if not questions:
+        return records
+
+    if config.warmup_tokens:
+        q0 = questions[0]
+        ids = codec.encode([{"role": "user", "content": q0.turns[0]}])
+        refs = extract_documents(q0.task, q0.turns[0])
+        for name in order:
+            methods[name].generate(ids, config.warmup_tokens, refs)
+
+    for qi, q in enumerate(questions):
+        messages: list[dict[str, str]] = []
+        t_question: dict[str, list[float]] = {name: [0, 0.0] for name in order}
+        for turn, text in enumerate(q.turns, 1):
+            messages.append({"role": "user", "content": text})
+            prompt_ids = codec.encode(messages)
+            refs = extract_documents(q.task, text)
+            outs: dict[str, list[MethodOutput]] = {name: [] for name in order}
+            secs: dict[str, list[float]] = {name: [] for name in order}
+            expected: tuple[int, ...] | None = None
+            for _ in range(config.repeats):
+                for name in order:
+                    t0 = time.perf_counter()
+                    out = methods[name].generate(prompt_ids, config.max_new_tokens, refs)
+                    dt = time.perf_counter() - t0
+                    if expected is None:
+                        expected = out.token_ids  # the reference's first output
+                    else:
+                        check.check(name, q.question_id, turn, expected, out.token_ids)
+                    outs[name].append(out)
+                    secs[name].append(dt)
+            for name in order:
+                rec = _record(name, q, turn, outs[name], secs[name], check.eos_ids)
+                records.append(rec)
+                t_question[name][0] += rec.new_tokens
+                t_question[name][1] += rec.seconds
+            answer = codec.decode(canonical(expected, check.eos_ids))
+            messages.append({"role": "assistant", "content": answer})
+        if log is not None:
+            speeds = ", ".join(f"{n} {tok / s:.1f}" if s > 0 else f"{n} -" for n, (tok, s) in t_question.items())
+            log(f"[{qi + 1}/{len(questions)}] q{q.question_id} {q.task}: tok/s {speeds}")
+    return records

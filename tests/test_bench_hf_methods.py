@@ -1,0 +1,80 @@
+"""The transformers peers of the Spec-Bench harness on a tiny random Llama.
+
+Checks the step counting of ``HFGenerate`` (a streamer sees one ``put()`` per
+forward pass) against a forward hook that counts the model's forward calls.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from specbench.exactness import ExactnessCheck  # noqa: E402
+from specbench.methods import HFGenerate  # noqa: E402
+from specbench.runner import RunConfig, run_benchmark  # noqa: E402
+from specbench.tasks import Question  # noqa: E402
+
+EOS = 2
+
+
+@pytest.fixture(scope="module")
+def tiny_model():
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                      eos_token_id=EOS, pad_token_id=EOS, bos_token_id=1)
+    return LlamaForCausalLM(cfg).eval()
+
+
+def count_forwards(model, fn):
+    calls = []
+    handle = model.register_forward_hook(lambda *a: calls.append(1))
+    try:
+        out = fn()
+    finally:
+        handle.remove()
+    return out, len(calls)
+
+
+# A repetitive prompt gives prompt lookup something to match.
+PROMPT = [5, 6, 7, 8, 9, 10, 11] * 4 + [5, 6, 7]
+
+
+def test_plain_greedy_counts_one_token_per_forward(tiny_model):
+    m = HFGenerate("hf", tiny_model, [EOS])
+    out, forwards = count_forwards(tiny_model, lambda: m.generate(PROMPT, 20, ()))
+    assert out.steps == forwards == len(out.token_ids)
+    assert set(out.step_lengths) == {1}
+
+
+def test_prompt_lookup_steps_equal_forward_calls(tiny_model):
+    plain = HFGenerate("hf", tiny_model, [EOS]).generate(PROMPT, 20, ())
+    m = HFGenerate("hf_pld", tiny_model, [EOS], prompt_lookup_num_tokens=10)
+    out, forwards = count_forwards(tiny_model, lambda: m.generate(PROMPT, 20, ()))
+    assert out.steps == forwards == len(out.step_lengths)
+    assert sum(out.step_lengths) == len(out.token_ids)
+    # With this seed the model repeats itself (63 63 63 ...), so some steps accept drafts.
+    assert max(out.step_lengths) > 1 and out.steps < len(out.token_ids)
+    assert out.token_ids == plain.token_ids  # transformers' prompt lookup is lossless here too
+
+
+def test_peers_through_the_runner(tiny_model):
+    # Token ids as a 'chat template': the runner only needs encode/decode.
+    class Codec:
+        def encode(self, messages):
+            return [int(c) % 90 + 3 for m in messages for c in m["content"].split()]
+
+        def decode(self, ids):
+            return " ".join(str(i) for i in ids)
+
+    q = Question(1, "writing", "mt_bench", ("5 6 7 8 9 5 6 7 8 9 5 6 7", "9 8 7"))
+    methods = {"ar": HFGenerate("ar", tiny_model, [EOS]),
+               "hf_pld": HFGenerate("hf_pld", tiny_model, [EOS], prompt_lookup_num_tokens=10)}
+    recs = run_benchmark([q], methods, Codec(), ExactnessCheck("ar", (EOS,)), RunConfig(max_new_tokens=16))
+    assert [(r.method, r.turn) for r in recs] == [("ar", 1), ("hf_pld", 1), ("ar", 2), ("hf_pld", 2)]
+    assert recs[0].token_ids == recs[1].token_ids

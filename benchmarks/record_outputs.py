@@ -54,8 +54,20 @@ def task_of(category: str) -> str:
     raise ValueError(f"unknown Spec-Bench category {category!r}; expected one of {MT_BENCH_CATEGORIES + TASKS[1:]}")
 
 
-def select_questions(path: Path, per_category: int | None) -> list[dict]:
-    """The first ``per_category`` questions of each category, in file order (all when None)."""
+def select_questions(path: Path, per_category: int | None, offset: int = 0,
+                     tasks: tuple[str, ...] | None = None) -> list[dict]:
+    """Questions ``offset`` to ``offset + per_category`` of each category, in file order.
+
+    Args:
+        path: Spec-Bench question JSONL.
+        per_category: questions per category (all when None).
+        offset: questions of each category skipped first (to extend an earlier recording).
+        tasks: keep only these tasks (all when None).
+
+    Example:
+        >>> len(select_questions(DEFAULT_QUESTIONS, 2, tasks=("rag", "qa")))
+        4
+    """
     seen: dict[str, int] = defaultdict(int)
     out = []
     with open(path, encoding="utf-8") as f:
@@ -63,9 +75,12 @@ def select_questions(path: Path, per_category: int | None) -> list[dict]:
             if not line.strip():
                 continue
             q = json.loads(line)
-            if per_category is not None and seen[q["category"]] >= per_category:
+            if tasks is not None and task_of(q["category"]) not in tasks:
                 continue
+            i = seen[q["category"]]
             seen[q["category"]] += 1
+            if i < offset or (per_category is not None and i >= offset + per_category):
+                continue
             out.append(q)
     return out
 
@@ -179,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--questions", type=Path, default=DEFAULT_QUESTIONS)
     ap.add_argument("--per-category", type=int, default=None, help="first N questions of each category (default all)")
+    ap.add_argument("--offset", type=int, default=0, help="skip the first N questions of each category")
+    ap.add_argument("--tasks", default=None, help=f"comma-separated subset of {','.join(TASKS)}")
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--model", default=None, help="model name or path (default: the embedded SmolLM2-135M)")
     ap.add_argument("--backend", choices=("auto", "lookupdec", "hf"), default="auto",
@@ -191,7 +208,13 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    questions = select_questions(args.questions, args.per_category)
+    tasks = None
+    if args.tasks:
+        tasks = tuple(t.strip() for t in args.tasks.split(","))
+        unknown = [t for t in tasks if t not in TASKS]
+        if unknown:
+            ap.error(f"unknown task(s) {unknown}; choose from {', '.join(TASKS)}")
+    questions = select_questions(args.questions, args.per_category, args.offset, tasks)
     greedy = load_greedy(args.model, args.backend)
     print(f"{len(questions)} questions, greedy by {greedy.name}", file=sys.stderr)
     args.output.parent.mkdir(parents=True, exist_ok=True)

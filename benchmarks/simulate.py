@@ -239,6 +239,40 @@ def simulate(drafter_factory: Callable[[], Drafter], records: Iterable[Record], 
 
 
 # ------------------------------------------------------------------ drafters by name
+class CopyOracle:
+    """The bound for every drafter that copies from the live context.
+
+    Knows each record's output (by its prompt) and drafts, as one chain, the
+    longest prefix of the rest of the output that occurs anywhere in the
+    prompt + generated text so far (at most ``budget`` tokens). No drafter
+    copying spans of the context can accept more per step.
+    """
+
+    name = "copy-oracle"
+
+    def __init__(self, answers: Mapping[tuple[int, ...], Sequence[int]]) -> None:
+        self._answers = answers
+
+    @staticmethod
+    def _text(tokens: Iterable[int]) -> str:
+        # One character per token (offset past the surrogates), so str.find does the substring search.
+        return "".join(chr(0xE000 + int(t)) for t in tokens)
+
+    def begin(self, prompt_ids: Sequence[int]) -> None:
+        self._context = self._text(prompt_ids)
+        self._rest = list(self._answers[tuple(prompt_ids)])
+
+    def propose(self, budget: int) -> DraftTree:
+        k = 0
+        while k < min(budget, len(self._rest)) and self._context.find(self._text(self._rest[:k + 1])) >= 0:
+            k += 1
+        return DraftTree.chain(self._rest[:k])
+
+    def commit(self, new_ids: Sequence[int], accepted: int) -> None:
+        self._context += self._text(new_ids)
+        self._rest = self._rest[len(new_ids):]
+
+
 def _parse_value(text: str):
     for conv in (int, float):
         try:
@@ -248,20 +282,26 @@ def _parse_value(text: str):
     return {"true": True, "false": False}.get(text.lower(), text)
 
 
-def drafter_factory(name: str, settings: Mapping[str, object]) -> Callable[[], Drafter]:
+def drafter_factory(name: str, settings: Mapping[str, object],
+                    records: Sequence[Record] = ()) -> Callable[[], Drafter]:
     """A factory for the drafter called ``name`` with keyword ``settings``.
+
+    ``records`` are needed by ``copy-oracle`` only (it reads the answers).
 
     Raises:
         ValueError: for an unknown drafter name.
     """
     if name == "ar":
         return NoDrafter
+    if name == "copy-oracle":
+        answers = {r.prompt_ids: r.output_ids for r in records}
+        return lambda: CopyOracle(answers)
     if name == "pld":
         from lookupdec.drafters.pld import PLDConfig, PLDDrafter
 
         config = PLDConfig(**settings)  # validate once, not per record
         return lambda: PLDDrafter(config)
-    raise ValueError(f"unknown drafter {name!r}; expected 'ar' or 'pld'")
+    raise ValueError(f"unknown drafter {name!r}; expected 'ar', 'pld' or 'copy-oracle'")
 
 
 def format_table(res: SimResult, title: str) -> str:
@@ -280,7 +320,7 @@ def format_table(res: SimResult, title: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Replay recorded greedy outputs through a drafter (no model).")
     ap.add_argument("records", type=Path, help="JSONL from benchmarks/record_outputs.py")
-    ap.add_argument("--drafter", default="pld", help="'pld' or 'ar'")
+    ap.add_argument("--drafter", default="pld", help="'pld', 'ar', or 'copy-oracle' (the bound for copy drafters)")
     ap.add_argument("-s", "--set", action="append", default=[], metavar="KEY=VALUE",
                     help="drafter setting, e.g. -s max_width=16 (repeatable)")
     ap.add_argument("--budget", type=int, default=64, help="node budget offered to the drafter each step")
@@ -294,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"--set expects KEY=VALUE, got {item!r}")
         settings[key] = _parse_value(value)
     records = load_records(args.records)
-    res = simulate(drafter_factory(args.drafter, settings), records, budget=args.budget)
+    res = simulate(drafter_factory(args.drafter, settings, records), records, budget=args.budget)
     desc = " ".join(f"{k}={v}" for k, v in settings.items()) or "defaults"
     print(format_table(res, f"{args.drafter} ({desc}), {len(records)} records, budget {args.budget}"))
     print(f"\nreplayed in {res.seconds:.2f} s")

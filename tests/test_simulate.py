@@ -117,3 +117,39 @@ def test_cli_prints_table(tmp_path, capsys):
     assert json.loads(out_json.read_text())["overall"]["steps"] == 17
     with pytest.raises(ValueError, match="unknown drafter"):
         sim.drafter_factory("nope", {})
+
+
+def test_copy_oracle_bound():
+    rec = sim.Record(4, "qa", 0, (1, 2, 3, 4), (2, 3, 9, 2, 3, 9))
+    r = sim.simulate(sim.drafter_factory("copy-oracle", {}, [rec]), [rec])
+    # Step 1: [2, 3] is the longest output prefix found in the context; 9 is the bonus.
+    # Step 2: [2, 3, 9] is now in the context and ends the output.
+    assert (r.overall.steps, r.histogram) == (2, (0, 0, 1, 1))
+    # No PLD setting beats the bound on the same record.
+    pld = sim.simulate(lambda: PLDDrafter(min_n=1, max_depth=8, init_depth=8), [rec])
+    assert pld.overall.tau <= r.overall.tau
+
+
+def _load_recorder():
+    spec = importlib.util.spec_from_file_location(
+        "benchmarks_record_outputs", Path(__file__).resolve().parents[1] / "benchmarks" / "record_outputs.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_recorder_selects_questions_by_task(tmp_path):
+    rec = _load_recorder()
+    # The eight MT-bench categories are one task; the others are their own.
+    assert (rec.task_of("coding"), rec.task_of("summarization")) == ("mt_bench", "summarization")
+    with pytest.raises(ValueError, match="nope"):
+        rec.task_of("nope")
+    qs = tmp_path / "q.jsonl"
+    qs.write_text("".join(json.dumps({"question_id": i, "category": c, "turns": ["x"]}) + "\n"
+                          for i, c in enumerate(["rag", "qa", "rag", "rag", "writing", "qa"])))
+    # Questions 1..2 of each category (offset 1), rag and qa only, in file order.
+    picked = rec.select_questions(qs, per_category=2, offset=1, tasks=("rag", "qa"))
+    assert [q["question_id"] for q in picked] == [2, 3, 5]
+    # EOS ends the text carried into the next turn.
+    assert rec.strip_eos([5, 6, 2, 7], (2,)) == [5, 6]

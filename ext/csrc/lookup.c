@@ -1,0 +1,218 @@
+/* Lookup entry points and the ContinuationTrie (see lookup.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "lookup.h"
+
+static inline uint64_t hash_key(int32_t parent, int32_t tok) {
+    uint64_t h = ((uint64_t)(uint32_t)(parent + 1) << 32) | (uint32_t)tok;
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 33;
+    return h;
+}
+
+int lk_trie_init(lk_trie *t, int64_t capacity) {
+    memset(t, 0, sizeof(*t));
+    if (capacity < 1 || capacity > ((int64_t)1 << 30)) return LK_ENOMEM;
+    int64_t tsize = 1;
+    while (tsize < 2 * capacity) tsize <<= 1;
+    t->capacity = capacity;
+    t->mask = tsize - 1;
+    t->tok = malloc((size_t)capacity * sizeof(int32_t));
+    t->parent = malloc((size_t)capacity * sizeof(int32_t));
+    t->depth = malloc((size_t)capacity * sizeof(int32_t));
+    t->count = malloc((size_t)capacity * sizeof(int64_t));
+    t->lex = malloc((size_t)capacity * sizeof(int32_t));
+    t->slot_of = malloc((size_t)capacity * sizeof(int32_t));
+    t->table = malloc((size_t)tsize * sizeof(int32_t));
+    t->scratch = malloc((size_t)(2 * capacity + 2) * sizeof(int64_t));
+    if (!t->tok || !t->parent || !t->depth || !t->count || !t->lex || !t->slot_of || !t->table ||
+        !t->scratch) {
+        lk_trie_free(t);
+        return LK_ENOMEM;
+    }
+    memset(t->table, 0xff, (size_t)tsize * sizeof(int32_t));
+    t->sorted = 1;
+    return LK_OK;
+}
+
+void lk_trie_free(lk_trie *t) {
+    free(t->tok); free(t->parent); free(t->depth); free(t->count);
+    free(t->lex); free(t->slot_of); free(t->table); free(t->scratch);
+    memset(t, 0, sizeof(*t));
+}
+
+void lk_trie_reset(lk_trie *t) {
+    /* clear only the hash slots in use: O(nodes), not O(table) */
+    for (int64_t i = 0; i < t->hashed; ++i) t->table[t->slot_of[i]] = -1;
+    t->size = 0;
+    t->hashed = 0;
+    t->sorted = 1;
+}
+
+static void hash_insert(lk_trie *t, int32_t node) {
+    uint64_t s = hash_key(t->parent[node], t->tok[node]) & (uint64_t)t->mask;
+    while (t->table[s] != -1) s = (s + 1) & (uint64_t)t->mask;
+    t->table[s] = node;
+    t->slot_of[node] = (int32_t)s;
+}
+
+/* Puts nodes [hashed, size) into the hash table (before an add that must
+ * find children created by earlier adds). */
+static void lk_trie_index_(lk_trie *t) {
+    for (int64_t i = t->hashed; i < t->size; ++i) hash_insert(t, (int32_t)i);
+    t->hashed = t->size;
+}
+
+static inline int32_t lk_trie_new_(lk_trie *t, int32_t parent, int32_t tok, int32_t depth) {
+    int32_t node = (int32_t)t->size++;
+    t->tok[node] = tok;
+    t->parent[node] = parent;
+    t->depth[node] = depth;
+    t->count[node] = 0;
+    return node;
+}
+
+static int32_t lk_trie_find_or_new_(lk_trie *t, int32_t parent, int32_t tok, int32_t depth) {
+    uint64_t s = hash_key(parent, tok) & (uint64_t)t->mask;
+    int32_t node;
+    while ((node = t->table[s]) != -1) {
+        if (t->parent[node] == parent && t->tok[node] == tok) return node;
+        s = (s + 1) & (uint64_t)t->mask;
+    }
+    node = lk_trie_new_(t, parent, tok, depth);
+    t->table[s] = node;
+    t->slot_of[node] = (int32_t)s;
+    t->hashed = t->size;
+    t->sorted = 0;
+    return node;
+}
+
+#define SX int32_t
+#define FN(name) lk_i32_##name
+#include "lookup_impl.h"
+#undef SX
+#undef FN
+
+#define SX int64_t
+#define FN(name) lk_i64_##name
+#include "lookup_impl.h"
+#undef SX
+#undef FN
+
+int64_t lk_match_i32(const int32_t *tokens, int64_t n, const int32_t *sa, const int32_t *ctx,
+                     int64_t clen, int64_t max_n, int64_t min_n, int64_t *lo, int64_t *hi) {
+    return lk_i32_match(tokens, n, sa, ctx, clen, max_n, min_n, lo, hi);
+}
+int64_t lk_match_i64(const int32_t *tokens, int64_t n, const int64_t *sa, const int32_t *ctx,
+                     int64_t clen, int64_t max_n, int64_t min_n, int64_t *lo, int64_t *hi) {
+    return lk_i64_match(tokens, n, sa, ctx, clen, max_n, min_n, lo, hi);
+}
+int64_t lk_trie_add_i32(lk_trie *t, const int32_t *tokens, int64_t n, const int32_t *sa,
+                        int64_t lo, int64_t hi, int64_t match_len, int64_t max_occ, int64_t depth) {
+    return lk_i32_add(t, tokens, n, sa, lo, hi, match_len, max_occ, depth);
+}
+int64_t lk_trie_add_i64(lk_trie *t, const int32_t *tokens, int64_t n, const int64_t *sa,
+                        int64_t lo, int64_t hi, int64_t match_len, int64_t max_occ, int64_t depth) {
+    return lk_i64_add(t, tokens, n, sa, lo, hi, match_len, max_occ, depth);
+}
+
+/* ---- ranking ---------------------------------------------------------- */
+
+typedef struct { uint64_t key; int64_t node; } keyed;
+
+static int cmp_keyed(const void *a, const void *b) {
+    uint64_t x = ((const keyed *)a)->key, y = ((const keyed *)b)->key;
+    return (x > y) - (x < y);
+}
+
+/* lex[i] for every node: rank of its token path among nodes of equal depth,
+ * computed level by level from (lex[parent], tok). Only needed once several
+ * adds have interleaved node creation. */
+static void compute_lex(lk_trie *t) {
+    keyed *buf = (keyed *)t->scratch;  /* capacity entries fit in 2 * capacity int64 */
+    int32_t maxd = 0;
+    for (int64_t i = 0; i < t->size; ++i) maxd = t->depth[i] > maxd ? t->depth[i] : maxd;
+    for (int32_t d = 1; d <= maxd; ++d) {
+        int64_t m = 0;
+        for (int64_t i = 0; i < t->size; ++i) {
+            if (t->depth[i] != d) continue;
+            uint64_t pl = t->parent[i] < 0 ? 0 : (uint64_t)t->lex[t->parent[i]];
+            buf[m].key = (pl << 32) | (uint32_t)t->tok[i];
+            buf[m].node = i;
+            ++m;
+        }
+        qsort(buf, (size_t)m, sizeof(keyed), cmp_keyed);
+        for (int64_t r = 0; r < m; ++r) t->lex[buf[r].node] = (int32_t)r;
+    }
+}
+
+/* Strict rank order: count desc, depth asc, token path asc. */
+static inline int better(const lk_trie *t, int64_t a, int64_t b) {
+    if (t->count[a] != t->count[b]) return t->count[a] > t->count[b];
+    if (t->depth[a] != t->depth[b]) return t->depth[a] < t->depth[b];
+    if (t->sorted) return a < b;
+    return t->lex[a] < t->lex[b];
+}
+
+/* heap[0] is the worst kept node */
+static void sift_down(const lk_trie *t, int64_t *heap, int64_t m, int64_t i) {
+    for (;;) {
+        int64_t l = 2 * i + 1, r = l + 1, w = i;
+        if (l < m && better(t, heap[w], heap[l])) w = l;
+        if (r < m && better(t, heap[w], heap[r])) w = r;
+        if (w == i) return;
+        int64_t tmp = heap[i]; heap[i] = heap[w]; heap[w] = tmp;
+        i = w;
+    }
+}
+
+int64_t lk_trie_top_size(const lk_trie *t, int64_t budget) {
+    if (budget <= 0) return 0;
+    return budget < t->size ? budget : t->size;
+}
+
+int64_t lk_trie_top(lk_trie *t, int64_t budget, int64_t *out_tok, int32_t *out_parent,
+                    int64_t *out_count) {
+    int64_t m = lk_trie_top_size(t, budget), i;
+    if (m == 0) return 0;
+    if (!t->sorted) compute_lex(t);
+    int64_t *heap = t->scratch;
+    int64_t hs = 0;
+    for (i = 0; i < t->size; ++i) {
+        if (hs < m) {
+            /* sift up */
+            int64_t c = hs++;
+            heap[c] = i;
+            while (c > 0) {
+                int64_t p = (c - 1) >> 1;
+                if (!better(t, heap[p], heap[c])) break;
+                int64_t tmp = heap[p]; heap[p] = heap[c]; heap[c] = tmp;
+                c = p;
+            }
+        } else if (better(t, i, heap[0])) {
+            heap[0] = i;
+            sift_down(t, heap, hs, 0);
+        }
+    }
+    /* pop the worst to the back: heap[] becomes rank order */
+    for (int64_t end = hs - 1; end > 0; --end) {
+        int64_t tmp = heap[0]; heap[0] = heap[end]; heap[end] = tmp;
+        sift_down(t, heap, end, 0);
+    }
+    /* a parent ranks strictly before its child (count >=, depth <), and the
+     * kept set is a prefix of the ranking, so every kept parent has an index */
+    for (i = 0; i < m; ++i) {
+        int64_t node = heap[i];
+        t->lex[node] = (int32_t)i;  /* lex is spent: reuse it as the output index
+                                       (compute_lex reruns on the next top() when needed) */
+    }
+    for (i = 0; i < m; ++i) {
+        int64_t node = heap[i];
+        out_tok[i] = t->tok[node];
+        out_count[i] = t->count[node];
+        out_parent[i] = t->parent[node] < 0 ? -1 : t->lex[t->parent[node]];
+    }
+    return m;
+}

@@ -1,0 +1,31 @@
+/* Suffix-array construction (SA-IS) over an integer alphabet.
+ *
+ * Input: n int32 tokens, ids 0..2^31-1 plus LK_SEP (-1), which sorts below
+ * every id. Suffixes compare as sequences: a proper prefix sorts first (the
+ * text ends in a virtual sentinel smaller than every symbol).
+ * Output: SA[0..n), the start positions of the suffixes in sorted order.
+ *
+ * Time O(n); extra memory: two bucket arrays of the alphabet size at the top
+ * level (the alphabet is rank-compacted first when max id is large compared
+ * to n, which costs one int32 per token), and at most one bucket array per
+ * recursion level, placed in unused SA space whenever it fits. */
+#ifndef LK_SAIS_H
+#define LK_SAIS_H
+
+#include <stdint.h>
+#include "lk_common.h"
+
+/* Both return LK_OK, LK_ENOMEM, or LK_EBADTOKEN (with *bad_index set to the
+ * first token < -1). The _i32 variant requires n < 2^31. */
+int lk_suffix_array_i32(const int32_t *tokens, int64_t n, int32_t *sa, int64_t *bad_index);
+int lk_suffix_array_i64(const int32_t *tokens, int64_t n, int64_t *sa, int64_t *bad_index);
+
+/* Checks that sa is a permutation of 0..n-1 and that adjacent suffixes are in
+ * strictly increasing order. Returns 0 when valid; otherwise 1 (not a
+ * permutation: *where = first offending index of sa) or 2 (not sorted:
+ * *where = i such that suffix sa[i-1] >= suffix sa[i]), or LK_ENOMEM.
+ * Linear time and n/8 + n*sizeof(position) bytes (a rank array). */
+int lk_check_sa_i32(const int32_t *tokens, int64_t n, const int32_t *sa, int64_t *where);
+int lk_check_sa_i64(const int32_t *tokens, int64_t n, const int64_t *sa, int64_t *where);
+
+#endif

@@ -1,0 +1,205 @@
+/* SA-IS body, instantiated by sais.c once per (text type, position type).
+ *
+ * Before including, define:
+ *   TX          text symbol type (int32_t or int64_t)
+ *   SX          position type (int32_t or int64_t); every text symbol fits in SX
+ *   FN(name)    mangles a function name for this instantiation
+ *   RECURSE     the (SX, SX) instantiation of FN(main), used for the reduced text
+ *
+ * Conventions (after Nong, Zhang & Chan 2009 and Mori's sais-lite):
+ *   - symbols lie in [cmin, k); cmin is -1 when the text holds LK_SEP, and the
+ *     bucket arrays are passed shifted so that B[c] is valid for c in [cmin, k);
+ *   - the text ends in a virtual sentinel, smaller than every symbol, which is
+ *     never stored: suffix n-1 is therefore always L-type;
+ *   - no type array: during induction an entry is stored negated (~j) when its
+ *     predecessor must NOT be induced by the current pass, which is decided
+ *     from T[j-1] against T[j] when j is written (both are in cache then).
+ */
+
+/* Bucket bounds: start (end == 0) or one past the end (end == 1) of every
+ * symbol's bucket. With C == NULL the counts are recomputed into B. */
+static void FN(bounds)(const TX *T, SX n, const SX *C, SX *B, SX cmin, SX k, int end) {
+    SX c, sum = 0;
+    if (C == NULL) {
+        for (c = cmin; c < k; ++c) B[c] = 0;
+        for (SX i = 0; i < n; ++i) ++B[T[i]];
+        C = B;
+    }
+    if (end) {
+        for (c = cmin; c < k; ++c) { sum += C[c]; B[c] = sum; }
+    } else {
+        for (c = cmin; c < k; ++c) { SX t = C[c]; B[c] = sum; sum += t; }
+    }
+}
+
+/* Induces L-type suffixes (left-to-right) then S-type suffixes (right-to-left)
+ * from the seeds in SA (positive values at bucket ends, empty slots 0). */
+static void FN(induce)(const TX *T, SX *SA, SX n, const SX *C, SX *B, SX cmin, SX k) {
+    SX i, j, c0, c1, *b;
+    FN(bounds)(T, n, C, B, cmin, k, 0);
+    j = n - 1;
+    c1 = (SX)T[j];
+    b = SA + B[c1];
+    *b++ = (j > 0 && (SX)T[j - 1] < c1) ? ~j : j;
+    for (i = 0; i < n; ++i) {
+        j = SA[i];
+        SA[i] = ~j;
+        if (j > 0) {
+            --j;
+            c0 = (SX)T[j];
+            if (c0 != c1) { B[c1] = (SX)(b - SA); c1 = c0; b = SA + B[c1]; }
+            *b++ = (j > 0 && (SX)T[j - 1] < c1) ? ~j : j;
+        }
+    }
+    FN(bounds)(T, n, C, B, cmin, k, 1);
+    c1 = cmin;
+    b = SA + B[c1];
+    for (i = n - 1; i >= 0; --i) {
+        j = SA[i];
+        if (j > 0) {
+            --j;
+            c0 = (SX)T[j];
+            if (c0 != c1) { B[c1] = (SX)(b - SA); c1 = c0; b = SA + B[c1]; }
+            *--b = (j == 0 || (SX)T[j - 1] > c1) ? ~j : j;
+        } else {
+            SA[i] = ~j;
+        }
+    }
+}
+
+/* True when p is an LMS position (S-type with an L-type predecessor). */
+static inline int FN(is_lms)(const TX *T, SX n, SX p) {
+    if (p <= 0 || T[p - 1] <= T[p]) return 0;
+    SX q = p + 1;
+    while (q < n && T[q] == T[p]) ++q;
+    return q < n && T[q] > T[p];
+}
+
+/* Suffix array of T[0..n) into SA[0..n). SA is followed by fs free slots
+ * (SA[n..n+fs)) that may be used as scratch. */
+static int FN(main)(const TX *T, SX *SA, SX fs, SX n, SX cmin, SX k) {
+    SX i, j, m, p, c0, c1, name;
+    int t0, t1;
+    SX *Cmem = NULL, *Bmem = NULL, *C, *B;
+    SX ksize = k - cmin, bsz = 0;  /* ksize: bucket count; bsz: slots of fs used for buckets */
+
+    if (n <= 0) return LK_OK;
+    if (n == 1) { SA[0] = 0; return LK_OK; }
+
+    /* Bucket arrays: in the free tail of SA when they fit, else malloc'd.
+     * C (counts) is optional: without it the counts are recomputed per use. */
+    if (fs >= 2 * ksize) {
+        bsz = 2 * ksize;
+        C = SA + n + fs - bsz - cmin;
+        B = C + ksize;
+    } else if (fs >= ksize) {
+        bsz = ksize;
+        B = SA + n + fs - bsz - cmin;
+        C = NULL;
+    } else {
+        Bmem = (SX *)malloc((size_t)ksize * sizeof(SX));
+        if (Bmem == NULL) return LK_ENOMEM;
+        B = Bmem - cmin;
+        /* counts are worth their memory only when the alphabet is small */
+        if (ksize <= n / 4 || ksize <= 65536) Cmem = (SX *)malloc((size_t)ksize * sizeof(SX));
+        C = Cmem ? Cmem - cmin : NULL;
+    }
+    if (C != NULL) {
+        for (c0 = cmin; c0 < k; ++c0) C[c0] = 0;
+        for (i = 0; i < n; ++i) ++C[T[i]];
+    }
+
+    /* Stage 1: seed LMS positions at bucket ends (in text order), induce. */
+    FN(bounds)(T, n, C, B, cmin, k, 1);
+    for (i = 0; i < n; ++i) SA[i] = 0;
+    m = 0;
+    c1 = (SX)T[n - 1];
+    t1 = 0; /* type of i+1: 1 = S, 0 = L; suffix n-1 is L (virtual sentinel) */
+    for (i = n - 2; i >= 0; --i) {
+        c0 = (SX)T[i];
+        t0 = (c0 < c1) || (c0 == c1 && t1);
+        if (!t0 && t1) { SA[--B[c1]] = i + 1; ++m; }
+        c1 = c0;
+        t1 = t0;
+    }
+    if (m > 0) {
+        FN(induce)(T, SA, n, C, B, cmin, k);
+
+        /* Sorted LMS substrings -> SA[0..m). */
+        for (i = 0, j = 0; i < n; ++i) {
+            p = SA[i];
+            if (FN(is_lms)(T, n, p)) SA[j++] = p;
+        }
+        /* LMS substring lengths at SA[m + p/2] (LMS positions are >= 2
+         * apart, so the slots are distinct); the last one includes the
+         * sentinel, so it equals no other. */
+        for (i = m; i < n; ++i) SA[i] = 0;
+        {
+            SX last = n;
+            c1 = (SX)T[n - 1];
+            t1 = 0;
+            for (i = n - 2; i >= 0; --i) {
+                c0 = (SX)T[i];
+                t0 = (c0 < c1) || (c0 == c1 && t1);
+                if (!t0 && t1) { p = i + 1; SA[m + (p >> 1)] = last - p + 1; last = p; }
+                c1 = c0;
+                t1 = t0;
+            }
+        }
+        /* Name the LMS substrings in sorted order (names 1-based; 0 = empty). */
+        {
+            SX q = -1, qlen = 0, plen, d;
+            name = 0;
+            for (i = 0; i < m; ++i) {
+                p = SA[i];
+                plen = SA[m + (p >> 1)];
+                int diff = 1;
+                if (plen == qlen && p + plen <= n && q + qlen <= n) {
+                    for (d = 0; d < plen && T[p + d] == T[q + d]; ++d) {}
+                    diff = d < plen;
+                }
+                if (diff) { ++name; q = p; qlen = plen; }
+                SA[m + (p >> 1)] = name;
+            }
+        }
+
+        if (name < m) {
+            /* Reduced text RA (names - 1, in text order) at the end of the
+             * usable space; recurse with SA[0..m) as its suffix array. */
+            SX usable = n + fs - bsz;          /* SA[0..usable) is ours */
+            SX *RA = SA + usable - m;
+            j = m - 1;
+            for (i = m + ((n - 1) >> 1); i >= m; --i) {
+                if (SA[i] != 0) RA[j--] = SA[i] - 1;
+            }
+            int rc = RECURSE(RA, SA, usable - 2 * m, m, 0, name);
+            if (rc != LK_OK) { free(Bmem); free(Cmem); return rc; }
+            /* RA := LMS positions in text order; SA[0..m) := sorted LMS positions. */
+            j = m - 1;
+            c1 = (SX)T[n - 1];
+            t1 = 0;
+            for (i = n - 2; i >= 0; --i) {
+                c0 = (SX)T[i];
+                t0 = (c0 < c1) || (c0 == c1 && t1);
+                if (!t0 && t1) RA[j--] = i + 1;
+                c1 = c0;
+                t1 = t0;
+            }
+            for (i = 0; i < m; ++i) SA[i] = RA[SA[i]];
+        }
+        /* else: every LMS substring is unique, SA[0..m) is already sorted. */
+
+        /* Stage 3: sorted LMS suffixes at bucket ends (keeping their order). */
+        FN(bounds)(T, n, C, B, cmin, k, 1);
+        for (i = m; i < n; ++i) SA[i] = 0;
+        for (i = m - 1; i >= 0; --i) {
+            j = SA[i];
+            SA[i] = 0;
+            SA[--B[(SX)T[j]]] = j;
+        }
+    }
+    FN(induce)(T, SA, n, C, B, cmin, k);
+    free(Bmem);
+    free(Cmem);
+    return LK_OK;
+}

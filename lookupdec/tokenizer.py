@@ -119,10 +119,8 @@ def tokenizer_fingerprint(tokenizer: Any) -> str:
 
 
 def describe_tokenizer(tokenizer: Any) -> str:
-    """A short display name for a tokenizer object (its class and vocabulary size)."""
-    vocab = _vocab_of(tokenizer)
-    path = getattr(tokenizer, "name_or_path", None)
-    return f"{path or type(tokenizer).__name__} (vocab {len(vocab)})"
+    """A display name for a tokenizer object: its ``name_or_path`` (transformers), else its class."""
+    return getattr(tokenizer, "name_or_path", None) or f"unnamed {type(tokenizer).__name__}"
 
 
 def cache_root() -> Path:

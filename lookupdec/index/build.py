@@ -1,0 +1,493 @@
+"""Build a suffix-array index directory from corpus files or token arrays.
+
+Layout and manifest: see :mod:`lookupdec.index.manifest`. How a build stays
+safe and bounded:
+
+- **Nothing half-written.** Everything is written into a hidden temporary
+  sibling directory; the manifest goes in last and the directory is renamed
+  to its final name only when complete. Any failure (including Ctrl-C)
+  removes the temporary directory. ``overwrite=True`` moves the old index
+  aside, renames the new one in, then deletes the old one.
+- **Bounded memory.** Documents stream into the current shard's token file on
+  disk; when the next document would not fit in ``shard_tokens`` entries, the
+  shard is closed, memory-mapped, its suffix array built and written, and both
+  are released before the next shard starts. Peak memory is about one shard's
+  suffix array plus the native builder's working space, whatever the corpus size.
+- **No match spans two documents.** Each document is followed by the
+  separator SEP (-1), which no query contains. A document longer than a whole
+  shard is cut into shard-sized pieces (matches across a cut are lost).
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import os
+import secrets
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Sequence
+
+import numpy as np
+
+from lookupdec.errors import CorpusError, IndexFormatError
+from lookupdec.index.manifest import (
+    MANIFEST_NAME,
+    SEP,
+    ArrayFile,
+    Manifest,
+    ShardEntry,
+    TokenizerRecord,
+    write_manifest,
+)
+
+#: Default shard size in token-array entries (tokens + one separator per document):
+#: 100M entries = 400 MB of tokens + 400 MB of int32 suffix array per shard, so a
+#: build needs roughly 1 GB of RAM at a time, and a lookup touches a few shards.
+DEFAULT_SHARD_TOKENS = 100_000_000
+_MAX_TOKEN = 2**31 - 1  # token ids are stored as int32
+_WRITE_CHUNK = 1 << 21  # entries buffered before a write to the shard file (8 MB)
+
+
+@dataclass(frozen=True)
+class IndexSummary:
+    """What a build produced and how long it took.
+
+    Attributes:
+        path: the index directory.
+        documents: documents indexed (empty ones are not counted).
+        tokens: corpus tokens (separators excluded).
+        shards: number of shards.
+        bytes_on_disk: bytes of all files in the index directory.
+        seconds: wall time of the whole build.
+        tokenize_seconds: time spent in the tokenizer (0 for token input).
+        index_seconds: time spent building, writing and hashing suffix arrays.
+        skipped: invalid corpus records skipped (``skip_invalid=True``).
+    """
+
+    path: Path
+    documents: int
+    tokens: int
+    shards: int
+    bytes_on_disk: int
+    seconds: float
+    tokenize_seconds: float
+    index_seconds: float
+    skipped: int = 0
+
+    @property
+    def tokenize_tokens_per_s(self) -> float:
+        return self.tokens / self.tokenize_seconds if self.tokenize_seconds > 0 else float("nan")
+
+    @property
+    def index_tokens_per_s(self) -> float:
+        return self.tokens / self.index_seconds if self.index_seconds > 0 else float("nan")
+
+
+def build_index(
+    sources: Iterable[str | os.PathLike] | str | os.PathLike,
+    out_dir: str | os.PathLike,
+    *,
+    tokenizer: Any = None,
+    text_field: str = "text",
+    shard_tokens: int = DEFAULT_SHARD_TOKENS,
+    overwrite: bool = False,
+    skip_invalid: bool = False,
+    progress: bool = True,
+) -> IndexSummary:
+    """Tokenize corpus files and build a sharded suffix-array index in ``out_dir``.
+
+    Args:
+        sources: JSONL / Parquet / Arrow / text files or directories (see
+            :mod:`lookupdec.index.corpus` for the formats).
+        out_dir: the index directory to create.
+        tokenizer: ``None`` (the embedded default model's tokenizer), a name or
+            path for :func:`lookupdec.tokenizer.load_tokenizer`, a
+            ``tokenizers.Tokenizer``, or a ``LoadedTokenizer``.
+        text_field: JSON field / table column with the text or chat turns.
+        shard_tokens: maximum entries (tokens + separators) per shard.
+        overwrite: replace an existing index at ``out_dir``.
+        skip_invalid: skip and count bad records instead of failing.
+        progress: show a progress bar on stderr.
+    Returns:
+        An :class:`IndexSummary`.
+    Raises:
+        CorpusError: a missing, unreadable, malformed or empty corpus.
+        IndexFormatError: ``out_dir`` exists (without ``overwrite``) or is not an index.
+        ModelLoadError: the tokenizer cannot be found.
+
+    Example:
+        >>> s = build_index(["chats.jsonl"], "chats.index")      # doctest: +SKIP
+        >>> s.documents, s.tokens, s.shards                        # doctest: +SKIP
+        (1000, 412345, 1)
+    """
+    from lookupdec.index.corpus import CorpusReader, batched_texts, encode_texts, prepare_tokenizer
+
+    out = _check_out_dir(out_dir, overwrite)
+    _check_shard_tokens(shard_tokens)
+    reader = CorpusReader(sources, text_field=text_field, skip_invalid=skip_invalid)  # checks files exist
+    loaded = _resolve_tokenizer(tokenizer)
+    tok = prepare_tokenizer(loaded.tokenizer)
+    timer = {"tokenize": 0.0}
+
+    def documents() -> Iterator[np.ndarray]:
+        for batch in batched_texts(reader):
+            t0 = time.perf_counter()
+            arrays = encode_texts(tok, batch)
+            timer["tokenize"] += time.perf_counter() - t0
+            yield from arrays
+
+    params = {
+        "sources": [str(p) for p in reader.files[:100]],
+        "n_sources": len(reader.files),
+        "text_field": text_field,
+        "skip_invalid": skip_invalid,
+        "shard_tokens": shard_tokens,
+    }
+    record = TokenizerRecord(loaded.name, loaded.fingerprint, loaded.vocab_size)
+    summary = _build(
+        documents(), out, tokenizer=record, shard_tokens=shard_tokens, overwrite=overwrite,
+        progress=progress, params=params, skipped=lambda: reader.skipped, validate=False,
+    )
+    return _replace_times(summary, tokenize_seconds=timer["tokenize"])
+
+
+def build_index_from_tokens(
+    documents: Iterable[Sequence[int] | np.ndarray],
+    out_dir: str | os.PathLike,
+    *,
+    tokenizer: Any = None,
+    shard_tokens: int = DEFAULT_SHARD_TOKENS,
+    overwrite: bool = False,
+    progress: bool = False,
+) -> IndexSummary:
+    """Build an index from documents that are already token ids.
+
+    Args:
+        documents: each a 1-D sequence of token ids in ``[0, 2^31 - 1]``.
+        out_dir: the index directory to create.
+        tokenizer: the tokenizer that produced the ids, recorded so the index
+            refuses other tokenizers: a ``tokenizers.Tokenizer``, a
+            ``LoadedTokenizer``, a transformers tokenizer, or ``None`` (no
+            tokenizer recorded; :meth:`SuffixIndex.check_tokenizer` then refuses
+            every tokenizer).
+        shard_tokens / overwrite / progress: as :func:`build_index`.
+    Returns:
+        An :class:`IndexSummary` (``tokenize_seconds`` is 0).
+    Raises:
+        ValueError: a document is not 1-D or holds an id outside ``[0, 2^31 - 1]``
+            (or beyond the tokenizer's vocabulary).
+        CorpusError: no tokens at all.
+        IndexFormatError: ``out_dir`` exists (without ``overwrite``) or is not an index.
+
+    Example:
+        >>> build_index_from_tokens([[5, 6, 7], [5, 6, 9]], "tiny.index").tokens   # doctest: +SKIP
+        6
+    """
+    out = _check_out_dir(out_dir, overwrite)
+    _check_shard_tokens(shard_tokens)
+    record = None if tokenizer is None else _tokenizer_record(tokenizer)
+    params = {"shard_tokens": shard_tokens, "sources": ["<token arrays>"]}
+    return _build(iter(documents), out, tokenizer=record, shard_tokens=shard_tokens, overwrite=overwrite,
+                  progress=progress, params=params, skipped=lambda: 0, validate=True)
+
+
+# ------------------------------------------------------------------ the build
+def _build(docs: Iterator, out: Path, *, tokenizer: TokenizerRecord | None, shard_tokens: int, overwrite: bool,
+           progress: bool, params: dict, skipped, validate: bool) -> IndexSummary:
+    from lookupdec import __version__
+
+    t_start = time.perf_counter()
+    # A hidden sibling on the same filesystem, so the final rename is atomic. os.mkdir
+    # (unlike mkdtemp's 0700) gives the usual permissions, which the index keeps.
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+    os.mkdir(tmp)
+    bar = _progress_bar(progress)
+    writer = _ShardWriter(tmp, shard_tokens)
+    try:
+        limit = tokenizer.vocab_size if tokenizer is not None and tokenizer.vocab_size > 0 else None
+        n = 0
+        for i, doc in enumerate(docs):
+            arr = _as_tokens(doc, i, limit) if validate else doc
+            if arr.size:
+                writer.add(arr)
+                n += 1
+                if n % 256 == 0:
+                    bar.update(n - bar.n, writer.total_tokens)
+        bar.update(n - bar.n, writer.total_tokens)
+        writer.finish()
+        if writer.documents == 0:
+            hint = f" ({skipped()} invalid records skipped)" if skipped() else ""
+            raise CorpusError(f"the corpus holds no text{hint}: nothing to index; check the files and the text field")
+        manifest = Manifest(
+            tokenizer=tokenizer,
+            documents=writer.documents,
+            tokens=writer.total_tokens,
+            skipped=skipped(),
+            shards=tuple(writer.shards),
+            build=params,
+            lookupdec_version=__version__,
+            created=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        )
+        manifest_bytes = write_manifest(tmp, manifest)
+        _install(tmp, out, overwrite)
+    except BaseException:  # Ctrl-C included: leave nothing behind
+        writer.abort()
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    finally:
+        bar.close()
+    return IndexSummary(
+        path=out,
+        documents=writer.documents,
+        tokens=writer.total_tokens,
+        shards=len(writer.shards),
+        bytes_on_disk=manifest.bytes_on_disk + manifest_bytes,
+        seconds=time.perf_counter() - t_start,
+        tokenize_seconds=0.0,
+        index_seconds=writer.index_seconds,
+        skipped=manifest.skipped,
+    )
+
+
+class _ShardWriter:
+    """Streams documents into shard files; closes a shard (and builds its suffix array) when full."""
+
+    def __init__(self, directory: Path, shard_tokens: int):
+        self.dir = directory
+        self.capacity = shard_tokens
+        self.shards: list[ShardEntry] = []
+        self.documents = 0  # whole documents (a document cut into pieces counts once)
+        self.total_tokens = 0
+        self.index_seconds = 0.0
+        self._file = None  # open token file of the current shard
+        self._pending: list[np.ndarray] = []  # entries not yet written
+        self._pending_len = 0
+        self._len = 0  # entries in the current shard (tokens + separators)
+        self._docs = 0  # document pieces in the current shard
+        self._hash = None
+
+    def add(self, doc: np.ndarray) -> None:
+        self.documents += 1
+        self.total_tokens += int(doc.size)
+        # A document that fits in a shard is never cut: close the current shard first.
+        if self._len and self._len + doc.size + 1 > self.capacity:
+            self._close_shard()
+        start = 0
+        while start < doc.size:
+            room = self.capacity - self._len - 1  # keep one entry for the separator
+            if room <= 0:
+                self._close_shard()
+                continue
+            piece = doc[start : start + room]
+            self._append(piece)
+            self._append(_SEP_ARRAY)
+            self._docs += 1
+            start += piece.size
+
+    def finish(self) -> None:
+        if self._len:
+            self._close_shard()
+
+    def abort(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def _append(self, arr: np.ndarray) -> None:
+        if self._file is None:
+            self._file = open(self._path("tokens", "int32"), "wb")
+            self._hash = hashlib.sha256()
+        self._pending.append(arr)
+        self._pending_len += arr.size
+        self._len += arr.size
+        if self._pending_len >= _WRITE_CHUNK:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._pending:
+            data = np.concatenate(self._pending).astype("<i4", copy=False).tobytes()
+            self._file.write(data)
+            self._hash.update(data)
+            self._pending, self._pending_len = [], 0
+
+    def _close_shard(self) -> None:
+        from lookupdec import _native
+
+        self._flush()
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+        self._file = None
+        tokens_path = self._path("tokens", "int32")
+        tokens_entry = ArrayFile(tokens_path.name, "int32", self._len, self._len * 4, self._hash.hexdigest())
+
+        t0 = time.perf_counter()
+        tokens = np.memmap(tokens_path, dtype="<i4", mode="r", shape=(self._len,))
+        sa = _native.suffix_array(tokens)
+        dtype = "int64" if sa.dtype == np.int64 else "int32"
+        sa_path = self._path("sa", dtype)
+        data = memoryview(np.ascontiguousarray(sa, dtype="<i8" if dtype == "int64" else "<i4")).cast("B")
+        with open(sa_path, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        sa_entry = ArrayFile(sa_path.name, dtype, int(sa.size), data.nbytes, hashlib.sha256(data).hexdigest())
+        del data, sa, tokens  # release the shard before the next one starts
+        self.index_seconds += time.perf_counter() - t0
+
+        self.shards.append(ShardEntry(tokens_entry, sa_entry, self._docs, self._len - self._docs))
+        self._len = self._docs = 0
+
+    def _path(self, kind: str, dtype: str) -> Path:
+        suffix = "i32" if dtype == "int32" else "i64"
+        return self.dir / f"shard-{len(self.shards):05d}.{kind}.{suffix}"
+
+
+_SEP_ARRAY = np.array([SEP], dtype=np.int32)
+
+
+# ------------------------------------------------------------------ helpers
+def _check_out_dir(out_dir: str | os.PathLike, overwrite: bool) -> Path:
+    out = Path(out_dir).expanduser().absolute()
+    if not out.parent.is_dir():
+        raise IndexFormatError(f"cannot create {out}: its parent directory {out.parent} does not exist")
+    if out.exists() or out.is_symlink():
+        if not overwrite:
+            raise IndexFormatError(f"{out} already exists; choose another output directory or pass overwrite=True (--overwrite)")
+        if not _looks_like_index(out):
+            raise IndexFormatError(
+                f"{out} exists and is not a lookupdec index (or an empty directory); refusing to replace it "
+                "even with overwrite, so nothing else is deleted: remove it yourself or choose another directory"
+            )
+    return out
+
+
+def _looks_like_index(path: Path) -> bool:
+    """True for an empty directory or one holding only index files (safe to replace)."""
+    if path.is_symlink() or not path.is_dir():
+        return False
+    names = [p.name for p in path.iterdir()]
+    return all(n == MANIFEST_NAME or n.startswith("shard-") for n in names)
+
+
+def _install(tmp: Path, out: Path, overwrite: bool) -> None:
+    """Rename the finished ``tmp`` to ``out``; with ``overwrite``, swap out an existing index."""
+    if out.exists():
+        if not overwrite or not _looks_like_index(out):  # re-checked: it may have appeared meanwhile
+            raise IndexFormatError(f"{out} appeared during the build; nothing was replaced (pass overwrite=True to replace it)")
+        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+        os.rename(out, old / "index")
+        try:
+            os.rename(tmp, out)
+        except BaseException:
+            os.rename(old / "index", out)  # put the old index back
+            shutil.rmtree(old, ignore_errors=True)
+            raise
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.rename(tmp, out)
+    _fsync_dir(out.parent)
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some filesystems cannot fsync a directory; the rename itself is still atomic
+    finally:
+        os.close(fd)
+
+
+def _check_shard_tokens(shard_tokens: int) -> None:
+    if isinstance(shard_tokens, bool) or not isinstance(shard_tokens, (int, np.integer)) or shard_tokens < 2:
+        raise ValueError(f"shard_tokens must be an integer >= 2 (tokens + separators per shard), got {shard_tokens!r}")
+
+
+def _as_tokens(doc: Any, i: int, vocab_size: int | None) -> np.ndarray:
+    arr = np.asarray(doc)
+    if arr.size == 0:
+        return np.zeros(0, np.int32)
+    if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(f"document {i} must be a 1-D sequence of integer token ids, got shape {arr.shape} dtype {arr.dtype}")
+    lo, hi = int(arr.min()), int(arr.max())
+    top = _MAX_TOKEN if vocab_size is None else vocab_size - 1
+    if lo < 0 or hi > top:
+        bad = lo if lo < 0 else hi
+        raise ValueError(f"document {i} holds token id {bad}, outside [0, {top}]"
+                         + ("" if vocab_size is None else f" (the tokenizer's vocabulary has {vocab_size} ids)"))
+    return arr.astype(np.int32, copy=False)
+
+
+def _resolve_tokenizer(tokenizer: Any):
+    from tokenizers import Tokenizer
+
+    from lookupdec.tokenizer import LoadedTokenizer, describe_tokenizer, resolve_tokenizer, tokenizer_fingerprint
+
+    if isinstance(tokenizer, LoadedTokenizer):
+        return tokenizer
+    if isinstance(tokenizer, Tokenizer):
+        return LoadedTokenizer(tokenizer, describe_tokenizer(tokenizer), tokenizer_fingerprint(tokenizer),
+                               tokenizer.get_vocab_size(with_added_tokens=True))
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if isinstance(backend, Tokenizer):  # a transformers fast tokenizer
+        name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
+        return LoadedTokenizer(backend, name, tokenizer_fingerprint(tokenizer), len(tokenizer.get_vocab()))
+    if tokenizer is None or isinstance(tokenizer, (str, os.PathLike)):
+        return resolve_tokenizer(tokenizer)
+    raise TypeError(f"tokenizer must be None, a name or path, or a tokenizers.Tokenizer, got {type(tokenizer).__name__}")
+
+
+def _tokenizer_record(tokenizer: Any) -> TokenizerRecord:
+    """The identity to record for any tokenizer form (LoadedTokenizer, tokenizers, transformers, vocab mapping)."""
+    from lookupdec.tokenizer import _vocab_of, describe_tokenizer, tokenizer_fingerprint
+
+    if all(hasattr(tokenizer, a) for a in ("name", "fingerprint", "vocab_size")):  # LoadedTokenizer / TokenizerRecord
+        return TokenizerRecord(tokenizer.name, tokenizer.fingerprint, int(tokenizer.vocab_size))
+    if isinstance(tokenizer, (str, os.PathLike)):
+        from lookupdec.tokenizer import resolve_tokenizer
+
+        loaded = resolve_tokenizer(tokenizer)
+        return TokenizerRecord(loaded.name, loaded.fingerprint, loaded.vocab_size)
+    return TokenizerRecord(describe_tokenizer(tokenizer), tokenizer_fingerprint(tokenizer), len(_vocab_of(tokenizer)))
+
+
+class _Bar:
+    """A tqdm bar over documents with the token count and rate as postfix (or nothing)."""
+
+    def __init__(self, enabled: bool):
+        self.n = 0
+        self._bar = None
+        self._t0 = time.perf_counter()
+        if enabled:
+            from tqdm import tqdm
+
+            self._bar = tqdm(unit=" docs", desc="indexing", file=sys.stderr, dynamic_ncols=True, mininterval=0.5)
+
+    def update(self, docs: int, tokens: int) -> None:
+        self.n += docs
+        if self._bar is not None:
+            rate = tokens / max(time.perf_counter() - self._t0, 1e-9)
+            self._bar.set_postfix_str(f"{tokens:,} tokens, {rate:,.0f} tok/s", refresh=False)
+            self._bar.update(docs)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+def _progress_bar(enabled: bool) -> _Bar:
+    return _Bar(enabled)
+
+
+def _replace_times(s: IndexSummary, *, tokenize_seconds: float) -> IndexSummary:
+    from dataclasses import replace
+
+    return replace(s, tokenize_seconds=tokenize_seconds)

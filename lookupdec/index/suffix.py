@@ -1,0 +1,325 @@
+"""SuffixIndex: an index directory opened by memory map, and its lookup.
+
+Opening reads only ``manifest.json`` and maps the arrays, so it takes
+milliseconds whatever the index size, and several processes share the pages.
+A lookup fans out over the shards:
+
+1. each shard finds its longest suffix of the context with length in
+   ``[min_n, max_n]`` (native ``match``); later shards only search for matches
+   at least as long as the best so far;
+2. ``match_len`` is the longest length over all shards; only shards holding a
+   match of that length take part, and ``occurrences`` is their total count;
+3. the ``max_occurrences`` samples are shared among those shards in proportion
+   to their counts, evenly spread inside each shard's suffix-array range (the
+   rule of :func:`lookupdec.index.reference.lookup_shards_reference`); the
+   ``depth`` tokens after each sampled occurrence (stopping at a document's end)
+   are counted into one trie;
+4. the ``budget`` best nodes of the trie become the :class:`DraftTree`.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from lookupdec.errors import IndexFormatError, TokenizerMismatchError
+from lookupdec.index.manifest import SEP, ArrayFile, Manifest, read_manifest
+# The cross-shard sharing rule is policy, not a hot loop: the reference's own function
+# is used, so the two can never disagree on it.
+from lookupdec.index.reference import split_occurrences
+from lookupdec.tree import DraftTree
+
+_MAX_TOKEN = 2**31 - 1
+_MAX_TRIE_NODES = 2**30  # the native ContinuationTrie's largest capacity
+_REBUILD = "rebuild the index with `lookupdec build-index ... --overwrite`"
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """The result of :meth:`SuffixIndex.lookup`.
+
+    Attributes:
+        match_len: length of the longest context suffix found (0: no match).
+        occurrences: how often that suffix occurs in the whole index.
+        sampled: occurrences whose continuations were read (<= max_occurrences).
+        tree: the continuations as a draft tree; ``tree.counts[i]`` is how many
+            sampled occurrences continue with the path to node ``i``. Empty when
+            there is no match.
+    """
+
+    match_len: int
+    occurrences: int
+    sampled: int
+    tree: DraftTree
+
+
+@dataclass(frozen=True)
+class _Shard:
+    tokens: np.ndarray  # int32 memmap: doc SEP doc SEP ...
+    sa: np.ndarray  # int32 or int64 memmap, the suffix array of `tokens`
+
+
+def open_index(path: str | os.PathLike, *, verify: bool = False) -> "SuffixIndex":
+    """Open an index directory built by :func:`lookupdec.index.build_index`.
+
+    Args:
+        path: the index directory.
+        verify: also check every file's SHA-256 and every suffix array's order
+            (reads the whole index: seconds per GB).
+    Returns:
+        A :class:`SuffixIndex`.
+    Raises:
+        IndexFormatError: the directory, manifest or an array file is missing,
+            truncated, corrupted, or of another format version.
+
+    Example:
+        >>> idx = open_index("chats.index")                         # doctest: +SKIP
+        >>> idx.lookup([504, 2734, 314], max_n=3).match_len          # doctest: +SKIP
+        3
+    """
+    path = Path(path).expanduser()
+    manifest = read_manifest(path)
+    shards = []
+    for entry in manifest.shards:
+        shards.append(_Shard(_map(path, entry.tokens), _map(path, entry.sa)))
+    index = SuffixIndex(path, manifest, shards)
+    if verify:
+        index.verify()
+    return index
+
+
+class SuffixIndex:
+    """A read-only, memory-mapped suffix-array index (use :func:`open_index`).
+
+    Lookups may run from several threads: each thread gets its own trie buffers.
+    """
+
+    def __init__(self, path: Path, manifest: Manifest, shards: Sequence[_Shard]):
+        self.path = Path(path)
+        self._manifest = manifest
+        self._shards = list(shards)
+        self._local = threading.local()
+
+    # ------------------------------------------------------------ properties
+    @property
+    def manifest(self) -> Manifest:
+        return self._manifest
+
+    @property
+    def n_tokens(self) -> int:
+        """Corpus tokens (separators excluded)."""
+        return self._manifest.tokens
+
+    @property
+    def n_documents(self) -> int:
+        return self._manifest.documents
+
+    @property
+    def n_shards(self) -> int:
+        return len(self._shards)
+
+    @property
+    def tokenizer_name(self) -> str | None:
+        """Name of the tokenizer the index was built with (``None``: built from raw ids)."""
+        return self._manifest.tokenizer.name if self._manifest.tokenizer else None
+
+    @property
+    def tokenizer_fingerprint(self) -> str | None:
+        return self._manifest.tokenizer.fingerprint if self._manifest.tokenizer else None
+
+    def __repr__(self) -> str:
+        return f"SuffixIndex({str(self.path)!r}, tokens={self.n_tokens}, documents={self.n_documents}, shards={self.n_shards})"
+
+    # ---------------------------------------------------------------- lookup
+    def lookup(
+        self,
+        context: Sequence[int] | np.ndarray,
+        max_n: int = 16,
+        min_n: int = 2,
+        max_occurrences: int = 5000,
+        depth: int = 10,
+        budget: int = 64,
+    ) -> Lookup:
+        """Continuations in the corpus of the longest matching suffix of ``context``.
+
+        Args:
+            context: token ids, oldest first (only the last ``max_n`` are read).
+            max_n: longest suffix tried.
+            min_n: shortest suffix accepted (>= 1).
+            max_occurrences: at most this many occurrences are read, spread evenly
+                over all of them so continuation frequencies stay representative.
+            depth: tokens read after each occurrence (a document's end stops earlier).
+            budget: nodes kept in the returned tree.
+        Returns:
+            A :class:`Lookup`; ``Lookup(0, 0, 0, DraftTree.empty())`` when nothing matches.
+        Raises:
+            ValueError: an invalid parameter, or a token id outside ``[0, 2^31 - 1]``.
+
+        Example:
+            >>> r = idx.lookup([10, 11, 12], max_n=4, min_n=2, depth=3)    # doctest: +SKIP
+            >>> r.match_len, r.occurrences, r.tree.tokens.tolist()         # doctest: +SKIP
+            (3, 2, [13, 14, 15])
+        """
+        from lookupdec import _native
+
+        _check_params(max_n, min_n, max_occurrences, depth, budget)
+        ctx = _context_tail(context, max_n)
+        if ctx.size < min_n:
+            return _NO_MATCH
+        # 1-2. The longest match over all shards, and the shards that hold it.
+        best = 0
+        ranges: list[tuple[int, int, int]] = []  # (shard, lo, hi) for matches of length `best`
+        for s, shard in enumerate(self._shards):
+            length, lo, hi = _native.match(shard.tokens, shard.sa, ctx, max_n, max(min_n, best))
+            if length > best:
+                best, ranges = length, []
+            if length and length == best:
+                ranges.append((s, lo, hi))
+        if best == 0:
+            return _NO_MATCH
+        counts = [hi - lo for _, lo, hi in ranges]
+        # 3. Share the samples among shards and count continuations into one trie.
+        trie = self._trie(max_occurrences * depth)
+        trie.reset()
+        sampled = 0
+        for (s, lo, hi), quota in zip(ranges, split_occurrences(counts, max_occurrences)):
+            if quota:
+                shard = self._shards[s]
+                sampled += trie.add(shard.tokens, shard.sa, lo, hi, best, quota, depth)
+        # 4. The best nodes as a tree.
+        tokens, parents, node_counts = trie.top(budget)
+        return Lookup(best, int(sum(counts)), int(sampled), DraftTree(tokens, parents, node_counts))
+
+    def _trie(self, nodes: int):
+        from lookupdec import _native
+
+        trie = getattr(self._local, "trie", None)
+        if trie is None or self._local.capacity < nodes:
+            self._local.capacity = max(nodes, 1024)
+            trie = self._local.trie = _native.ContinuationTrie(self._local.capacity)
+        return trie
+
+    # ------------------------------------------------------------ tokenizer
+    def check_tokenizer(self, tokenizer: Any, name: str | None = None) -> None:
+        """Refuse to serve a model whose tokenizer differs from the index's.
+
+        Args:
+            tokenizer: a vocabulary fingerprint (:func:`lookupdec.tokenizer.tokenizer_fingerprint`),
+                a ``tokenizers.Tokenizer``, or a transformers tokenizer.
+            name: the model's / tokenizer's name, for the message.
+        Raises:
+            TokenizerMismatchError: the vocabularies differ, or the index records no tokenizer.
+
+        Example:
+            >>> idx.check_tokenizer(dec.tokenizer, "SmolLM2-135M-Instruct")   # doctest: +SKIP
+        """
+        from lookupdec.tokenizer import _vocab_of, tokenizer_fingerprint
+
+        if isinstance(tokenizer, str):
+            fingerprint, vocab = tokenizer, None
+        else:
+            fingerprint, vocab = tokenizer_fingerprint(tokenizer), len(_vocab_of(tokenizer))
+        theirs = f"{name or 'the tokenizer in use'}" + (f" (vocab {vocab}, fingerprint {fingerprint[:12]})" if vocab else f" (fingerprint {fingerprint[:12]})")
+        rec = self._manifest.tokenizer
+        if rec is None:
+            raise TokenizerMismatchError(
+                f"index {self.path} was built from raw token ids with no tokenizer recorded, so it cannot be checked "
+                f"against {theirs}; rebuild it with build_index_from_tokens(..., tokenizer=...) or `lookupdec build-index`"
+            )
+        if rec.fingerprint != fingerprint:
+            raise TokenizerMismatchError(
+                f"index {self.path} was built with tokenizer {rec.name!r} (vocab {rec.vocab_size}, fingerprint "
+                f"{rec.fingerprint[:12]}) but the model uses {theirs}; rebuild the index with that model's tokenizer "
+                "(`lookupdec build-index --tokenizer ...`) or use a model with the index's tokenizer"
+            )
+
+    # ---------------------------------------------------------------- verify
+    def verify(self) -> None:
+        """Check every file's SHA-256, every suffix array, and the separators (reads the whole index).
+
+        Raises:
+            IndexFormatError: naming the first damaged file.
+        """
+        from lookupdec import _native
+
+        vocab = self._manifest.tokenizer.vocab_size if self._manifest.tokenizer else None
+        for entry, shard in zip(self._manifest.shards, self._shards):
+            for arr_entry in (entry.tokens, entry.sa):
+                digest = _sha256(self.path / arr_entry.file)
+                if digest != arr_entry.sha256:
+                    raise IndexFormatError(f"{self.path / arr_entry.file} is corrupted (SHA-256 differs from the manifest); {_REBUILD}")
+            tokens = shard.tokens
+            if int(np.count_nonzero(tokens == SEP)) != entry.documents or (tokens.size and tokens[-1] != SEP):
+                raise IndexFormatError(f"{self.path / entry.tokens.file}: separators disagree with the manifest; {_REBUILD}")
+            low, high = int(tokens.min()), int(tokens.max())
+            if low < SEP or (vocab and high >= vocab):
+                raise IndexFormatError(f"{self.path / entry.tokens.file} holds token id {low if low < SEP else high}, "
+                                       f"outside the tokenizer's vocabulary; {_REBUILD}")
+            fault = _native.check_suffix_array(tokens, shard.sa)
+            if fault:
+                raise IndexFormatError(f"{self.path / entry.sa.file} is not the suffix array of {entry.tokens.file}: {fault}; {_REBUILD}")
+
+
+_NO_MATCH = Lookup(0, 0, 0, DraftTree.empty())
+
+
+def _check_params(max_n: int, min_n: int, max_occurrences: int, depth: int, budget: int) -> None:
+    for name, value, low in (("min_n", min_n, 1), ("max_n", max_n, 1), ("max_occurrences", max_occurrences, 1),
+                             ("depth", depth, 1), ("budget", budget, 0)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+            raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    if max_n < min_n:
+        raise ValueError(f"max_n ({max_n}) must be >= min_n ({min_n})")
+    if max_occurrences * depth > _MAX_TRIE_NODES:
+        raise ValueError(f"max_occurrences * depth = {max_occurrences * depth} exceeds {_MAX_TRIE_NODES} trie nodes; "
+                         "lower max_occurrences or depth")
+
+
+def _context_tail(context: Sequence[int] | np.ndarray, max_n: int) -> np.ndarray:
+    arr = np.asarray(context)
+    if arr.ndim != 1:
+        raise ValueError(f"context must be a 1-D sequence of token ids, got shape {arr.shape}")
+    tail = arr[-max_n:] if arr.size else arr
+    if tail.size and not np.issubdtype(tail.dtype, np.integer):
+        raise ValueError(f"context must hold integer token ids, got dtype {tail.dtype}")
+    if tail.size and (int(tail.min()) < 0 or int(tail.max()) > _MAX_TOKEN):
+        bad = int(tail.min()) if int(tail.min()) < 0 else int(tail.max())
+        raise ValueError(f"context holds token id {bad}, outside [0, {_MAX_TOKEN}]")
+    return np.ascontiguousarray(tail, dtype=np.int32)
+
+
+def _map(root: Path, entry: ArrayFile) -> np.ndarray:
+    path = root / entry.file
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        raise IndexFormatError(f"{path} is missing: the index is incomplete; {_REBUILD}") from None
+    except OSError as exc:
+        raise IndexFormatError(f"cannot read {path}: {exc}; {_REBUILD}") from exc
+    if size != entry.bytes:
+        raise IndexFormatError(f"{path} has {size} bytes but the manifest says {entry.bytes} (truncated or replaced); {_REBUILD}")
+    dtype = "<i4" if entry.dtype == "int32" else "<i8"
+    if entry.length == 0:
+        return np.zeros(0, dtype=dtype)
+    try:
+        # A plain ndarray view of the read-only map (it keeps the map alive): the native
+        # calls then see an ordinary buffer, without np.memmap's subclass overhead.
+        return np.memmap(path, dtype=dtype, mode="r", shape=(entry.length,)).view(np.ndarray)
+    except (OSError, ValueError) as exc:
+        raise IndexFormatError(f"cannot map {path}: {exc}; {_REBUILD}") from exc
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 24):
+                h.update(chunk)
+    except OSError as exc:
+        raise IndexFormatError(f"cannot read {path}: {exc}; {_REBUILD}") from exc
+    return h.hexdigest()

@@ -4,6 +4,22 @@
 
 #include "sais.h"
 
+#ifdef LK_SAIS_TIMING  /* phase timings on stderr, for tuning only */
+#include <stdio.h>
+#include <time.h>
+static double lk_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+#define LK_TIC() double lk_t0 = lk_now()
+#define LK_TOC(what) do { double lk_t1 = lk_now(); fprintf(stderr, "n=%lld m=%lld %s %.3f\n", \
+    (long long)n, (long long)m, what, lk_t1 - lk_t0); lk_t0 = lk_t1; } while (0)
+#else
+#define LK_TIC() do {} while (0)
+#define LK_TOC(what) do {} while (0)
+#endif
+
 /* Reduced texts: symbols and positions of the same width. */
 #define TX int32_t
 #define SX int32_t

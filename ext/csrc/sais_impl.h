@@ -32,9 +32,19 @@ static void FN(bounds)(const TX *T, SX n, const SX *C, SX *B, SX cmin, SX k, int
     }
 }
 
+/* Prefetch distance (entries) for the random text reads of induction: far
+ * enough to hide a memory miss, near enough that the target is still cached. */
+#ifndef LK_PF
+#define LK_PF 48
+#endif
+
 /* Induces L-type suffixes (left-to-right) then S-type suffixes (right-to-left)
- * from the seeds in SA (positive values at bucket ends, empty slots 0). */
-static void FN(induce)(const TX *T, SX *SA, SX n, const SX *C, SX *B, SX cmin, SX k) {
+ * from the seeds in SA (positive values at bucket ends, empty slots 0).
+ * lms_only (stage 1): entries no longer needed are cleared to 0, and each LMS
+ * suffix is left negated (~p) at its place, all other slots end up 0, so the
+ * sorted LMS positions can be gathered by one sequential pass. Otherwise
+ * (stage 3) SA ends up holding the suffix array. */
+static void FN(induce)(const TX *T, SX *SA, SX n, const SX *C, SX *B, SX cmin, SX k, int lms_only) {
     SX i, j, c0, c1, *b;
     FN(bounds)(T, n, C, B, cmin, k, 0);
     j = n - 1;
@@ -42,37 +52,45 @@ static void FN(induce)(const TX *T, SX *SA, SX n, const SX *C, SX *B, SX cmin, S
     b = SA + B[c1];
     *b++ = (j > 0 && (SX)T[j - 1] < c1) ? ~j : j;
     for (i = 0; i < n; ++i) {
+        if (i + LK_PF < n) {
+            SX jp = SA[i + LK_PF];
+            if (jp > 0) __builtin_prefetch(T + jp - 1);
+        }
         j = SA[i];
-        SA[i] = ~j;
         if (j > 0) {
+            SA[i] = lms_only ? 0 : ~j;
             --j;
             c0 = (SX)T[j];
             if (c0 != c1) { B[c1] = (SX)(b - SA); c1 = c0; b = SA + B[c1]; }
             *b++ = (j > 0 && (SX)T[j - 1] < c1) ? ~j : j;
+        } else {
+            SA[i] = (lms_only && j == 0) ? 0 : ~j;
         }
     }
     FN(bounds)(T, n, C, B, cmin, k, 1);
     c1 = cmin;
     b = SA + B[c1];
     for (i = n - 1; i >= 0; --i) {
+        if (i - LK_PF >= 0) {
+            SX jp = SA[i - LK_PF];
+            if (jp > 0) __builtin_prefetch(T + jp - 1);
+        }
         j = SA[i];
         if (j > 0) {
             --j;
             c0 = (SX)T[j];
             if (c0 != c1) { B[c1] = (SX)(b - SA); c1 = c0; b = SA + B[c1]; }
-            *--b = (j == 0 || (SX)T[j - 1] > c1) ? ~j : j;
-        } else {
+            if (lms_only) {
+                SA[i] = 0;
+                /* j is LMS iff its predecessor is L-type: keep it negated */
+                *--b = (j > 0 && (SX)T[j - 1] > c1) ? ~j : j;
+            } else {
+                *--b = (j == 0 || (SX)T[j - 1] > c1) ? ~j : j;
+            }
+        } else if (!lms_only) {
             SA[i] = ~j;
         }
     }
-}
-
-/* True when p is an LMS position (S-type with an L-type predecessor). */
-static inline int FN(is_lms)(const TX *T, SX n, SX p) {
-    if (p <= 0 || T[p - 1] <= T[p]) return 0;
-    SX q = p + 1;
-    while (q < n && T[q] == T[p]) ++q;
-    return q < n && T[q] > T[p];
 }
 
 /* Suffix array of T[0..n) into SA[0..n). SA is followed by fs free slots
@@ -85,6 +103,7 @@ static int FN(main)(const TX *T, SX *SA, SX fs, SX n, SX cmin, SX k) {
 
     if (n <= 0) return LK_OK;
     if (n == 1) { SA[0] = 0; return LK_OK; }
+    LK_TIC();
 
     /* Bucket arrays: in the free tail of SA when they fit, else malloc'd.
      * C (counts) is optional: without it the counts are recomputed per use. */
@@ -122,13 +141,15 @@ static int FN(main)(const TX *T, SX *SA, SX fs, SX n, SX cmin, SX k) {
         c1 = c0;
         t1 = t0;
     }
+    LK_TOC("seed");
     if (m > 0) {
-        FN(induce)(T, SA, n, C, B, cmin, k);
+        FN(induce)(T, SA, n, C, B, cmin, k, 1);
+        LK_TOC("induce1");
 
-        /* Sorted LMS substrings -> SA[0..m). */
+        /* Sorted LMS positions (left negated by induce) -> SA[0..m). */
         for (i = 0, j = 0; i < n; ++i) {
             p = SA[i];
-            if (FN(is_lms)(T, n, p)) SA[j++] = p;
+            if (p < 0) SA[j++] = ~p;
         }
         /* LMS substring lengths at SA[m + p/2] (LMS positions are >= 2
          * apart, so the slots are distinct); the last one includes the
@@ -163,6 +184,7 @@ static int FN(main)(const TX *T, SX *SA, SX fs, SX n, SX cmin, SX k) {
             }
         }
 
+        LK_TOC("name");
         if (name < m) {
             /* Reduced text RA (names - 1, in text order) at the end of the
              * usable space; recurse with SA[0..m) as its suffix array. */
@@ -174,6 +196,7 @@ static int FN(main)(const TX *T, SX *SA, SX fs, SX n, SX cmin, SX k) {
             }
             int rc = RECURSE(RA, SA, usable - 2 * m, m, 0, name);
             if (rc != LK_OK) { free(Bmem); free(Cmem); return rc; }
+            LK_TOC("recurse");
             /* RA := LMS positions in text order; SA[0..m) := sorted LMS positions. */
             j = m - 1;
             c1 = (SX)T[n - 1];
@@ -198,7 +221,9 @@ static int FN(main)(const TX *T, SX *SA, SX fs, SX n, SX cmin, SX k) {
             SA[--B[(SX)T[j]]] = j;
         }
     }
-    FN(induce)(T, SA, n, C, B, cmin, k);
+    LK_TOC("place");
+    FN(induce)(T, SA, n, C, B, cmin, k, 0);
+    LK_TOC("induce3");
     free(Bmem);
     free(Cmem);
     return LK_OK;

@@ -160,3 +160,18 @@ def test_encode_matches_single_encodes_and_ignores_truncation():
     got = encode_texts(safe, texts)
     assert all(a.dtype == np.int32 for a in got)
     assert [a.tolist() for a in got] == [[1, 2, 3, 4, 1, 5], [6], [0, 1]]
+
+
+def test_json_array_of_sharegpt_records_and_jsonl_named_json(tmp_path):
+    records = [{"id": "a", "conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "yo"}]},
+               {"id": "b", "conversations": [{"from": "human", "value": "q"}]}]
+    (tmp_path / "sharegpt.json").write_text(json.dumps(records, indent=1))
+    assert read([tmp_path / "sharegpt.json"])[0] == ["hi\n\nyo", "q"]
+    write_jsonl(tmp_path / "lines.json", [{"text": "the"}, {"text": "cat"}])  # JSONL under a .json name
+    assert read([tmp_path / "lines.json"])[0] == ["the", "cat"]
+    (tmp_path / "bad.json").write_text('[{"text": "a"},\n {"text": ')
+    with pytest.raises(CorpusError, match=r"bad\.json:2: malformed JSON"):
+        read([tmp_path / "bad.json"])
+    (tmp_path / "miss.json").write_text('[{"text": "a"}, {"body": "b"}]')
+    with pytest.raises(CorpusError, match=r"miss\.json: item 1: no field 'text'"):
+        read([tmp_path / "miss.json"])

@@ -10,6 +10,8 @@ Formats, chosen by file name:
   ``{"role", "content"}``) or ``"data"`` (original UltraChat: plain strings).
   The turns' texts are joined with a blank line into one document, so a
   lookup may continue from a question into its answer.
+- ``.json``: a JSON array of such records (ShareGPT's own files), or, when the
+  file does not start with ``[``, JSONL under another name.
 - ``.parquet``, ``.arrow`` / ``.feather`` / ``.ipc`` (Arrow IPC file or stream,
   e.g. a Hugging Face ``datasets`` cache file): the same column rules, read in
   record batches through pyarrow.
@@ -39,7 +41,7 @@ JSONL_SUFFIXES = (".jsonl", ".ndjson")
 TABLE_SUFFIXES = (".parquet", ".arrow", ".feather", ".ipc")
 #: Suffixes a directory walk takes as plain-text documents (explicitly named files of any suffix are read).
 TEXT_SUFFIXES = (
-    ".txt", ".md", ".rst", ".tex", ".html", ".xml", ".csv", ".json", ".yaml", ".yml", ".toml", ".ini", ".cfg",
+    ".txt", ".md", ".rst", ".tex", ".html", ".xml", ".csv", ".yaml", ".yml", ".toml", ".ini", ".cfg",
     ".py", ".pyi", ".pyx", ".pxd", ".c", ".h", ".cc", ".cpp", ".hpp", ".cu", ".rs", ".go", ".java", ".kt",
     ".scala", ".js", ".ts", ".jsx", ".tsx", ".rb", ".php", ".pl", ".lua", ".sh", ".sql", ".swift", ".m", ".r",
     ".jl", ".hs", ".ml", ".cs", ".zig",
@@ -86,8 +88,10 @@ class CorpusReader:
         for path in self.files:
             name = path.name.lower()
             base = name[:-3] if name.endswith(".gz") else name
-            if base.endswith(JSONL_SUFFIXES):
+            if base.endswith(JSONL_SUFFIXES) or (base.endswith(".json") and not _starts_with(path, b"[")):
                 texts = self._jsonl(path)
+            elif base.endswith(".json"):
+                texts = self._json_array(path)
             elif name.endswith(TABLE_SUFFIXES):
                 texts = self._table(path)
             else:
@@ -132,6 +136,24 @@ class CorpusReader:
                         yield text
             except (OSError, EOFError) as exc:  # e.g. a truncated .gz, an I/O error mid-file
                 raise CorpusError(f"cannot read {path} (after line {lineno}): {exc}") from exc
+
+    def _json_array(self, path: Path) -> Iterator[str]:
+        try:
+            raw = gzip.open(path, "rb").read() if path.name.lower().endswith(".gz") else path.read_bytes()
+            records = json.loads(raw.decode("utf-8-sig"))
+        except (OSError, EOFError) as exc:
+            raise CorpusError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from exc
+        except UnicodeDecodeError as exc:
+            raise CorpusError(f"{path}: not UTF-8 (byte offset {exc.start}); convert the file to UTF-8") from exc
+        except json.JSONDecodeError as exc:
+            raise CorpusError(f"{path}:{exc.lineno}: malformed JSON ({exc.msg} at column {exc.colno}); "
+                              "a .json file must hold one array of records (or be JSONL)") from exc
+        if not isinstance(records, list):
+            raise CorpusError(f"{path}: expected a JSON array of records, got {type(records).__name__}")
+        for i, record in enumerate(records):
+            text = self._record_text(record, f"{path}: item {i}")
+            if text is not None:
+                yield text
 
     def _record_text(self, record: Any, where: str) -> str | None:
         if not isinstance(record, dict):
@@ -229,10 +251,21 @@ def _walk(root: Path) -> Iterator[Path]:
 
 
 def _is_corpus_file(path: Path) -> bool:
+    # .json is not taken from directories: in a code tree it is config, not a record array.
     name = path.name.lower()
     if name.endswith(".gz"):
         name = name[:-3]
     return name.endswith(JSONL_SUFFIXES + TABLE_SUFFIXES + TEXT_SUFFIXES)
+
+
+def _starts_with(path: Path, prefix: bytes) -> bool:
+    """True if the file's first non-blank bytes are ``prefix`` (False if unreadable: the reader reports that)."""
+    try:
+        with (gzip.open(path, "rb") if path.name.lower().endswith(".gz") else open(path, "rb")) as f:
+            head = f.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
+    except (OSError, EOFError):
+        return False
+    return head.startswith(prefix)
 
 
 def _turn_text(turn: Any) -> str | None:
@@ -265,7 +298,7 @@ def _open_table(path: Path):
 
 
 # ----------------------------------------------------------------- tokenizing
-def batched_texts(texts: Iterable[str], *, max_docs: int = 512, max_chars: int = 4_000_000) -> Iterator[list[str]]:
+def batched_texts(texts: Iterable[str], *, max_docs: int = 256, max_chars: int = 1_000_000) -> Iterator[list[str]]:
     """Group documents into batches of at most ``max_docs`` documents or about ``max_chars`` characters.
 
     Batches are big enough for the tokenizer's thread pool to pay off and small

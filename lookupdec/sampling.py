@@ -1,0 +1,80 @@
+"""The target distribution for sampling: temperature, top-k, top-p.
+
+Applied in transformers' order (temperature, then top-k, then top-p), so a
+speculative step samples from exactly the distribution a plain sampling step
+would. Greedy decoding (temperature 0) never calls this module's samplers.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How the next token is chosen from the target's logits.
+
+    Attributes:
+        temperature: 0 means greedy (argmax); > 0 divides the logits.
+        top_p: keep the smallest set of most likely tokens whose mass reaches
+            ``top_p`` (1.0 keeps all).
+        top_k: keep the ``top_k`` most likely tokens (0 keeps all).
+
+    Example:
+        >>> SamplingParams(temperature=0.7, top_p=0.9).greedy
+        False
+    """
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+
+    def __post_init__(self) -> None:
+        if not (self.temperature >= 0.0):
+            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        if not (0.0 < self.top_p <= 1.0):
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if int(self.top_k) != self.top_k or self.top_k < 0:
+            raise ValueError(f"top_k must be an integer >= 0 (0 = no limit), got {self.top_k}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """Probabilities of the next token after temperature, top-k and top-p.
+
+    Args:
+        logits: ``(..., vocab)`` raw logits of the target model.
+        params: sampling settings with ``temperature > 0``.
+    Returns:
+        float32 (or the logits' wider dtype) probabilities of the same shape;
+        filtered tokens get exactly 0.
+    Example:
+        >>> p = target_probs(torch.tensor([2.0, 1.0, 0.0]), SamplingParams(1.0, top_k=2))
+        >>> p[2].item()
+        0.0
+    """
+    assert params.temperature > 0, "greedy decoding takes the argmax"
+    scores = logits.float() / params.temperature
+    vocab = scores.shape[-1]
+    if 0 < params.top_k < vocab:
+        kth = torch.topk(scores, params.top_k, dim=-1).values[..., -1:]
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    if params.top_p < 1.0:
+        sorted_scores, order = torch.sort(scores, dim=-1, descending=True)
+        sorted_probs = sorted_scores.softmax(dim=-1)
+        # Mass strictly before each token: a token is kept while the tokens
+        # ranked above it have not yet reached top_p (the first is always kept).
+        before = sorted_probs.cumsum(dim=-1) - sorted_probs
+        drop_sorted = before >= params.top_p
+        drop = drop_sorted.scatter(-1, order, drop_sorted)
+        scores = scores.masked_fill(drop, float("-inf"))
+    return scores.softmax(dim=-1)
+
+
+def sample(probs: torch.Tensor, generator: torch.Generator | None) -> int:
+    """One token id drawn from a 1-D probability vector (need not be normalised)."""
+    return int(torch.multinomial(probs, 1, generator=generator).item())

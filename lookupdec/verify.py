@@ -1,0 +1,286 @@
+"""Verify a DraftTree with one forward pass of the target, then accept a path.
+
+Layout of one verify forward (``W`` rows on top of ``past`` cached rows):
+
+- row 0 is the root (the last committed token, not yet in the cache);
+- row ``1 + i`` is tree node ``i``;
+- rows ``1 + n .. W-1`` are padding (the width is rounded up to a multiple of
+  ``pad_multiple``, because oneDNN/MKL matrix products are slow for odd
+  widths); they attend to the past and the root only and their outputs are
+  discarded.
+
+Position of row ``r`` is ``past + depth`` (the root has depth 0). The float
+attention bias is 0 where a row may attend and the dtype's minimum elsewhere:
+every row sees the whole past and the root, a node also sees itself and its
+ancestors. With these, every node's logits equal those of its root-to-node
+chain run causally (tested in tests/test_verify.py).
+
+Tree masks need an attention implementation that takes a custom 4D mask:
+``sdpa`` and ``eager`` do (transformers passes a 4D mask through unchanged);
+others (flash attention, linear attention, sliding-window layers) get chain
+verification: the tree is cut to its longest root-to-leaf path and verified
+with the ordinary causal mask. The choice is made from the model's config
+(``supports_tree_mask``), once per model.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import torch
+
+from lookupdec.kvcache import all_full_attention, keep_rows
+from lookupdec.tree import DraftTree
+
+_TREE_MASK_ATTENTION = ("sdpa", "eager")
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """The outcome of one verification step.
+
+    Attributes:
+        nodes: indices of the accepted tree nodes, root to leaf (may be empty).
+        tokens: the tokens to append: the accepted nodes' tokens, then the
+            bonus token the target chose after the last accepted node.
+
+    Example:
+        >>> Acceptance(nodes=(0, 1), tokens=(5, 6, 9)).accepted
+        2
+    """
+
+    nodes: tuple[int, ...]
+    tokens: tuple[int, ...]
+
+    @property
+    def accepted(self) -> int:
+        return len(self.nodes)
+
+
+def supports_tree_mask(model) -> bool:
+    """Whether ``model`` verifies a tree in one pass (else: chain verification).
+
+    True when its attention implementation takes a custom 4D float mask
+    (``sdpa`` or ``eager``) and every layer is full attention.
+    """
+    impl = getattr(model.config, "_attn_implementation", None) or "eager"
+    return impl in _TREE_MASK_ATTENTION and all_full_attention(model.config)
+
+
+def longest_path(tree: DraftTree) -> DraftTree:
+    """The tree's deepest root-to-leaf path as a chain (the first one on ties)."""
+    if len(tree) == 0:
+        return tree
+    leaf = int(np.argmax(tree.depth))
+    nodes = tree.path(leaf)
+    return DraftTree(tree.tokens[nodes], np.arange(-1, len(nodes) - 1, dtype=np.int32), tree.counts[nodes])
+
+
+def clip_depth(tree: DraftTree, max_depth: int) -> DraftTree:
+    """Drop the nodes deeper than ``max_depth`` (their ancestors stay)."""
+    if len(tree) == 0 or max_depth >= int(tree.depth.max()):
+        return tree
+    if max_depth <= 0:
+        return DraftTree.empty()
+    keep = np.flatnonzero(tree.depth <= max_depth)
+    remap = np.full(len(tree), -1, np.int64)
+    remap[keep] = np.arange(len(keep))
+    parents = tree.parents[keep]
+    return DraftTree(tree.tokens[keep], np.where(parents >= 0, remap[np.maximum(parents, 0)], -1), tree.counts[keep])
+
+
+def tree_attention_bias(tree: DraftTree, past: int, width: int, dtype: torch.dtype, device) -> torch.Tensor:
+    """The float 4D attention bias ``(1, 1, width, past + width)`` of one verify forward.
+
+    Args:
+        tree: the draft tree; ``1 + len(tree) <= width``.
+        past: number of cached rows.
+        width: rows in the forward (root + nodes + padding).
+    Returns:
+        0 where a row attends, ``finfo(dtype).min`` where it does not.
+    Example:
+        >>> b = tree_attention_bias(DraftTree.chain([4]), past=2, width=2, dtype=torch.float32, device="cpu")
+        >>> (b[0, 0] == 0).int().tolist()
+        [[1, 1, 1, 0], [1, 1, 1, 1]]
+    """
+    n = len(tree)
+    assert 1 + n <= width
+    allowed = np.zeros((width, past + width), dtype=bool)
+    allowed[:, : past + 1] = True  # the whole past and the root
+    if n:
+        allowed[1 : 1 + n, past + 1 : past + 1 + n] = tree.attention_mask()
+    bias = torch.zeros((1, 1, width, past + width), dtype=dtype)
+    bias.masked_fill_(torch.from_numpy(~allowed), torch.finfo(dtype).min)
+    return bias.to(device)
+
+
+def reference_tree_attention_bias(tree: DraftTree, past: int, width: int) -> np.ndarray:
+    """Slow, obvious version of ``tree_attention_bias`` (bool: True = attend), for tests."""
+    n = len(tree)
+    out = np.zeros((width, past + width), dtype=bool)
+    for r in range(width):
+        for c in range(past + 1):
+            out[r, c] = True
+        if 1 <= r <= n:
+            for j in tree.path(r - 1):
+                out[r, past + 1 + j] = True
+    return out
+
+
+def greedy_accept(tree: DraftTree, argmax: list[int]) -> Acceptance:
+    """Longest path whose tokens equal the target's argmax, plus the bonus token.
+
+    Args:
+        tree: the verified draft tree.
+        argmax: the target's argmax token for row 0 (root) and each node row.
+    Returns:
+        The accepted nodes and the tokens to append.
+    Example:
+        >>> t = DraftTree.from_sequences([[5, 6], [7]])      # nodes 0:5 1:6 2:7
+        >>> greedy_accept(t, [7, 0, 0, 3])                   # root -> 7, then node 2 -> 3
+        Acceptance(nodes=(2,), tokens=(7, 3))
+    """
+    children: dict[int, list[int]] = {}
+    for i, p in enumerate(tree.parents.tolist()):
+        children.setdefault(p, []).append(i)
+    toks = tree.tokens.tolist()
+    node, nodes, out = -1, [], []
+    while True:
+        want = argmax[node + 1]
+        nxt = next((c for c in children.get(node, ()) if toks[c] == want), None)
+        out.append(want)
+        if nxt is None:
+            return Acceptance(tuple(nodes), tuple(out))
+        nodes.append(nxt)
+        node = nxt
+
+
+def sample_accept(tree: DraftTree, row_probs: Callable[[int], torch.Tensor], generator: torch.Generator | None) -> Acceptance:
+    """Exact speculative sampling for a tree of deterministic drafts.
+
+    At node ``u`` with target distribution ``p`` (row ``u + 1``), the children
+    are tried in order. A deterministic draft proposes child token ``x`` with
+    probability 1, so the acceptance ratio ``min(1, p(x)/q(x))`` is ``p(x)``;
+    on rejection the residual ``max(p - q, 0)`` is ``p`` with ``x`` removed,
+    renormalised, and the next child is tried against it. When every child is
+    rejected (or ``u`` is a leaf) the bonus token is drawn from the current
+    residual. Each emitted token is therefore distributed exactly as ``p``.
+
+    Args:
+        tree: the verified draft tree.
+        row_probs: returns the target distribution (1-D, sums to 1) of a row
+            (0 = root, ``1 + i`` = node ``i``); called only for visited rows.
+        generator: torch CPU generator for the uniform draws (seedable).
+    Returns:
+        The accepted nodes and the tokens to append.
+    """
+    children: dict[int, list[int]] = {}
+    for i, p in enumerate(tree.parents.tolist()):
+        children.setdefault(p, []).append(i)
+    toks = tree.tokens.tolist()
+    node, nodes, out = -1, [], []
+    while True:
+        p = row_probs(node + 1).to(device="cpu", dtype=torch.float64)
+        nxt = None
+        residual_changed = False
+        for c in children.get(node, ()):
+            x = toks[c]
+            px = float(p[x]) if x < p.shape[0] else 0.0
+            if px > 0.0 and float(torch.rand((), generator=generator, dtype=torch.float64)) < px:
+                nxt = c
+                break
+            if px > 0.0:
+                if not residual_changed:
+                    p = p.clone()
+                    residual_changed = True
+                p[x] = 0.0
+                p /= p.sum()
+        if nxt is None:
+            out.append(int(torch.multinomial(p, 1, generator=generator).item()))
+            return Acceptance(tuple(nodes), tuple(out))
+        nodes.append(nxt)
+        out.append(toks[nxt])
+        node = nxt
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    """Logits of one verify forward.
+
+    Attributes:
+        logits: ``(1 + n, vocab)``: row 0 for the root, row ``1 + i`` for node ``i``.
+        tree: the tree actually verified (the longest path under chain verification).
+    """
+
+    logits: torch.Tensor
+    tree: DraftTree
+
+
+class TreeVerifier:
+    """Runs verify forwards of one model and commits accepted rows to its cache.
+
+    Args:
+        model: a transformers causal LM.
+        tree_masks: verify whole trees (True), only the longest path (False),
+            or decide from the model's attention implementation (None).
+        pad_multiple: round widths above 1 up to a multiple of this.
+    """
+
+    def __init__(self, model, *, tree_masks: bool | None = None, pad_multiple: int = 4) -> None:
+        self.model = model
+        self.tree_masks = supports_tree_mask(model) if tree_masks is None else bool(tree_masks)
+        if pad_multiple < 1:
+            raise ValueError(f"pad_multiple must be >= 1, got {pad_multiple}")
+        self.pad_multiple = int(pad_multiple)
+        self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+
+    def width(self, n_nodes: int) -> int:
+        w = 1 + n_nodes
+        if w > 1 and w % self.pad_multiple:
+            w += self.pad_multiple - w % self.pad_multiple
+        return w
+
+    @torch.inference_mode()
+    def prefill(self, cache, prompt_ids: list[int]) -> torch.Tensor:
+        """Run the prompt into an empty cache; return the last row's logits ``(vocab,)``."""
+        ids = torch.tensor([prompt_ids], dtype=torch.long, device=self.device)
+        out = self.model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        return out.logits[0, -1]
+
+    @torch.inference_mode()
+    def forward(self, cache, past: int, root: int, tree: DraftTree) -> VerifyResult:
+        """One forward over ``[root] + tree`` on top of ``past`` cached rows.
+
+        Afterwards the cache holds ``past + width`` rows; call ``commit`` next.
+        """
+        if not self.tree_masks:
+            tree = longest_path(tree)
+        n = len(tree)
+        if n == 0:
+            # Plain decoding step: exactly what transformers' generate() runs.
+            ids = torch.tensor([[root]], dtype=torch.long, device=self.device)
+            pos = torch.tensor([[past]], dtype=torch.long, device=self.device)
+            out = self.model(input_ids=ids, position_ids=pos, past_key_values=cache, use_cache=True)
+            return VerifyResult(out.logits[0], tree)
+        is_chain = not self.tree_masks
+        width = (1 + n) if is_chain else self.width(n)
+        ids = np.full(width, root, dtype=np.int64)
+        ids[1 : 1 + n] = tree.tokens
+        pos = np.full(width, past, dtype=np.int64)
+        pos[1 : 1 + n] += tree.depth
+        ids_t = torch.from_numpy(ids).to(self.device).unsqueeze(0)
+        pos_t = torch.from_numpy(pos).to(self.device).unsqueeze(0)
+        if is_chain:
+            mask = None  # the ordinary causal mask is the chain's tree mask
+        else:
+            mask = tree_attention_bias(tree, past, width, self.dtype, self.device)
+        keep = 0 if width == 1 + n else torch.arange(1 + n, device=self.device)
+        out = self.model(input_ids=ids_t, position_ids=pos_t, attention_mask=mask, past_key_values=cache,
+                         use_cache=True, logits_to_keep=keep)
+        return VerifyResult(out.logits[0, : 1 + n], tree)
+
+    def commit(self, cache, past: int, nodes: tuple[int, ...]) -> None:
+        """Keep the root's and the accepted nodes' rows; drop the rest."""
+        keep_rows(cache, past, [past] + [past + 1 + i for i in nodes])

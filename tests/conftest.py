@@ -1,0 +1,82 @@
+"""Shared fixtures: tiny random Llama models with a character tokenizer, and
+the real embedded model (loaded once per session, for slow tests only)."""
+from __future__ import annotations
+
+import string
+
+import pytest
+import torch
+
+# The tiny test models are far too small to gain from threads, and on a shared
+# 2-core machine intra-op threads contend badly: one thread is ~10x faster here.
+torch.set_num_threads(1)
+
+TINY_VOCAB = 128
+EOS_ID = 2
+
+
+def char_tokenizer():
+    """A character-level fast tokenizer: ids 0-2 are <unk> <s> </s>, then printable ASCII."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    chars = [c for c in string.printable if c not in "\x0b\x0c\r"]
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    for c in chars:
+        vocab[c] = len(vocab)
+    assert len(vocab) <= TINY_VOCAB
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex("[\\s\\S]"), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    hf = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
+    hf.chat_template = (
+        "{% for m in messages %}<s>{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+        "{% if add_generation_prompt %}<s>assistant: {% endif %}"
+    )
+    return hf
+
+
+def tiny_model(seed: int = 0, *, layers: int = 2, attn: str = "sdpa", max_positions: int = 256):
+    """A random Llama: 2 layers, hidden 64, 4 heads (2 KV heads), vocab 128."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=TINY_VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=max_positions,
+                      bos_token_id=1, eos_token_id=EOS_ID, pad_token_id=0, tie_word_embeddings=False,
+                      attn_implementation=attn)
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(cfg).eval()
+    # Larger weights than the default init make the random model's greedy
+    # choices decisive (few near-ties) and its outputs repetitive, so drafts match.
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.mul_(4.0)
+    return model
+
+
+def tiny_loaded(seed: int = 0, **kw):
+    from lookupdec.models import LoadedModel
+
+    model = tiny_model(seed, **kw)
+    return LoadedModel(model, char_tokenizer(), f"tiny-llama-{seed}", (EOS_ID,), model.config.max_position_embeddings)
+
+
+@pytest.fixture
+def tiny():
+    return tiny_loaded(0)
+
+
+@pytest.fixture(scope="session")
+def real_loaded():
+    from lookupdec.models import load_model
+
+    return load_model()
+
+
+def hf_greedy(model, prompt_ids, max_new_tokens, eos_id=EOS_ID) -> list[int]:
+    """transformers' own greedy generate(): the reference output."""
+    ids = torch.tensor([prompt_ids])
+    out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens, do_sample=False,
+                         eos_token_id=eos_id, pad_token_id=0, top_p=None, top_k=None, temperature=None)
+    return out[0, len(prompt_ids):].tolist()

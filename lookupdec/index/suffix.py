@@ -281,16 +281,30 @@ def _check_params(max_n: int, min_n: int, max_occurrences: int, depth: int, budg
 
 
 def _context_tail(context: Sequence[int] | np.ndarray, max_n: int) -> np.ndarray:
-    arr = np.asarray(context)
-    if arr.ndim != 1:
-        raise ValueError(f"context must be a 1-D sequence of token ids, got shape {arr.shape}")
-    tail = arr[-max_n:] if arr.size else arr
-    if tail.size and not np.issubdtype(tail.dtype, np.integer):
-        raise ValueError(f"context must hold integer token ids, got dtype {tail.dtype}")
-    if tail.size and (int(tail.min()) < 0 or int(tail.max()) > _MAX_TOKEN):
-        bad = int(tail.min()) if int(tail.min()) < 0 else int(tail.max())
-        raise ValueError(f"context holds token id {bad}, outside [0, {_MAX_TOKEN}]")
-    return np.ascontiguousarray(tail, dtype=np.int32)
+    """The last ``max_n`` tokens as a contiguous int32 array, validated (the hot path: a few µs)."""
+    if not isinstance(context, np.ndarray):
+        # Slice before converting: a long Python list costs only its tail.
+        context = np.asarray(context[-max_n:] if isinstance(context, (list, tuple)) else context)
+    if context.ndim != 1:
+        raise ValueError(f"context must be a 1-D sequence of token ids, got shape {context.shape}")
+    tail = context[-max_n:]
+    if tail.size == 0:
+        return _EMPTY_CONTEXT
+    if tail.dtype != np.int32:
+        if not np.issubdtype(tail.dtype, np.integer):
+            raise ValueError(f"context must hold integer token ids, got dtype {tail.dtype}")
+        if tail.dtype.itemsize >= 4 and int(tail.max()) > _MAX_TOKEN:  # would wrap around in int32
+            raise ValueError(f"context holds token id {int(tail.max())}, outside [0, {_MAX_TOKEN}]")
+        tail = tail.astype(np.int32)
+    elif not tail.flags.c_contiguous:
+        tail = np.ascontiguousarray(tail)
+    low = int(tail.min())
+    if low < 0:  # -1 would read as a document separator, anything lower is invalid
+        raise ValueError(f"context holds token id {low}, outside [0, {_MAX_TOKEN}]")
+    return tail
+
+
+_EMPTY_CONTEXT = np.zeros(0, dtype=np.int32)
 
 
 def _map(root: Path, entry: ArrayFile) -> np.ndarray:

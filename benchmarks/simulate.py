@@ -273,6 +273,37 @@ class CopyOracle:
         self._rest = self._rest[len(new_ids):]
 
 
+class TransformersPLDModel:
+    """A model of transformers' prompt lookup (``prompt_lookup_num_tokens``), for comparison.
+
+    As its candidate generator behaves: the last 2 tokens (else the last 1)
+    looked up, the EARLIEST occurrence taken, up to ``num_tokens`` tokens
+    after it drafted as a chain, cut at the end of the sequence; no adaptation.
+    """
+
+    name = "hf-pld"
+
+    def __init__(self, num_tokens: int = 10, max_ngram: int = 2) -> None:
+        from lookupdec.index.live import LiveIndex
+
+        self.num_tokens = num_tokens
+        self._index = LiveIndex(max_n=max_ngram, min_n=1)
+
+    def begin(self, prompt_ids: Sequence[int]) -> None:
+        self._index.reset(prompt_ids)
+
+    def propose(self, budget: int) -> DraftTree:
+        m = self._index.match(max_occurrences=len(self._index))
+        if not m.starts:
+            return DraftTree.empty()
+        first = m.starts[-1]  # starts are most recent first
+        end = min(first + self.num_tokens, len(self._index))
+        return DraftTree.chain(self._index.tokens[first:end][:budget].tolist())
+
+    def commit(self, new_ids: Sequence[int], accepted: int) -> None:
+        self._index.extend(new_ids)
+
+
 def _parse_value(text: str):
     for conv in (int, float):
         try:
@@ -293,6 +324,8 @@ def drafter_factory(name: str, settings: Mapping[str, object],
     """
     if name == "ar":
         return NoDrafter
+    if name == "hf-pld":
+        return lambda: TransformersPLDModel(**settings)
     if name == "copy-oracle":
         answers = {r.prompt_ids: r.output_ids for r in records}
         return lambda: CopyOracle(answers)
@@ -301,7 +334,7 @@ def drafter_factory(name: str, settings: Mapping[str, object],
 
         config = PLDConfig(**settings)  # validate once, not per record
         return lambda: PLDDrafter(config)
-    raise ValueError(f"unknown drafter {name!r}; expected 'ar', 'pld' or 'copy-oracle'")
+    raise ValueError(f"unknown drafter {name!r}; expected 'ar', 'pld', 'hf-pld' or 'copy-oracle'")
 
 
 def format_table(res: SimResult, title: str) -> str:
@@ -320,7 +353,7 @@ def format_table(res: SimResult, title: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Replay recorded greedy outputs through a drafter (no model).")
     ap.add_argument("records", type=Path, help="JSONL from benchmarks/record_outputs.py")
-    ap.add_argument("--drafter", default="pld", help="'pld', 'ar', or 'copy-oracle' (the bound for copy drafters)")
+    ap.add_argument("--drafter", default="pld", help="'pld', 'ar', 'hf-pld' (a model of transformers' prompt lookup) or 'copy-oracle' (the bound for copy drafters)")
     ap.add_argument("-s", "--set", action="append", default=[], metavar="KEY=VALUE",
                     help="drafter setting, e.g. -s max_width=16 (repeatable)")
     ap.add_argument("--budget", type=int, default=64, help="node budget offered to the drafter each step")

@@ -149,3 +149,22 @@ def test_random_trees_are_valid_and_within_width():
             assert t.check() == "" and len(t) <= d.config.max_width
             new = rng.integers(0, 4, size=int(rng.integers(1, 4))).tolist()
             d.commit(new, accepted=len(new) - 1)
+
+
+def test_fallback_drafts_short_matches_without_adapting():
+    # No 2-token suffix matched, but [9] did (followed by 4, 5): fallback drafts 1 token deep.
+    d = drafter([9, 4, 5, 6, 9], min_n=2, fallback_width=2, fallback_depth=1, init_depth=3)
+    assert d.propose(16).tokens.tolist() == [4]
+    d.commit([0], accepted=0)
+    # A rejected fallback draft leaves the adaptive depth alone.
+    assert d.depth == 3
+    # A 2-token match takes precedence over the fallback and uses the adaptive depth.
+    d2 = drafter([9, 4, 5, 6, 9, 4], min_n=2, fallback_width=2, init_depth=3)
+    assert d2.propose(16).tokens.tolist() == [5, 6, 9]
+    # Fallback width 0 (the default) drafts nothing on a 1-token match.
+    assert len(drafter([9, 4, 5, 6, 9], min_n=2).propose(16)) == 0
+
+
+def test_fallback_needs_min_n_above_one():
+    with pytest.raises(ValueError, match="fallback_width"):
+        PLDConfig(min_n=1, fallback_width=2)

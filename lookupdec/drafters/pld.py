@@ -43,6 +43,11 @@ class PLDConfig:
     init_depth: int = 4
     # Depth added after a draft is accepted in full.
     grow: int = 2
+    # When no suffix of min_n+ tokens matched, a small tree from the shorter
+    # matches (down to 1 token): at most this many nodes (0: draft nothing),
+    # fallback_depth deep. Such drafts do not move the adaptive depth.
+    fallback_width: int = 0
+    fallback_depth: int = 1
 
     def __post_init__(self) -> None:
         if self.min_n < 1 or self.max_n < self.min_n:
@@ -57,6 +62,12 @@ class PLDConfig:
                 f"{self.min_depth}, {self.init_depth}, {self.max_depth}")
         if self.grow < 0:
             raise ValueError(f"grow must be >= 0, got {self.grow}")
+        if self.fallback_width < 0 or self.fallback_depth < 1:
+            raise ValueError(f"need fallback_width >= 0 and fallback_depth >= 1, got "
+                             f"{self.fallback_width}, {self.fallback_depth}")
+        if self.fallback_width and self.min_n == 1:
+            raise ValueError("fallback_width drafts on matches shorter than min_n, and with min_n=1 there are none; "
+                             "set fallback_width=0 or min_n >= 2")
 
 
 def lookup_tree(index: LiveIndex, depth: int, width: int, max_occurrences: int,
@@ -96,8 +107,11 @@ class PLDDrafter:
     """Drafts continuations of the longest earlier match in the prompt + generated text.
 
     Args:
-        min_n, max_n, max_width, max_occurrences, min_depth, max_depth,
-        init_depth, grow: see :class:`PLDConfig`; or pass ``config``.
+        config: a :class:`PLDConfig`; or its fields as keyword settings.
+
+    Raises:
+        TypeError: when both a config and keyword settings are given.
+        ValueError: for invalid settings (see :class:`PLDConfig`).
 
     Example:
         >>> d = PLDDrafter(min_n=2, max_n=4)
@@ -112,7 +126,8 @@ class PLDDrafter:
         if config is not None and settings:
             raise TypeError("pass either a PLDConfig or keyword settings, not both")
         self.config = config if config is not None else PLDConfig(**settings)
-        self._index = LiveIndex(max_n=self.config.max_n, min_n=self.config.min_n)
+        c = self.config
+        self._index = LiveIndex(max_n=c.max_n, min_n=1 if c.fallback_width else c.min_n)
         self._depth = self.config.init_depth
         self._drafted = 0  # depth of the last proposed tree (0: nothing drafted)
 
@@ -127,10 +142,14 @@ class PLDDrafter:
         self._drafted = 0
 
     def propose(self, budget: int) -> DraftTree:
-        """A tree of at most ``min(budget, max_width)`` nodes; empty when no suffix matched."""
+        """A tree of at most ``min(budget, max_width)`` nodes; empty when nothing matched."""
         c = self.config
-        tree = lookup_tree(self._index, self._depth, min(int(budget), c.max_width), c.max_occurrences)
+        budget = int(budget)
+        tree = lookup_tree(self._index, self._depth, min(budget, c.max_width), c.max_occurrences, min_n=c.min_n)
         self._drafted = int(tree.depth.max()) if len(tree) else 0
+        if not len(tree) and c.fallback_width:
+            tree = lookup_tree(self._index, c.fallback_depth, min(budget, c.fallback_width), c.max_occurrences,
+                               max_n=c.min_n - 1, min_n=1)
         return tree
 
     def commit(self, new_ids: Sequence[int], accepted: int) -> None:

@@ -49,6 +49,20 @@ class DraftTree:
 
     # ------------------------------------------------------------------ build
     @classmethod
+    def trusted(cls, tokens: np.ndarray, parents: np.ndarray, counts: np.ndarray) -> "DraftTree":
+        """Wrap arrays already known to form a valid tree, skipping conversion and checks.
+
+        For hot paths whose producer guarantees the invariants (the native
+        trie's ``top``); the arrays must already be int64 / int32 / int64.
+        ``check()`` still tells whether they really do.
+        """
+        tree = object.__new__(cls)
+        object.__setattr__(tree, "tokens", tokens)
+        object.__setattr__(tree, "parents", parents)
+        object.__setattr__(tree, "counts", counts)
+        return tree
+
+    @classmethod
     def empty(cls) -> "DraftTree":
         return cls(_EMPTY_I64, _EMPTY_I32, _EMPTY_I64)
 

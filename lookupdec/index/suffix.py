@@ -193,7 +193,8 @@ class SuffixIndex:
                 sampled += trie.add(shard.tokens, shard.sa, lo, hi, best, quota, depth)
         # 4. The best nodes as a tree.
         tokens, parents, node_counts = trie.top(budget)
-        return Lookup(best, int(sum(counts)), int(sampled), DraftTree(tokens, parents, node_counts))
+        # The native trie guarantees the tree invariants (tests check it with `check()`).
+        return Lookup(best, int(sum(counts)), int(sampled), DraftTree.trusted(tokens, parents, node_counts))
 
     def _trie(self, nodes: int):
         from lookupdec import _native

@@ -46,6 +46,7 @@ static void FN(bounds)(const TX *T, SX n, const SX *C, SX *B, SX cmin, SX k, int
  * (stage 3) SA ends up holding the suffix array. */
 static void FN(induce)(const TX *T, SX *SA, SX n, const SX *C, SX *B, SX cmin, SX k, int lms_only) {
     SX i, j, c0, c1, *b;
+    const int big = k - cmin > 65536;  /* bucket array beyond cache: prefetch it too */
     FN(bounds)(T, n, C, B, cmin, k, 0);
     j = n - 1;
     c1 = (SX)T[j];
@@ -55,6 +56,9 @@ static void FN(induce)(const TX *T, SX *SA, SX n, const SX *C, SX *B, SX cmin, S
         if (i + LK_PF < n) {
             SX jp = SA[i + LK_PF];
             if (jp > 0) __builtin_prefetch(T + jp - 1);
+            /* half-way: the text is cached by now, fetch the bucket pointer */
+            jp = SA[i + LK_PF / 2];
+            if (big && jp > 0) __builtin_prefetch(B + T[jp - 1], 1);
         }
         j = SA[i];
         if (j > 0) {
@@ -74,6 +78,8 @@ static void FN(induce)(const TX *T, SX *SA, SX n, const SX *C, SX *B, SX cmin, S
         if (i - LK_PF >= 0) {
             SX jp = SA[i - LK_PF];
             if (jp > 0) __builtin_prefetch(T + jp - 1);
+            jp = SA[i - LK_PF / 2];
+            if (big && jp > 0) __builtin_prefetch(B + T[jp - 1], 1);
         }
         j = SA[i];
         if (j > 0) {
@@ -135,6 +141,7 @@ static int FN(main)(const TX *T, SX *SA, SX fs, SX n, SX cmin, SX k) {
     c1 = (SX)T[n - 1];
     t1 = 0; /* type of i+1: 1 = S, 0 = L; suffix n-1 is L (virtual sentinel) */
     for (i = n - 2; i >= 0; --i) {
+        if (ksize > 65536 && i >= LK_PF) __builtin_prefetch(B + T[i - LK_PF], 1);  /* B beyond cache */
         c0 = (SX)T[i];
         t0 = (c0 < c1) || (c0 == c1 && t1);
         if (!t0 && t1) { SA[--B[c1]] = i + 1; ++m; }
@@ -172,6 +179,11 @@ static int FN(main)(const TX *T, SX *SA, SX fs, SX n, SX cmin, SX k) {
             SX q = -1, qlen = 0, plen, d;
             name = 0;
             for (i = 0; i < m; ++i) {
+                if (i + LK_PF < m) {
+                    SX pf = SA[i + LK_PF];
+                    __builtin_prefetch(SA + m + (pf >> 1), 1);
+                    __builtin_prefetch(T + pf);
+                }
                 p = SA[i];
                 plen = SA[m + (p >> 1)];
                 int diff = 1;

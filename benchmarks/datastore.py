@@ -1,0 +1,303 @@
+"""Datastore microbenchmarks: suffix-array build, lookup latency, disk size.
+
+Builds a text-like token corpus (Zipf-Mandelbrot over a 49,152 vocabulary,
+documents of ~300 tokens on average separated by -1), then in one run:
+
+  * suffix-array build: lookupdec's SA-IS vs pysais and pydivsufsort (both
+    given the tokens as 2 bytes each, their largest alphabet), each in a fresh
+    subprocess: wall and CPU seconds, and extra peak memory = ru_maxrss after
+    the build - ru_maxrss once the tokens are loaded - 4 bytes/token (the SA);
+  * lookup (match + trie add + top): lookupdec's native path vs a plain numpy
+    version of the same rules, median and p99 over contexts drawn from the
+    corpus (half whole 16-token windows, half a short corpus tail behind
+    random tokens, so both long and short matches occur);
+  * disk bytes/token (int32 tokens + int32 SA) and, when
+    ``lookupdec.index.build_index`` is available, build_index on the sample
+    corpus (datastore/make_sample_corpus.py) with tokenizing and indexing
+    rates reported separately.
+
+Prints a Markdown table; ``--json PATH`` also writes every figure.
+The machine may be shared: CPU seconds are reported next to wall seconds.
+
+Usage:
+    python benchmarks/datastore.py                 # 50M tokens (full run)
+    python benchmarks/datastore.py --quick         # 1M tokens, smoke run
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+BUILDERS = ("lookupdec", "pysais", "pydivsufsort")
+
+
+def zipf_corpus(n: int, vocab: int = 49152, doc_mean: int = 300, seed: int = 0) -> np.ndarray:
+    """n int32 tokens: Zipf-Mandelbrot ranks (s = 1.07, q = 2.7, close to
+    English word frequencies) mapped to shuffled ids, -1 between documents
+    whose lengths are geometric with mean doc_mean."""
+    rng = np.random.default_rng(seed)
+    p = 1.0 / (np.arange(vocab, dtype=np.float64) + 2.7) ** 1.07
+    ids = rng.permutation(vocab).astype(np.int32)
+    tokens = ids[rng.choice(vocab, size=n, p=p / p.sum())]
+    seps = np.cumsum(rng.geometric(1.0 / doc_mean, size=n // doc_mean * 2 + 16))
+    tokens[seps[seps < n]] = -1
+    return tokens
+
+
+# ---- suffix-array builders (each run in a fresh subprocess) -----------------
+
+def _two_bytes(tokens: np.ndarray) -> np.ndarray:
+    """Tokens as uint16 (SEP -> 0, id -> id + 1): what the byte-level peers can take."""
+    return (tokens.astype(np.int64) + 1).astype(np.uint16)
+
+
+def _build(builder: str, tokens: np.ndarray) -> np.ndarray:
+    if builder == "lookupdec":
+        from lookupdec import _native
+        return _native.suffix_array(tokens)
+    if builder == "pysais":
+        import PySAIS
+        sa = PySAIS.sais(_two_bytes(tokens).astype(">u2").tobytes(), reduce_size=False)
+        return sa[sa % 2 == 0] // 2
+    if builder == "pydivsufsort":
+        import pydivsufsort
+        return pydivsufsort.divsufsort(_two_bytes(tokens))
+    raise ValueError(f"unknown builder {builder!r}; choose from {BUILDERS}")
+
+
+def _measure_child(builder: str, path: str) -> None:
+    """Runs in a subprocess: prints one JSON line of time and memory."""
+    if builder == "lookupdec":
+        from lookupdec import _native  # noqa: F401  (import cost outside the timing)
+    elif builder == "pysais":
+        import PySAIS  # noqa: F401
+    else:
+        import pydivsufsort  # noqa: F401
+    tokens = np.load(path)
+    with open("/proc/self/statm") as f:  # resident pages now (not the import-time peak)
+        base_kb = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    sa = _build(builder, tokens)
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    extra = (peak_kb - base_kb) * 1024 - 4 * tokens.size
+    print(json.dumps({"builder": builder, "seconds": seconds, "cpu_seconds": cpu,
+                      "extra_bytes_per_token": extra / tokens.size, "n": int(sa.size)}))
+
+
+def measure_build(builder: str, path: str) -> dict:
+    out = subprocess.run([sys.executable, __file__, "--_measure", builder, path],
+                         capture_output=True, text=True, cwd=ROOT)
+    if out.returncode != 0:
+        return {"builder": builder, "error": out.stderr.strip().splitlines()[-1:]}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+# ---- lookups -----------------------------------------------------------------
+
+def make_contexts(tokens: np.ndarray, count: int, max_n: int, seed: int = 1) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(count):
+        p = int(rng.integers(max_n, tokens.size))
+        if i % 2 == 0:
+            ctx = tokens[p - max_n:p]
+        else:  # a short corpus tail behind random tokens: short, frequent matches
+            tail = int(rng.integers(1, 5))
+            ctx = np.concatenate([rng.integers(0, 49152, size=max_n - tail), tokens[p - tail:p]])
+        out.append(np.ascontiguousarray(ctx, dtype=np.int32))
+    return out
+
+
+def native_lookup(native, trie, tokens, sa, ctx, max_n, min_n, max_occ, depth, budget):
+    length, lo, hi = native.match(tokens, sa, ctx, max_n, min_n)
+    trie.reset()
+    if length:
+        trie.add(tokens, sa, lo, hi, length, max_occ, depth)
+    return length, trie.top(budget)
+
+
+def numpy_lookup(tokens, sa, ctx, max_n, min_n, max_occ, depth, budget):
+    """The same lookup in plain numpy + Python (the baseline)."""
+    n = tokens.size
+
+    def srange(pattern):
+        L = pattern.size
+
+        def less(i, upper):  # suffix sa[i] < pattern (or <= for the upper bound)
+            s = int(sa[i])
+            seg = tokens[s:s + L]
+            diff = np.flatnonzero(seg != pattern[:seg.size])
+            if diff.size:
+                return seg[diff[0]] < pattern[diff[0]]
+            return seg.size < L or upper
+
+        lo, hi = 0, n
+        while lo < hi:
+            mid = (lo + hi) // 2
+            lo, hi = (mid + 1, hi) if less(mid, False) else (lo, mid)
+        a, hi = lo, n
+        while lo < hi:
+            mid = (lo + hi) // 2
+            lo, hi = (mid + 1, hi) if less(mid, True) else (lo, mid)
+        return a, lo
+
+    seps = np.flatnonzero(ctx == -1)
+    usable = ctx[seps[-1] + 1:] if seps.size else ctx
+    a, b, best = min_n - 1, min(max_n, usable.size) + 1, (0, 0)
+    while b - a > 1:
+        mid = (a + b) // 2
+        lo, hi = srange(usable[usable.size - mid:])
+        a, b, best = (mid, b, (lo, hi)) if hi > lo else (a, mid, best)
+    if a < min_n:
+        return 0, None
+    lo, hi = best
+    k = min(hi - lo, max_occ)
+    starts = sa[lo + (np.arange(k) * (hi - lo)) // k].astype(np.int64) + a
+    pos = starts[:, None] + np.arange(depth)
+    win = tokens[np.minimum(pos, n - 1)]
+    valid = np.cumprod((pos < n) & (win != -1), axis=1).astype(bool)
+    nodes = []
+    for d in range(1, depth + 1):
+        rows = win[valid[:, d - 1], :d]
+        if rows.size == 0:
+            break
+        paths, counts = np.unique(rows, axis=0, return_counts=True)
+        nodes.extend((-int(c), d, tuple(p.tolist())) for p, c in zip(paths, counts))
+    nodes.sort()
+    return a, nodes[:budget]
+
+
+def time_lookups(fn, contexts) -> dict:
+    for ctx in contexts[:20]:
+        fn(ctx)  # warm-up
+    times = []
+    lengths = []
+    for ctx in contexts:
+        t0 = time.perf_counter_ns()
+        length, _ = fn(ctx)
+        times.append(time.perf_counter_ns() - t0)
+        lengths.append(length)
+    us = np.array(times) / 1e3
+    return {"median_us": float(np.median(us)), "p99_us": float(np.percentile(us, 99)),
+            "mean_us": float(us.mean()), "mean_match_len": float(np.mean(lengths))}
+
+
+# ---- build_index on the sample corpus ----------------------------------------
+
+def bench_build_index(out_dir: Path) -> dict | None:
+    try:
+        from lookupdec.index import build_index
+    except ImportError:
+        return None
+    script = ROOT / "datastore" / "make_sample_corpus.py"
+    if not script.exists():
+        return None
+    corpus = out_dir / "stdlib.jsonl"
+    if not corpus.exists():
+        subprocess.run([sys.executable, str(script), "-o", str(corpus)], check=True, cwd=ROOT)
+    s = build_index([corpus], out_dir / "stdlib.index", overwrite=True, progress=False)
+    return {"documents": s.documents, "tokens": s.tokens, "shards": s.shards,
+            "seconds": s.seconds, "tokenize_tokens_per_s": s.tokenize_tokens_per_s,
+            "index_tokens_per_s": s.index_tokens_per_s,
+            "bytes_per_token": s.bytes_on_disk / max(s.tokens, 1)}
+
+
+# ---- main --------------------------------------------------------------------
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tokens", type=int, default=50_000_000, help="corpus size (default 50M)")
+    ap.add_argument("--quick", action="store_true", help="smoke run: 1M tokens, 200 lookups")
+    ap.add_argument("--lookups", type=int, default=2000, help="contexts timed (default 2000)")
+    ap.add_argument("--builders", default=",".join(BUILDERS), help="comma-separated SA builders")
+    ap.add_argument("--no-build-index", action="store_true", help="skip build_index on the sample corpus")
+    ap.add_argument("--json", type=Path, help="also write every figure to this JSON file")
+    ap.add_argument("--_measure", nargs=2, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args._measure:
+        _measure_child(*args._measure)
+        return 0
+    if args.quick:
+        args.tokens, args.lookups = 1_000_000, 200
+
+    from lookupdec import _native
+
+    results: dict = {"tokens": args.tokens, "vocab": 49152, "cpus": os.cpu_count()}
+    print(f"corpus: {args.tokens:,} Zipfian tokens, vocab 49,152, documents ~300 tokens", file=sys.stderr)
+    tokens = zipf_corpus(args.tokens)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "tokens.npy")
+        np.save(path, tokens)
+        results["build"] = []
+        for builder in args.builders.split(","):
+            print(f"building with {builder} ...", file=sys.stderr)
+            results["build"].append(measure_build(builder, path))
+    sa = _native.suffix_array(tokens)
+    assert _native.check_suffix_array(tokens, sa) == ""
+    results["disk_bytes_per_token"] = (tokens.nbytes + sa.nbytes) / tokens.size
+
+    max_n, min_n, max_occ, depth, budget = 16, 2, 5000, 10, 64
+    results["lookup_params"] = dict(max_n=max_n, min_n=min_n, max_occurrences=max_occ, depth=depth, budget=budget)
+    contexts = make_contexts(tokens, args.lookups, max_n)
+    trie = _native.ContinuationTrie(max_occ * depth)
+    print("timing lookups ...", file=sys.stderr)
+    results["lookup_native"] = time_lookups(
+        lambda c: native_lookup(_native, trie, tokens, sa, c, max_n, min_n, max_occ, depth, budget), contexts)
+    results["lookup_numpy"] = time_lookups(
+        lambda c: numpy_lookup(tokens, sa, c, max_n, min_n, max_occ, depth, budget), contexts)
+
+    if not args.no_build_index:
+        print("build_index on the sample corpus ...", file=sys.stderr)
+        out_dir = ROOT / "benchmarks" / "out"
+        out_dir.mkdir(parents=True, exist_ok=True)
+        results["build_index"] = bench_build_index(out_dir)
+
+    print(render(results))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    return 0
+
+
+def render(r: dict) -> str:
+    lines = [f"Suffix array of {r['tokens']:,} tokens (vocab {r['vocab']:,}, Zipfian, {r['cpus']} CPUs):", "",
+             "| builder | wall s | CPU s | extra memory B/token |", "|---|---|---|---|"]
+    for b in r["build"]:
+        if "error" in b:
+            lines.append(f"| {b['builder']} | failed: {b['error']} | | |")
+        else:
+            lines.append(f"| {b['builder']} | {b['seconds']:.2f} | {b['cpu_seconds']:.2f} | "
+                         f"{b['extra_bytes_per_token']:.2f} |")
+    p = r["lookup_params"]
+    lines += ["", f"Lookup (max_n {p['max_n']}, min_n {p['min_n']}, up to {p['max_occurrences']} occurrences, "
+              f"depth {p['depth']}, top {p['budget']}), {r['tokens']:,}-token index:", "",
+              "| lookup | median µs | p99 µs | mean µs | mean match length |", "|---|---|---|---|---|"]
+    for name in ("native", "numpy"):
+        x = r[f"lookup_{name}"]
+        lines.append(f"| {name} | {x['median_us']:.1f} | {x['p99_us']:.1f} | {x['mean_us']:.1f} | "
+                     f"{x['mean_match_len']:.1f} |")
+    lines += ["", f"Disk: {r['disk_bytes_per_token']:.1f} bytes/token (int32 tokens + int32 suffix array)."]
+    bi = r.get("build_index")
+    if bi:
+        lines += ["", "build_index on the stdlib sample corpus:", "",
+                  "| documents | tokens | shards | seconds | tokenizing tokens/s | indexing tokens/s | disk B/token |",
+                  "|---|---|---|---|---|---|---|",
+                  f"| {bi['documents']:,} | {bi['tokens']:,} | {bi['shards']} | {bi['seconds']:.1f} | "
+                  f"{bi['tokenize_tokens_per_s']:,.0f} | {bi['index_tokens_per_s']:,.0f} | {bi['bytes_per_token']:.2f} |"]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

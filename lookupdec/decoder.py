@@ -19,7 +19,6 @@ from typing import Callable, Sequence
 
 from lookupdec.errors import ContextTooLongError
 from lookupdec.models import LoadedModel, encode_prompt, load_model
-from lookupdec.sampling import SamplingParams
 from lookupdec.tree import DraftTree
 
 # Drafting methods by name -> "module:Class" (imported on first use).
@@ -219,6 +218,8 @@ class Decoder:
             ContextTooLongError: prompt plus max_new_tokens exceed the model's context.
             ValueError: bad settings (unknown method, negative max_new_tokens, ...).
         """
+        from lookupdec.sampling import SamplingParams
+
         torch = self._torch
         params = SamplingParams(float(temperature), float(top_p), int(top_k))
         if int(max_new_tokens) != max_new_tokens or max_new_tokens < 0:
@@ -249,7 +250,7 @@ class Decoder:
                 generator.manual_seed(int(seed))
         return self._run(prompt_ids, drafter, method_name, int(max_new_tokens), params, generator, stops, on_text)
 
-    def _choose(self, logits, params: SamplingParams, generator) -> int:
+    def _choose(self, logits, params, generator) -> int:
         if params.greedy:
             return int(logits.argmax().item())
         from lookupdec.sampling import sample, target_probs

@@ -121,9 +121,14 @@ def load_model(model: str | None = None, *, dtype: str = "float32", device: str 
         name, source, kwargs = str(model), os.path.dirname(os.path.abspath(model)), {"gguf_file": os.path.basename(model)}
     else:
         name, source, kwargs = str(model), str(model), {}
-        looks_local = os.path.sep in name or name.startswith(".") or os.path.exists(name)
+        # A hub id is "name" or "org/name"; anything else is meant as a path.
+        looks_local = name.startswith((os.sep, ".", "~")) or name.count("/") > 1 or os.path.exists(name)
         if looks_local and not os.path.isdir(name):
             raise ModelLoadError(f"model directory not found: {name!r}; pass an existing directory, a .gguf file or a cached model id")
+    from transformers.utils import logging as hf_logging
+
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # a library call prints no progress bars
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True, **kwargs)
         if "gguf_file" in kwargs:
@@ -134,6 +139,9 @@ def load_model(model: str | None = None, *, dtype: str = "float32", device: str 
         hint = ("it is not in the local Hugging Face cache and lookupdec never downloads: "
                 "download it first (e.g. `hf download NAME`) or pass a local directory or .gguf file")
         raise ModelLoadError(f"cannot load model {name!r}: {exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''}; {hint}") from exc
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
     lm = lm.to(device).eval()
     return LoadedModel(lm, tokenizer, name, eos_ids_of(lm, tokenizer), max_context_of(lm))
 

@@ -281,6 +281,7 @@ class TreeVerifier:
                          use_cache=True, logits_to_keep=keep)
         return VerifyResult(out.logits[0, : 1 + n], tree)
 
+    @torch.inference_mode()
     def commit(self, cache, past: int, nodes: tuple[int, ...]) -> None:
         """Keep the root's and the accepted nodes' rows; drop the rest."""
         keep_rows(cache, past, [past] + [past + 1 + i for i in nodes])

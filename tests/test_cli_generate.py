@@ -1,0 +1,57 @@
+"""`lookupdec generate` on a tiny model saved to a temporary directory."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from lookupdec.cli import main
+from tests.conftest import char_tokenizer, tiny_model
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tiny")
+    tiny_model(0).save_pretrained(d)
+    char_tokenizer().save_pretrained(d)
+    return str(d)
+
+
+def test_json_output_one_object_per_prompt(model_dir, tmp_path):
+    inp = tmp_path / "in.jsonl"
+    inp.write_text('"abcabc"\n{"prompt": "xyz"}\n{"messages": [{"role": "user", "content": "q"}]}\n')
+    r = CliRunner().invoke(main, ["generate", "--model", model_dir, "--input", str(inp), "--method", "ar",
+                                  "--max-new-tokens", "12", "--json"])
+    assert r.exit_code == 0, r.output
+    rows = [json.loads(line) for line in r.stdout.strip().splitlines()]
+    assert len(rows) == 3
+    for row in rows:
+        assert {"text", "token_ids", "new_tokens", "steps", "mean_accepted", "tokens_per_s", "method"} <= set(row)
+        assert row["new_tokens"] == len(row["token_ids"]) <= 12 and row["method"] == "ar"
+
+
+def test_streams_text_then_stats_line(model_dir):
+    r = CliRunner().invoke(main, ["generate", "--model", model_dir, "--prompt", "hello", "--method", "ar",
+                                  "--max-new-tokens", "10", "--no-chat-template", "--temperature", "0.7", "--seed", "1"])
+    assert r.exit_code == 0, r.output
+    assert "new tokens" in r.stderr and "tokens/s" in r.stderr and "tokens/step" in r.stderr
+    r2 = CliRunner().invoke(main, ["generate", "--model", model_dir, "--prompt", "hello", "--method", "ar",
+                                   "--max-new-tokens", "10", "--no-chat-template", "--temperature", "0.7", "--seed", "1",
+                                   "--json"])
+    assert json.loads(r2.stdout)["text"] == r.stdout.rstrip("\n")  # streamed text = the result's text
+
+
+def test_errors_are_clean(model_dir, tmp_path):
+    runner = CliRunner()
+    r = runner.invoke(main, ["generate", "--model", str(tmp_path / "missing"), "--prompt", "x"])
+    assert r.exit_code != 0 and "not found" in r.output and "Traceback" not in r.output
+    r = runner.invoke(main, ["generate", "--model", model_dir, "--prompt", "x" * 300, "--max-new-tokens", "10",
+                             "--method", "ar"])
+    assert r.exit_code != 0 and "context" in r.output and "Traceback" not in r.output
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('"ok"\n{not json\n')
+    r = runner.invoke(main, ["generate", "--model", model_dir, "--input", str(bad)])
+    assert r.exit_code != 0 and "bad.jsonl:2" in r.output
+    r = runner.invoke(main, ["generate", "--model", model_dir])
+    assert r.exit_code != 0 and "exactly one of" in r.output

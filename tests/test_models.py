@@ -1,0 +1,86 @@
+"""Model loading and prompt encoding."""
+from __future__ import annotations
+
+import pytest
+
+from lookupdec.decoder import Decoder
+from lookupdec.errors import ContextTooLongError, ModelLoadError
+from lookupdec.models import encode_prompt, load_model
+from tests.conftest import char_tokenizer, tiny_loaded, tiny_model
+
+
+def test_encode_prompt_forms():
+    tok = char_tokenizer()
+    assert encode_prompt(tok, [7, 8, 9]) == [7, 8, 9]
+    templ = tok.decode(encode_prompt(tok, "hi"))
+    assert templ == "<s>user: hi\n<s>assistant: "
+    msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+    assert tok.decode(encode_prompt(tok, msgs)) == "<s>system: s\n<s>user: u\n<s>assistant: "
+    assert tok.decode(encode_prompt(tok, "hi", chat_template=False)) == "hi"
+    with pytest.raises(TypeError):
+        encode_prompt(tok, 3.5)
+    with pytest.raises(ValueError, match="empty"):
+        encode_prompt(tok, [])
+
+
+def test_local_directory_round_trip(tmp_path):
+    model = tiny_model(0)
+    model.save_pretrained(tmp_path)
+    char_tokenizer().save_pretrained(tmp_path)
+    lm = load_model(str(tmp_path))
+    assert lm.eos_ids == (2,)
+    assert lm.max_context == 256
+    assert next(lm.model.parameters()).dtype.is_floating_point
+
+
+def test_missing_models_give_clear_errors(tmp_path):
+    with pytest.raises(ModelLoadError, match="not found"):
+        load_model(str(tmp_path / "nope"))
+    with pytest.raises(ModelLoadError, match="not found"):
+        load_model(str(tmp_path / "nope.gguf"))
+    # A hub id that is not cached is never downloaded.
+    with pytest.raises(ModelLoadError, match="never downloads"):
+        load_model("lookupdec-test/definitely-not-cached-model")
+    with pytest.raises(ValueError, match="dtype"):
+        load_model(None, dtype="int3")
+
+
+def test_prompt_longer_than_context_is_refused():
+    dec = Decoder(tiny_loaded(0), fast_kernels=False)
+    with pytest.raises(ContextTooLongError, match=r"250 tokens.*max_new_tokens is 10.*256"):
+        dec.generate([5, 6, 7, 8, 9] * 50, method="ar", max_new_tokens=10)
+    out = dec.generate([5, 6, 7, 8, 9] * 50, method="ar", max_new_tokens=6)
+    assert out.new_tokens <= 6
+
+
+def test_stop_strings_and_streaming():
+    dec = Decoder(tiny_loaded(0), fast_kernels=False)
+    full = dec.generate("ab", method="ar", max_new_tokens=40)
+    assert len(full.text) > 6
+    stop = full.text[4:6]
+    pieces = []
+    out = dec.generate("ab", method="ar", max_new_tokens=40, stop=[stop], on_text=pieces.append)
+    cut = full.text.find(stop)
+    assert out.text == full.text[:cut] and out.stop_reason == "stop"
+    assert "".join(pieces) == out.text
+    assert out.token_ids == full.token_ids[:len(out.token_ids)]
+    streamed = []
+    out2 = dec.generate("ab", method="ar", max_new_tokens=40, on_text=streamed.append)
+    assert "".join(streamed) == out2.text == full.text
+
+
+@pytest.mark.slow
+def test_embedded_model_greedy_pld_equals_ar_and_transformers(real_loaded):
+    import torch
+
+    prompts = ["Repeat exactly: the cat sat on the mat, the cat sat on the mat.",
+               "Write a Python function that returns the sum of a list."]
+    plain = Decoder(real_loaded, fast_kernels=False)
+    for p in prompts:
+        ids = plain.encode(p)
+        with torch.no_grad():
+            ref = real_loaded.model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                                             max_new_tokens=32, do_sample=False, top_p=None, top_k=None, temperature=None)
+        ref_ids = tuple(ref[0, len(ids):].tolist())
+        ar = plain.generate(p, method="ar", max_new_tokens=32)
+        assert ar.token_ids == ref_ids

@@ -1,0 +1,177 @@
+"""Speculative sampling reproduces the target's distribution exactly.
+
+Statistical checks use a chi-square statistic against the exact
+distribution: for df degrees of freedom its mean is df and its standard
+deviation sqrt(2 df); the bound df + 6 sqrt(2 df) fails a correct sampler with
+probability far below 1e-4, while the broken samplers below exceed it by far.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from lookupdec.decoder import Decoder
+from lookupdec.sampling import SamplingParams, sample, target_probs
+from lookupdec.tree import DraftTree
+from lookupdec.verify import Acceptance, sample_accept
+from tests.conftest import tiny_loaded
+
+
+def chi_square(counts: np.ndarray, probs: np.ndarray) -> tuple[float, int]:
+    n = counts.sum()
+    expected = probs * n
+    live = expected > 0
+    assert counts[~live].sum() == 0, "a token with probability 0 was drawn"
+    stat = float((((counts - expected) ** 2)[live] / expected[live]).sum())
+    return stat, int(live.sum()) - 1
+
+
+def assert_matches(counts, probs):
+    stat, df = chi_square(np.asarray(counts, float), np.asarray(probs, float))
+    assert stat < df + 6 * np.sqrt(2 * max(df, 1)), (stat, df)
+
+
+def hf_reference_probs(logits, p: SamplingParams):
+    """transformers' own warpers, in generate()'s order, as the reference."""
+    from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+    scores = logits.unsqueeze(0).clone()
+    scores = TemperatureLogitsWarper(p.temperature)(None, scores)
+    if p.top_k:
+        scores = TopKLogitsWarper(p.top_k)(None, scores)
+    if p.top_p < 1.0:
+        scores = TopPLogitsWarper(p.top_p)(None, scores)
+    return scores.softmax(-1)[0]
+
+
+@pytest.mark.parametrize("params", [SamplingParams(1.0), SamplingParams(0.7, top_k=5), SamplingParams(1.3, top_p=0.8),
+                                    SamplingParams(0.9, top_p=0.6, top_k=7)])
+def test_target_probs_equals_transformers_warpers(params):
+    g = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        logits = torch.randn(50, generator=g) * 3
+        torch.testing.assert_close(target_probs(logits, params), hf_reference_probs(logits, params), atol=1e-6, rtol=1e-5)
+
+
+def test_sampling_params_are_validated():
+    for bad in (dict(temperature=-1.0), dict(top_p=0.0), dict(top_p=1.5), dict(top_k=-2), dict(top_k=1.5)):
+        with pytest.raises(ValueError):
+            SamplingParams(**bad)
+
+
+V = 6
+# Draft tree under the root: children 2, 0, 5 (tried in that order); node 0 (token 2) has children 1, 3.
+TREE = DraftTree.from_sequences([[2, 1], [2, 3], [0], [5]])
+
+
+def _setup(params):
+    g = torch.Generator().manual_seed(1)
+    root_logits = torch.randn(V, generator=g) * 1.5
+    next_logits = torch.randn(V, V, generator=g) * 1.5  # row x: logits after token x
+    p1 = target_probs(root_logits, params)
+    p2 = target_probs(next_logits, params)  # (V, V): p2[x] = distribution of the 2nd token after x
+    return p1, p2
+
+
+def _rows(p1, p2):
+    def row(r):
+        return p1 if r == 0 else p2[int(TREE.tokens[r - 1])]
+    return row
+
+
+@pytest.mark.parametrize("params", [SamplingParams(1.0), SamplingParams(0.8, top_k=3), SamplingParams(1.0, top_p=0.7)])
+def test_first_two_tokens_follow_the_target(params):
+    """20k draws: the joint law of the first two tokens is p1(x) * p2[x](y)."""
+    p1, p2 = _setup(params)
+    row = _rows(p1, p2)
+    gen = torch.Generator().manual_seed(123)
+    counts = np.zeros((V, V))
+    for _ in range(20_000):
+        acc = sample_accept(TREE, row, gen)
+        x = acc.tokens[0]
+        # A one-token step is followed by a plain sampling step from p2[x].
+        y = acc.tokens[1] if len(acc.tokens) > 1 else sample(p2[x], gen)
+        counts[x, y] += 1
+    exact = (p1[:, None] * p2).numpy()
+    assert_matches(counts.ravel(), exact.ravel())
+
+
+def test_a_broken_acceptance_rule_is_caught():
+    """Accepting the first child whenever p(x) > 0 (a classic bug) fails the same check."""
+    params = SamplingParams(1.0)
+    p1, _ = _setup(params)
+    gen = torch.Generator().manual_seed(5)
+    counts = np.zeros(V)
+    for _ in range(20_000):
+        first = int(TREE.tokens[0]) if torch.rand((), generator=gen) < 0.9 else sample(p1, gen)
+        counts[first] += 1
+    stat, df = chi_square(counts, p1.numpy())
+    assert stat > df + 6 * np.sqrt(2 * df)
+
+
+def test_rejected_children_are_removed_from_the_residual():
+    """With p concentrated on two drafted tokens, a rejection of the first must yield the second."""
+    p = torch.tensor([0.0, 0.0, 0.5, 0.0, 0.0, 0.5])
+    tree = DraftTree.from_sequences([[2], [5]])
+    gen = torch.Generator().manual_seed(0)
+    seen = {sample_accept(tree, lambda r: p, gen).tokens[0] for _ in range(200)}
+    assert seen == {2, 5}
+    acc = sample_accept(tree, lambda r: p, gen)
+    assert isinstance(acc, Acceptance) and acc.accepted == 1 and len(acc.tokens) == 2
+
+
+class TopTokensDrafter:
+    """Drafts the model's own likely tokens (fixed, computed in advance) under the root."""
+
+    name = "top"
+
+    def __init__(self, seqs):
+        self.tree = DraftTree.from_sequences(seqs)
+
+    def begin(self, prompt_ids):
+        pass
+
+    def commit(self, new_ids, accepted):
+        pass
+
+    def propose(self, budget):
+        return self.tree
+
+
+def test_end_to_end_second_token_distribution_matches_plain_sampling():
+    """The 2nd generated token's marginal with speculation equals the exact
+    marginal sum_x p1(x) p2[x](y) computed from the model (2,000 seeded draws)."""
+    lm = tiny_loaded(7)
+    dec = Decoder(lm, fast_kernels=False)
+    params = SamplingParams(1.0, top_k=8, top_p=0.95)
+    prompt = [10, 11, 12]
+    with torch.no_grad():
+        p1 = target_probs(lm.model(torch.tensor([prompt])).logits[0, -1], params)
+        support = torch.nonzero(p1).flatten().tolist()
+        p2 = {x: target_probs(lm.model(torch.tensor([prompt + [x]])).logits[0, -1], params) for x in support}
+    exact2 = sum(p1[x] * p2[x] for x in support).numpy()
+    top1 = torch.topk(p1, 3).indices.tolist()
+    # After the prefill token t1 the drafter proposes the likely continuations of t1 (any t1: same tree).
+    seqs = [[y, z] for y in top1 for z in top1[:2]]
+    drafter = TopTokensDrafter(seqs)
+    counts1, counts2 = np.zeros(p1.shape[0]), np.zeros(p1.shape[0])
+    accepted = 0
+    for seed in range(2_000):
+        out = dec.generate(prompt, max_new_tokens=3, temperature=1.0, top_k=8, top_p=0.95, seed=seed, drafter=drafter)
+        counts1[out.token_ids[0]] += 1
+        counts2[out.token_ids[1]] += 1
+        accepted += out.step_stats[1].accepted  # step 1 drafts the 2nd token
+    assert accepted > 200  # speculation was really exercised
+    assert_matches(counts1, p1.numpy())
+    assert_matches(counts2, exact2)
+
+
+def test_same_seed_same_output_and_ar_equals_itself():
+    lm = tiny_loaded(8)
+    dec = Decoder(lm, fast_kernels=False)
+    a = dec.generate([5, 6, 7], method="ar", max_new_tokens=20, temperature=0.8, seed=3)
+    b = dec.generate([5, 6, 7], method="ar", max_new_tokens=20, temperature=0.8, seed=3)
+    c = dec.generate([5, 6, 7], method="ar", max_new_tokens=20, temperature=0.8, seed=4)
+    assert a.token_ids == b.token_ids
+    assert a.token_ids != c.token_ids

@@ -24,7 +24,7 @@ int lk_suffix_array_i64(const int32_t *tokens, int64_t n, int64_t *sa, int64_t *
  * strictly increasing order. Returns 0 when valid; otherwise 1 (not a
  * permutation: *where = first offending index of sa) or 2 (not sorted:
  * *where = i such that suffix sa[i-1] >= suffix sa[i]), or LK_ENOMEM.
- * Linear time and n/8 + n*sizeof(position) bytes (a rank array). */
+ * Linear time; scratch: one rank array of n + 1 positions. */
 int lk_check_sa_i32(const int32_t *tokens, int64_t n, const int32_t *sa, int64_t *where);
 int lk_check_sa_i64(const int32_t *tokens, int64_t n, const int64_t *sa, int64_t *where);
 

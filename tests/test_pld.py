@@ -24,16 +24,16 @@ def test_no_match_gives_empty_tree():
 
 def test_context_shorter_than_n():
     # One token: no suffix of length min_n=2 exists.
-    assert len(drafter([7]).propose(16)) == 0
+    assert len(drafter([7], fallback_width=0).propose(16)) == 0
     # Two tokens: the only 2-gram is the suffix itself, whose continuation is unknown.
-    assert len(drafter([7, 7]).propose(16)) == 0
+    assert len(drafter([7, 7], fallback_width=0).propose(16)) == 0
     # Empty prompt.
     assert len(drafter([]).propose(16)) == 0
 
 
 def test_one_token_matches_need_min_n_1():
     # [9] occurred before (followed by 4), but a 1-token match only counts with min_n=1.
-    assert len(drafter([9, 4, 5, 9], min_n=2).propose(16)) == 0
+    assert len(drafter([9, 4, 5, 9], min_n=2, fallback_width=0).propose(16)) == 0
     assert drafter([9, 4, 5, 9], min_n=1, init_depth=2).propose(16).tokens.tolist() == [4, 5]
 
 
@@ -161,10 +161,11 @@ def test_fallback_drafts_short_matches_without_adapting():
     # A 2-token match takes precedence over the fallback and uses the adaptive depth.
     d2 = drafter([9, 4, 5, 6, 9, 4], min_n=2, fallback_width=2, init_depth=3)
     assert d2.propose(16).tokens.tolist() == [5, 6, 9]
-    # Fallback width 0 (the default) drafts nothing on a 1-token match.
-    assert len(drafter([9, 4, 5, 6, 9], min_n=2).propose(16)) == 0
+    # Fallback width 0 drafts nothing on a 1-token match.
+    assert len(drafter([9, 4, 5, 6, 9], min_n=2, fallback_width=0).propose(16)) == 0
 
 
-def test_fallback_needs_min_n_above_one():
-    with pytest.raises(ValueError, match="fallback_width"):
-        PLDConfig(min_n=1, fallback_width=2)
+def test_fallback_is_moot_with_min_n_1():
+    # With min_n=1 every match gets the full draft; no shorter match is left for the fallback.
+    d = drafter([9, 4, 5, 6, 9], min_n=1, fallback_width=2, init_depth=3)
+    assert d.propose(16).tokens.tolist() == [4, 5, 6]

@@ -297,8 +297,7 @@ class TransformersPLDModel:
         if not m.starts:
             return DraftTree.empty()
         first = m.starts[-1]  # starts are most recent first
-        end = min(first + self.num_tokens, len(self._index))
-        return DraftTree.chain(self._index.tokens[first:end][:budget].tolist())
+        return DraftTree.chain(self._index.continuation(first, min(self.num_tokens, budget), periodic=False))
 
     def commit(self, new_ids: Sequence[int], accepted: int) -> None:
         self._index.extend(new_ids)

@@ -76,6 +76,8 @@ def test_periodic_continuation():
     assert idx.match() == LiveMatch(2, (3,), 1)
     # Only [1, 2] is known after position 3; the rest repeats with period 5 - 3 = 2.
     assert idx.continuation(3, 5) == [1, 2, 1, 2, 1]
+    # Without the periodic extension the continuation stops at the end of the sequence.
+    assert idx.continuation(3, 5, periodic=False) == [1, 2]
 
 
 def test_huge_token_ids():

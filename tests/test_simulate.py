@@ -153,3 +153,12 @@ def test_recorder_selects_questions_by_task(tmp_path):
     assert [q["question_id"] for q in picked] == [2, 3, 5]
     # EOS ends the text carried into the next turn.
     assert rec.strip_eos([5, 6, 2, 7], (2,)) == [5, 6]
+
+
+def test_transformers_pld_model_takes_the_earliest_occurrence():
+    m = sim.TransformersPLDModel(num_tokens=10)
+    m.begin([1, 2, 3, 9, 1, 2, 4, 9, 1, 2])
+    # The last 2 tokens [1, 2] first occur at 0..1: draft from position 2, cut at the sequence end.
+    assert m.propose(64).tokens.tolist() == [3, 9, 1, 2, 4, 9, 1, 2]
+    # The budget caps it too.
+    assert m.propose(3).tokens.tolist() == [3, 9, 1]

@@ -154,13 +154,14 @@ class LiveIndex:
         starts = tuple(best_where[::-1][:k]) if k < len(best_where) else tuple(reversed(best_where))
         return LiveMatch(best, starts, len(best_where))
 
-    def continuation(self, start: int, depth: int) -> list[int]:
+    def continuation(self, start: int, depth: int, periodic: bool = True) -> list[int]:
         """Up to ``depth`` tokens that followed an occurrence, from ``start`` on.
 
-        An occurrence close to the end runs into the current suffix; its
-        continuation then repeats with the period ``len(tokens) - start`` (the
-        sequence so far is consistent with that period), so a repeating
-        pattern is drafted to full depth rather than cut at the end.
+        An occurrence close to the end runs into the current suffix; with
+        ``periodic`` its continuation then repeats with the period
+        ``len(tokens) - start`` (the sequence so far is consistent with that
+        period), so a repeating pattern is drafted to full depth rather than
+        cut at the end of the sequence (as it is without ``periodic``).
 
         Raises:
             ValueError: when ``start`` is not in ``[1, len(tokens))``.
@@ -170,6 +171,8 @@ class LiveIndex:
         if not 0 < start < L:
             raise ValueError(f"start {start} is outside [1, {L}); pass a start from LiveIndex.match()")
         out = seq[start:start + depth]
+        if not periodic:
+            return out
         period = L - start
         while len(out) < depth:
             # out[j] stands for position start + j >= L of the extended

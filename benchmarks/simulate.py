@@ -279,6 +279,9 @@ class TransformersPLDModel:
     As its candidate generator behaves: the last 2 tokens (else the last 1)
     looked up, the EARLIEST occurrence taken, up to ``num_tokens`` tokens
     after it drafted as a chain, cut at the end of the sequence; no adaptation.
+    Checked against the real thing: on 8 recorded translation, summarization
+    and RAG generations of the embedded model, ``generate(prompt_lookup_num_tokens=10)``
+    made exactly as many forward calls as this model's replay takes steps.
     """
 
     name = "hf-pld"

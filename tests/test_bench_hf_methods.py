@@ -78,3 +78,41 @@ def test_peers_through_the_runner(tiny_model):
     recs = run_benchmark([q], methods, Codec(), ExactnessCheck("ar", (EOS,)), RunConfig(max_new_tokens=16))
     assert [(r.method, r.turn) for r in recs] == [("ar", 1), ("hf_pld", 1), ("ar", 2), ("hf_pld", 2)]
     assert recs[0].token_ids == recs[1].token_ids
+
+
+@pytest.mark.slow
+def test_spec_bench_end_to_end_on_a_tiny_model(tmp_path, capsys):
+    """The harness's whole path with the real Decoder (ar, pld) and the transformers peers."""
+    import json
+
+    from lookupdec.decoder import Decoder
+    from specbench.cli import build_setup, main
+    from tests.conftest import tiny_loaded
+
+    qfile = tmp_path / "q.jsonl"
+    rows = [
+        {"question_id": 81, "category": "writing", "turns": ["abc abc abc", "ab ab"]},
+        {"question_id": 241, "category": "summarization", "turns": ["Summarize: one two one two"]},
+        {"question_id": 481, "category": "rag", "turns": ["doc a b c\ndoc b c d\nq?"]},
+    ]
+    qfile.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    # Same seed, same weights: the peers' copy keeps transformers' default kernels.
+    decoder, peer = Decoder(tiny_loaded(0)), tiny_loaded(0)
+
+    def setup(args, names):
+        return build_setup(decoder, peer, names)
+
+    out = tmp_path / "out"
+    rc = main(["--questions", str(qfile), "--out", str(out), "--max-new-tokens", "24",
+               "--methods", "hf,hf_pld,ar,pld", "--warmup-tokens", "4"], setup=setup)
+    assert rc == 0, capsys.readouterr().err
+    doc = json.loads((out / "spec_bench.json").read_text())
+    assert len(doc["records"]) == 4 * 4  # 4 methods x (2 + 1 + 1) turns
+    by = {(r["method"], r["question_id"], r["turn"]): r for r in doc["records"]}
+    for (method, qid, turn), r in by.items():
+        assert r["token_ids"] == by[("ar", qid, turn)]["token_ids"]
+        assert sum(int(k) * v for k, v in r["accept_hist"].items()) == r["committed_tokens"]
+        assert r["steps"] == sum(r["accept_hist"].values())
+    assert doc["summary"]["hf"]["hf"]["overall"]["speedup"] == 1.0
+    assert doc["summary"]["hf"]["ar"]["overall"]["mean_accepted"] == pytest.approx(1.0)
+    assert (out / "accepted_hist.png").stat().st_size > 0

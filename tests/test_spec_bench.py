@@ -118,7 +118,7 @@ def run_main(qfile, out, methods, extra=()):
     """main() on the tiny question file with ``methods`` (name -> fake) behind the CLI."""
     argv = ["--questions", str(qfile), "--out", str(out), "--methods", ",".join(methods),
             "--max-new-tokens", "12", *extra]
-    return main(argv, setup=fake_setup(methods))
+    return main(argv, setup=fake_setup(methods), available=["hf", "hf_pld", "ar", "pld", "llma"])
 
 
 # ---------------------------------------------------------------- tasks and documents
@@ -275,8 +275,10 @@ def test_step_lengths_from_stats():
 def test_choose_methods():
     assert choose_methods("pld,hf", ["hf", "ar", "pld"]) == ["ar", "pld", "hf"]
     assert choose_methods("all", ["hf", "hf_pld", "ar", "pld"]) == ["ar", "hf", "hf_pld", "pld"]
-    with pytest.raises(ValueError, match="medusa"):
+    with pytest.raises(ValueError, match="medusa.*unknown"):
         choose_methods("ar,medusa", ["ar"])
+    with pytest.raises(ValueError, match="llma.*not registered"):
+        choose_methods("ar,llma", ["hf", "ar", "pld"])
 
 
 def test_full_run_writes_json_table_and_plots(qfile, tmp_path, capsys):

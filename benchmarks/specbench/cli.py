@@ -66,90 +66,107 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def decoder_method_names() -> list[str] | None:
-    """The method names the installed decoder registers, or None if it does not say."""
+    """The method names the installed decoder registers (``lookupdec.decoder.METHODS``);
+    None when the decoder cannot be imported."""
     try:
-        import lookupdec.decoder as decoder_module
+        from lookupdec.decoder import METHODS
     except ImportError:
         return None
-    for attr in ("METHODS", "DRAFTERS", "method_names"):
-        names = getattr(decoder_module, attr, None)
-        if callable(names):
-            names = names()
-        if names:
-            return [str(n) for n in names]
-    return None
+    return [str(n) for n in METHODS]
 
 
 def choose_methods(spec: str, available: Sequence[str]) -> list[str]:
     """The methods to run, from ``--methods``, the reference first.
 
+    Args:
+        spec: "all" or a comma list of method names.
+        available: the names that can run (``known_method_names``).
+
     Raises:
-        ValueError: naming an unknown method and the known ones.
+        ValueError: naming a method that is unknown or not available, and the available ones.
 
     Example:
         >>> choose_methods("hf,pld", ["hf", "hf_pld", "ar", "pld"])
         ['ar', 'hf', 'pld']
     """
     names = list(available) if spec.strip() == "all" else [s.strip() for s in spec.split(",") if s.strip()]
-    known = set(PEER_METHODS) | set(LOOKUPDEC_METHODS)
-    bad = [n for n in names if n not in known]
+    bad = [n for n in names if n not in available]
     if bad:
-        raise ValueError(f"unknown method(s) {bad}; choose from {sorted(known)} or 'all'")
-    names = [REFERENCE_METHOD] + [n for n in dict.fromkeys(names) if n != REFERENCE_METHOD]
-    return names
+        unknown = [n for n in bad if n not in PEER_METHODS and n not in LOOKUPDEC_METHODS]
+        why = "unknown" if unknown else "not registered by the installed lookupdec decoder"
+        raise ValueError(f"method(s) {bad} {why}; choose from {list(available)} or 'all'")
+    return [REFERENCE_METHOD] + [n for n in dict.fromkeys(names) if n != REFERENCE_METHOD]
 
 
-def load_setup(args: argparse.Namespace, names: Sequence[str]) -> Setup:
-    """Load the model(s) and build the methods: our Decoder, and a separately
-    loaded copy with default kernels for the transformers peers (the Decoder
-    may prepack its weights)."""
+def build_setup(decoder, peer_loaded, names: Sequence[str]) -> Setup:
+    """The methods ``names`` over a lookupdec ``Decoder`` and, for the
+    transformers peers, a separately loaded model with default kernels (the
+    Decoder prepacks its own model's weights).
+
+    Args:
+        decoder: a ``lookupdec.Decoder``.
+        peer_loaded: a ``lookupdec.models.LoadedModel`` of the same weights, or
+            None when no peer is asked for.
+        names: the methods to build, in run order.
+
+    Raises:
+        ValueError: a peer is asked for without ``peer_loaded``.
+    """
     import torch
     import transformers
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    from lookupdec.decoder import Decoder
-
-    dec = Decoder(args.model, dtype="float32")
     peers = [n for n in names if n in PEER_METHODS]
+    if peers and peer_loaded is None:
+        raise ValueError(f"methods {peers} need a separately loaded model (peer_loaded)")
+    eos_ids = tuple(int(e) for e in decoder.loaded.eos_ids)
     methods: dict[str, Method] = {}
-    eos_ids: tuple[int, ...] | None = None
-    peer_model = None
-    if peers:
-        from lookupdec.models import load_model
-
-        loaded = load_model(args.model, dtype="float32")
-        peer_model = loaded.model.eval()
-        eos_ids = tuple(int(e) for e in loaded.eos_ids)
-    if eos_ids is None:
-        eos = getattr(dec, "eos_ids", None) or (dec.tokenizer.eos_token_id,)
-        eos_ids = tuple(int(e) for e in eos)
     for n in names:
         if n in PEER_METHODS:
-            methods[n] = HFGenerate(n, peer_model, eos_ids, PEER_METHODS[n])
+            methods[n] = HFGenerate(n, peer_loaded.model.eval(), eos_ids, PEER_METHODS[n])
         else:
-            methods[n] = LookupdecMethod(dec, n, LOOKUPDEC_METHODS[n])
+            methods[n] = LookupdecMethod(decoder, n, LOOKUPDEC_METHODS[n])
     info = {
-        "model": args.model or "embedded SmolLM2-135M-Instruct (Q4_1 GGUF, float32)",
+        "model": decoder.loaded.name,
+        "fast_kernels": bool(getattr(decoder, "fast_kernels", False)),
+        "draft_budget": getattr(decoder, "draft_budget", None),
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "threads": torch.get_num_threads(),
         "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
     }
-    return Setup(methods, HFChatCodec(dec.tokenizer), eos_ids, info)
+    return Setup(methods, HFChatCodec(decoder.tokenizer), eos_ids, info)
+
+
+def load_setup(args: argparse.Namespace, names: Sequence[str]) -> Setup:
+    """Load ``--model`` twice (our Decoder; default kernels for the peers) and build the methods."""
+    import torch
+
+    from lookupdec.decoder import Decoder
+    from lookupdec.models import load_model
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    decoder = Decoder(args.model, dtype="float32")
+    peer = load_model(args.model, dtype="float32") if any(n in PEER_METHODS for n in names) else None
+    return build_setup(decoder, peer, names)
 
 
 def main(argv: Sequence[str] | None = None,
-         setup: Callable[[argparse.Namespace, Sequence[str]], Setup] = load_setup) -> int:
+         setup: Callable[[argparse.Namespace, Sequence[str]], Setup] = load_setup,
+         available: Sequence[str] | None = None) -> int:
     """Run the benchmark; 0 on success, 1 on an output mismatch, 2 on bad arguments.
 
     Args:
         argv: command-line arguments (``sys.argv[1:]`` when None).
         setup: builds the methods; tests pass fakes here.
+        available: the method names that can run; None = the peers and
+            every method the installed decoder registers.
     """
     args = parse_args(argv)
     try:
-        names = choose_methods(args.methods, known_method_names(decoder_method_names()))
+        if available is None:
+            available = known_method_names(decoder_method_names())
+        names = choose_methods(args.methods, available)
         questions = load_questions(args.questions, args.per_category)
         config = RunConfig(args.max_new_tokens, args.repeats, args.warmup_tokens)
     except (ValueError, FileNotFoundError) as exc:

@@ -4,12 +4,12 @@
 
 #include "sais.h"
 
-#ifdef LK_SAIS_TIMING  /* phase timings on stderr, for tuning only */
+#ifdef LK_SAIS_TIMING  /* phase CPU timings on stderr, for tuning only */
 #include <stdio.h>
 #include <time.h>
 static double lk_now(void) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 #define LK_TIC() double lk_t0 = lk_now()
@@ -19,6 +19,9 @@ static double lk_now(void) {
 #define LK_TIC() do {} while (0)
 #define LK_TOC(what) do {} while (0)
 #endif
+
+/* Internal status: a step declined to run (and changed nothing). */
+#define LK_SAIS_DECLINED 1
 
 /* Reduced texts: symbols and positions of the same width. */
 #define TX int32_t

@@ -16,6 +16,9 @@
  *     from T[j-1] against T[j] when j is written (both are in cache then).
  */
 
+/* The (SX, SX) instantiation sorts reduced texts (defined in this one or an earlier one). */
+static int RECURSE(const SX *T, SX *SA, SX fs, SX n, SX cmin, SX k);
+
 /* Bucket bounds: start (end == 0) or one past the end (end == 1) of every
  * symbol's bucket. With C == NULL the counts are recomputed into B. */
 static void FN(bounds)(const TX *T, SX n, const SX *C, SX *B, SX cmin, SX k, int end) {
@@ -99,6 +102,104 @@ static void FN(induce)(const TX *T, SX *SA, SX n, const SX *C, SX *B, SX cmin, S
     }
 }
 
+/* Closes the group of gs LMS substrings that share one name, the sorted-list
+ * entries SA[end-gs..end) (q is the group's first position): a unique name
+ * gets its slot negated, a shared one gets its list entries negated. */
+static void FN(close_group)(SX *SA, SX m, SX end, SX gs, SX q) {
+    if (gs == 1) {
+        SA[m + (q >> 1)] = -SA[m + (q >> 1)];
+    } else {
+        for (SX i = end - gs; i < end; ++i) SA[i] = ~SA[i];
+    }
+}
+
+/* Sorts the LMS suffixes whose LMS substring is not unique, without
+ * recursing on the whole reduced text (after libsais' idea of sorting only
+ * the non-unique LMS suffixes). In the reduced text R, two suffixes that start
+ * with the same name are decided at the latest at the first unique name after
+ * them (a unique name occurs once, so it differs from whatever stands at the
+ * same offset of the other suffix). So R can be cut to the maximal runs of
+ * non-unique names, each followed by its terminating unique name (when the
+ * run does not reach the end): a text R' of n' <= m symbols whose suffixes
+ * starting at non-unique names sort exactly as in R. R' is renamed densely
+ * (order-preserving), sorted recursively, and its sorted non-unique suffixes
+ * replace, in order, the negated (non-unique) entries of the sorted list.
+ *
+ * In: SA[0..m) the LMS positions sorted by LMS substring, non-unique ones
+ * negated; RA = SA[usable-m..usable) the signed names in text order (negative
+ * = unique). Out: SA[0..m) the sorted LMS suffixes. Returns LK_OK,
+ * LK_ENOMEM, or LK_SAIS_DECLINED (nothing changed) when it would not pay or
+ * the layout [list m][SA' n' | free][R' n'][map n'] does not fit. */
+static int FN(sort_nonunique)(const TX *T, SX *SA, SX n, SX m, SX usable, SX names) {
+    SX *RA = SA + usable - m;
+    SX i, t, kept = 0;
+    for (t = 0; t < m; ++t) kept += RA[t] > 0 || (t > 0 && RA[t - 1] > 0);
+    if (kept > m - m / 8 || kept > usable - 2 * m || m + 3 * kept > usable) return LK_SAIS_DECLINED;
+
+    /* Dense order-preserving renaming of the kept names: a bitmap over the
+     * names 1..names and the count of set bits before each word. */
+    SX words = (names >> 6) + 1;
+    uint64_t *bits = (uint64_t *)calloc((size_t)words, sizeof(uint64_t));
+    SX *before = (SX *)malloc((size_t)words * sizeof(SX));
+    if (bits == NULL || before == NULL) { free(bits); free(before); return LK_ENOMEM; }
+    for (t = 0; t < m; ++t) {
+        SX v = RA[t];
+        if (v > 0 || (t > 0 && RA[t - 1] > 0)) {
+            v = v < 0 ? -v : v;
+            bits[v >> 6] |= (uint64_t)1 << (v & 63);
+        }
+    }
+    SX k2 = 0;
+    for (i = 0; i < words; ++i) { before[i] = k2; k2 += (SX)__builtin_popcountll(bits[i]); }
+
+    /* Right to left over the text (for LMS positions) and RA together:
+     * map[w] = LMS position of kept symbol w, negated (~p) when non-unique,
+     * written downward from the top (never past the RA entry being read);
+     * R'[w] (dense names) written into the free middle SA[m..m+kept). */
+    SX *map = SA + usable - kept, *R2 = SA + m;
+    {
+        SX w = kept, c0, c1 = (SX)T[n - 1];
+        int t0, t1 = 0;
+        t = m;
+        for (i = n - 2; i >= 0; --i) {
+            c0 = (SX)T[i];
+            t0 = (c0 < c1) || (c0 == c1 && t1);
+            if (!t0 && t1) {
+                SX v = RA[--t];
+                if (v > 0 || (t > 0 && RA[t - 1] > 0)) {
+                    SX a = v < 0 ? -v : v;
+                    --w;
+                    R2[w] = before[a >> 6] + (SX)__builtin_popcountll(bits[a >> 6] & (((uint64_t)1 << (a & 63)) - 1));
+                    map[w] = v > 0 ? ~(i + 1) : i + 1;
+                }
+            }
+            c1 = c0;
+            t1 = t0;
+        }
+    }
+    free(bits);
+    free(before);
+    /* R' next to map: SA[m..m+kept) is where the recursion's SA goes. */
+    R2 = (SX *)memmove(SA + usable - 2 * kept, R2, (size_t)kept * sizeof(SX));
+    SX *SA2 = SA + m;
+    int rc = RECURSE(R2, SA2, usable - m - 3 * kept, kept, 0, k2);
+    if (rc != LK_OK) return rc;
+
+    /* Sorted non-unique LMS suffixes, in order, compacted to SA2[0..nu). */
+    SX nu = 0;
+    for (i = 0; i < kept; ++i) {
+        if (i + LK_PF < kept) __builtin_prefetch(map + SA2[i + LK_PF]);
+        SX v = map[SA2[i]];
+        if (v < 0) SA2[nu++] = ~v;
+    }
+    /* They fill the non-unique entries of the sorted list, in order: a
+     * group's entries are contiguous there and in SA2, groups in name order. */
+    for (i = 0, t = 0; i < m; ++i) {
+        if (SA[i] < 0) SA[i] = SA2[t++];
+    }
+    return LK_OK;
+}
+
 /* Suffix array of T[0..n) into SA[0..n). SA is followed by fs free slots
  * (SA[n..n+fs)) that may be used as scratch. */
 static int FN(main)(const TX *T, SX *SA, SX fs, SX n, SX cmin, SX k) {
@@ -174,9 +275,12 @@ static int FN(main)(const TX *T, SX *SA, SX fs, SX n, SX cmin, SX k) {
                 t1 = t0;
             }
         }
-        /* Name the LMS substrings in sorted order (names 1-based; 0 = empty). */
+        /* Name the LMS substrings in sorted order (names 1-based; 0 = empty).
+         * A name held by one LMS substring only is "unique": its slot is
+         * stored negated. The sorted-list entries of non-unique names are
+         * stored negated (~p): the groups the recursion has to order. */
         {
-            SX q = -1, qlen = 0, plen, d;
+            SX q = -1, qlen = 0, plen, d, gs = 0;
             name = 0;
             for (i = 0; i < m; ++i) {
                 if (i + LK_PF < m) {
@@ -191,36 +295,50 @@ static int FN(main)(const TX *T, SX *SA, SX fs, SX n, SX cmin, SX k) {
                     for (d = 0; d < plen && T[p + d] == T[q + d]; ++d) {}
                     diff = d < plen;
                 }
-                if (diff) { ++name; q = p; qlen = plen; }
+                if (diff) {
+                    if (name > 0) FN(close_group)(SA, m, i, gs, q);
+                    ++name; q = p; qlen = plen; gs = 0;
+                }
+                ++gs;
                 SA[m + (p >> 1)] = name;
             }
+            FN(close_group)(SA, m, m, gs, q);
         }
 
         LK_TOC("name");
         if (name < m) {
-            /* Reduced text RA (names - 1, in text order) at the end of the
-             * usable space; recurse with SA[0..m) as its suffix array. */
             SX usable = n + fs - bsz;          /* SA[0..usable) is ours */
             SX *RA = SA + usable - m;
+            /* Reduced text RA (signed names, text order) at the end of the
+             * usable space. */
             j = m - 1;
             for (i = m + ((n - 1) >> 1); i >= m; --i) {
-                if (SA[i] != 0) RA[j--] = SA[i] - 1;
+                if (SA[i] != 0) RA[j--] = SA[i];
             }
-            int rc = RECURSE(RA, SA, usable - 2 * m, m, 0, name);
-            if (rc != LK_OK) { free(Bmem); free(Cmem); return rc; }
-            LK_TOC("recurse");
-            /* RA := LMS positions in text order; SA[0..m) := sorted LMS positions. */
-            j = m - 1;
-            c1 = (SX)T[n - 1];
-            t1 = 0;
-            for (i = n - 2; i >= 0; --i) {
-                c0 = (SX)T[i];
-                t0 = (c0 < c1) || (c0 == c1 && t1);
-                if (!t0 && t1) RA[j--] = i + 1;
-                c1 = c0;
-                t1 = t0;
+            int rc = FN(sort_nonunique)(T, SA, n, m, usable, name);
+            if (rc == LK_SAIS_DECLINED) {
+                /* Recurse on the whole reduced text (names - 1), with
+                 * SA[0..m) as its suffix array. */
+                for (i = 0; i < m; ++i) RA[i] = (RA[i] < 0 ? -RA[i] : RA[i]) - 1;
+                rc = RECURSE(RA, SA, usable - 2 * m, m, 0, name);
+                if (rc != LK_OK) { free(Bmem); free(Cmem); return rc; }
+                LK_TOC("recurse");
+                /* RA := LMS positions in text order; SA[0..m) := sorted LMS positions. */
+                j = m - 1;
+                c1 = (SX)T[n - 1];
+                t1 = 0;
+                for (i = n - 2; i >= 0; --i) {
+                    c0 = (SX)T[i];
+                    t0 = (c0 < c1) || (c0 == c1 && t1);
+                    if (!t0 && t1) RA[j--] = i + 1;
+                    c1 = c0;
+                    t1 = t0;
+                }
+                for (i = 0; i < m; ++i) SA[i] = RA[SA[i]];
+            } else if (rc != LK_OK) {
+                free(Bmem); free(Cmem); return rc;
             }
-            for (i = 0; i < m; ++i) SA[i] = RA[SA[i]];
+            LK_TOC("reduced");
         }
         /* else: every LMS substring is unique, SA[0..m) is already sorted. */
 

@@ -5,8 +5,10 @@ documents of ~300 tokens on average separated by -1), then in one run:
 
   * suffix-array build: lookupdec's SA-IS vs pysais and pydivsufsort (both
     given the tokens as 2 bytes each, their largest alphabet), each in a fresh
-    subprocess: wall and CPU seconds, and extra peak memory = ru_maxrss after
-    the build - ru_maxrss once the tokens are loaded - 4 bytes/token (the SA);
+    subprocess that loads the corpus saved by this process: wall and CPU
+    seconds of the library call, and its extra peak memory = peak RSS during
+    the call (VmHWM, reset once the input is loaded) - RSS before it - 4
+    bytes/token (an int32 suffix array over the tokens);
   * lookup (match + trie add + top): lookupdec's native path vs a plain numpy
     version of the same rules, median and p99 over contexts drawn from the
     corpus (half whole 16-token windows, half a short corpus tail behind
@@ -28,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -63,42 +64,77 @@ def _two_bytes(tokens: np.ndarray) -> np.ndarray:
     return (tokens.astype(np.int64) + 1).astype(np.uint16)
 
 
-def _build(builder: str, tokens: np.ndarray) -> np.ndarray:
+def _prepare(builder: str, tokens_path: str, two_bytes_path: str):
+    """The builder's input in the form it takes (made before the baseline, so
+    format conversions are not charged to the build)."""
     if builder == "lookupdec":
-        from lookupdec import _native
-        return _native.suffix_array(tokens)
+        return np.load(tokens_path)
     if builder == "pysais":
-        import PySAIS
-        sa = PySAIS.sais(_two_bytes(tokens).astype(">u2").tobytes(), reduce_size=False)
-        return sa[sa % 2 == 0] // 2
+        return np.load(two_bytes_path).astype(">u2").tobytes()
     if builder == "pydivsufsort":
-        import pydivsufsort
-        return pydivsufsort.divsufsort(_two_bytes(tokens))
+        return np.load(two_bytes_path)
     raise ValueError(f"unknown builder {builder!r}; choose from {BUILDERS}")
 
 
-def _measure_child(builder: str, path: str) -> None:
-    """Runs in a subprocess: prints one JSON line of time and memory."""
+def _build(builder: str, data):
+    """The library call alone (its raw result)."""
+    if builder == "lookupdec":
+        from lookupdec import _native
+        return _native.suffix_array(data)
+    if builder == "pysais":
+        import PySAIS
+        return PySAIS.sais(data, reduce_size=False)  # over 2 bytes per token
+    import pydivsufsort
+    return pydivsufsort.divsufsort(data)
+
+
+def _token_sa(builder: str, raw: np.ndarray) -> np.ndarray:
+    """The suffix array over tokens from a builder's raw result."""
+    return raw[raw % 2 == 0] // 2 if builder == "pysais" else raw
+
+
+def _status_kb(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def _measure_child(builder: str, tokens_path: str, two_bytes_path: str) -> None:
+    """Runs in a fresh subprocess: prints one JSON line of time and memory.
+
+    Memory is the build's own peak: the resident-set high-water mark (VmHWM)
+    is reset once the input is loaded, and read right after the library
+    call. ru_maxrss cannot be used here: Linux carries the parent's peak RSS
+    into the child across exec, so it would report the parent's corpus
+    generation instead of the build.
+    """
     if builder == "lookupdec":
         from lookupdec import _native  # noqa: F401  (import cost outside the timing)
     elif builder == "pysais":
         import PySAIS  # noqa: F401
     else:
         import pydivsufsort  # noqa: F401
-    tokens = np.load(path)
-    with open("/proc/self/statm") as f:  # resident pages now (not the import-time peak)
-        base_kb = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
+    data = _prepare(builder, tokens_path, two_bytes_path)
+    n = int(np.load(tokens_path, mmap_mode="r").shape[0])
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # reset VmHWM to the current RSS (the input is resident)
+    base_kb = _status_kb("VmRSS")
     cpu0, t0 = time.process_time(), time.perf_counter()
-    sa = _build(builder, tokens)
+    raw = _build(builder, data)
     seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    extra = (peak_kb - base_kb) * 1024 - 4 * tokens.size
+    peak_kb = _status_kb("VmHWM")
+    # beyond the input and an int32 suffix array over the tokens
+    extra = (peak_kb - base_kb) * 1024 - 4 * n
+    sa = _token_sa(builder, raw)
     print(json.dumps({"builder": builder, "seconds": seconds, "cpu_seconds": cpu,
-                      "extra_bytes_per_token": extra / tokens.size, "n": int(sa.size)}))
+                      "extra_bytes_per_token": extra / n, "peak_minus_input_mb": (peak_kb - base_kb) / 1024,
+                      "n": int(sa.size)}))
 
 
-def measure_build(builder: str, path: str) -> dict:
-    out = subprocess.run([sys.executable, __file__, "--_measure", builder, path],
+def measure_build(builder: str, tokens_path: str, two_bytes_path: str) -> dict:
+    out = subprocess.run([sys.executable, __file__, "--_measure", builder, tokens_path, two_bytes_path],
                          capture_output=True, text=True, cwd=ROOT)
     if out.returncode != 0:
         return {"builder": builder, "error": out.stderr.strip().splitlines()[-1:]}
@@ -225,7 +261,7 @@ def main() -> int:
     ap.add_argument("--builders", default=",".join(BUILDERS), help="comma-separated SA builders")
     ap.add_argument("--no-build-index", action="store_true", help="skip build_index on the sample corpus")
     ap.add_argument("--json", type=Path, help="also write every figure to this JSON file")
-    ap.add_argument("--_measure", nargs=2, help=argparse.SUPPRESS)
+    ap.add_argument("--_measure", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args._measure:
         _measure_child(*args._measure)
@@ -239,12 +275,13 @@ def main() -> int:
     print(f"corpus: {args.tokens:,} Zipfian tokens, vocab 49,152, documents ~300 tokens", file=sys.stderr)
     tokens = zipf_corpus(args.tokens)
     with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "tokens.npy")
-        np.save(path, tokens)
+        tokens_path, two_bytes_path = os.path.join(tmp, "tokens.npy"), os.path.join(tmp, "tokens_u16.npy")
+        np.save(tokens_path, tokens)
+        np.save(two_bytes_path, _two_bytes(tokens))
         results["build"] = []
         for builder in args.builders.split(","):
             print(f"building with {builder} ...", file=sys.stderr)
-            results["build"].append(measure_build(builder, path))
+            results["build"].append(measure_build(builder, tokens_path, two_bytes_path))
     sa = _native.suffix_array(tokens)
     assert _native.check_suffix_array(tokens, sa) == ""
     results["disk_bytes_per_token"] = (tokens.nbytes + sa.nbytes) / tokens.size

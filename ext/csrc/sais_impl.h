@@ -133,6 +133,7 @@ static void FN(close_group)(SX *SA, SX m, SX end, SX gs, SX q) {
 static int FN(sort_nonunique)(const TX *T, SX *SA, SX n, SX m, SX usable, SX names) {
     SX *RA = SA + usable - m;
     SX i, t, kept = 0;
+    LK_TIC();
     for (t = 0; t < m; ++t) kept += RA[t] > 0 || (t > 0 && RA[t - 1] > 0);
     if (kept > m - m / 8 || kept > usable - 2 * m || m + 3 * kept > usable) return LK_SAIS_DECLINED;
 
@@ -179,11 +180,13 @@ static int FN(sort_nonunique)(const TX *T, SX *SA, SX n, SX m, SX usable, SX nam
     }
     free(bits);
     free(before);
+    LK_TOC("cut");
     /* R' next to map: SA[m..m+kept) is where the recursion's SA goes. */
     R2 = (SX *)memmove(SA + usable - 2 * kept, R2, (size_t)kept * sizeof(SX));
     SX *SA2 = SA + m;
     int rc = RECURSE(R2, SA2, usable - m - 3 * kept, kept, 0, k2);
     if (rc != LK_OK) return rc;
+    LK_TOC("cut-recurse");
 
     /* Sorted non-unique LMS suffixes, in order, compacted to SA2[0..nu). */
     SX nu = 0;
@@ -346,6 +349,7 @@ static int FN(main)(const TX *T, SX *SA, SX fs, SX n, SX cmin, SX k) {
         FN(bounds)(T, n, C, B, cmin, k, 1);
         for (i = m; i < n; ++i) SA[i] = 0;
         for (i = m - 1; i >= 0; --i) {
+            if (i >= LK_PF) __builtin_prefetch(T + SA[i - LK_PF]);  /* random text reads */
             j = SA[i];
             SA[i] = 0;
             SA[--B[(SX)T[j]]] = j;

@@ -301,9 +301,13 @@ def test_full_run_writes_json_table_and_plots(qfile, tmp_path, capsys):
     assert doc["summary"]["hf"]["pld"]["overall"]["mean_accepted"] > 2
     for name in ("spec_bench.md", "speedup.png", "accepted_hist.png"):
         assert (out / name).stat().st_size > 0
-    assert (out / "speedup.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for png in ("speedup.png", "accepted_hist.png"):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     printed = capsys.readouterr().out
-    assert "| `pld`" in printed and "Overall vs ar" in printed
+    assert "Overall vs ar" in printed
+    rows = [line.split("|")[1].strip() for line in printed.splitlines() if line.startswith("| `")]
+    # Two tables, each with one row per method, the baseline first.
+    assert rows == ["`hf`", "`ar`", "`pld`", "`llma`"] * 2
 
 
 def test_turn_two_context_and_references(qfile):
@@ -379,3 +383,12 @@ def test_bad_arguments_exit_2(qfile, tmp_path, capsys):
     assert main(["--questions", str(tmp_path / "missing.jsonl")], setup=fake_setup({})) == 2
     assert main(["--questions", str(qfile), "--methods", "ar,nope"], setup=fake_setup({})) == 2
     assert "nope" in capsys.readouterr().err
+
+
+def test_docstring_examples():
+    import doctest
+
+    from specbench import cli, documents, exactness, methods, metrics, tasks
+    for mod in (tasks, documents, exactness, methods, metrics, cli):
+        result = doctest.testmod(mod, extraglobs={"TurnRecord": TurnRecord})
+        assert result.failed == 0, mod.__name__

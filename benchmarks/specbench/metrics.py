@@ -11,6 +11,10 @@ task (or all questions, "overall"):
 - mean accepted tokens = the mean over all steps of the tokens each step
   committed = total committed tokens / total steps.
 
+"overall" averages over questions, as speed.py does over its whole file: on
+the full benchmark every task has 80 questions, but with ``--per-category N``
+MT-bench (8 categories) holds 8N of the 13N questions and weighs accordingly.
+
 The spread shown next to a speedup is the sample standard deviation
 (ddof=1; 0 for one question) of the per-question ratios
 speed_q(method) / speed_q(baseline), with their min and max kept as well.

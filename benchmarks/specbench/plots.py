@@ -68,6 +68,7 @@ def plot_accept_hist(hists: Mapping[str, Mapping[int, int]], methods: Sequence[s
         mean = sum(k * c for k, c in h.items()) / total
         ax.set_title(f"{m} (mean {mean:.2f}, {total} steps)", fontsize="small")
         ax.set_xlabel("tokens per step")
+        ax.tick_params(labelbottom=True)  # sharex hides inner panels' labels otherwise
     for ax in list(axes.flat)[len(shown):]:
         ax.axis("off")
     axes[0][0].set_ylabel("share of steps")

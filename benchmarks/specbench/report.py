@@ -114,4 +114,5 @@ def markdown_table(summaries: Mapping[tuple[str, str], TaskSummary], methods: Se
 def ordered_methods(records: Sequence[TurnRecord], preferred: Sequence[str]) -> list[str]:
     """Methods of ``records``, in ``preferred`` order first, then the rest."""
     present = method_order(records)
-    return [m for m in preferred if m in present] + [m for m in present if m not in preferred]
+    first = [m for m in dict.fromkeys(preferred) if m in present]
+    return first + [m for m in present if m not in first]

@@ -126,63 +126,75 @@ static void FN(close_group)(SX *SA, SX m, SX end, SX gs, SX q) {
  * replace, in order, the negated (non-unique) entries of the sorted list.
  *
  * In: SA[0..m) the LMS positions sorted by LMS substring, non-unique ones
- * negated; RA = SA[usable-m..usable) the signed names in text order (negative
- * = unique). Out: SA[0..m) the sorted LMS suffixes. Returns LK_OK,
- * LK_ENOMEM, or LK_SAIS_DECLINED (nothing changed) when it would not pay or
- * the layout [list m][SA' n' | free][R' n'][map n'] does not fit. */
+ * negated; slots SA[m + p/2] hold the signed name of LMS position p
+ * (negative = unique), 0 elsewhere. Out: SA[0..m) the sorted LMS suffixes.
+ * Returns LK_OK, LK_ENOMEM, or LK_SAIS_DECLINED (nothing changed) when it
+ * would not pay or the layout [list m][SA' n' | free][R' n'][map n'] would
+ * overlap the slots while R' is written. */
 static int FN(sort_nonunique)(const TX *T, SX *SA, SX n, SX m, SX usable, SX names) {
-    SX *RA = SA + usable - m;
+    SX *slot = SA + m;
+    const SX nslots = ((n - 1) >> 1) + 1;
     SX i, t, kept = 0;
     LK_TIC();
-    for (t = 0; t < m; ++t) kept += RA[t] > 0 || (t > 0 && RA[t - 1] > 0);
-    if (kept > m - m / 8 || kept > usable - 2 * m || m + 3 * kept > usable) return LK_SAIS_DECLINED;
 
-    /* Dense order-preserving renaming of the kept names: a bitmap over the
-     * names 1..names and the count of set bits before each word. */
+    /* Kept names (text order): shared ones, and unique ones right after a
+     * shared one; marked in a bitmap over the names 1..names, for a dense
+     * order-preserving renaming (set bits counted before each word). */
     SX words = (names >> 6) + 1;
     uint64_t *bits = (uint64_t *)calloc((size_t)words, sizeof(uint64_t));
     SX *before = (SX *)malloc((size_t)words * sizeof(SX));
     if (bits == NULL || before == NULL) { free(bits); free(before); return LK_ENOMEM; }
-    for (t = 0; t < m; ++t) {
-        SX v = RA[t];
-        if (v > 0 || (t > 0 && RA[t - 1] > 0)) {
-            v = v < 0 ? -v : v;
-            bits[v >> 6] |= (uint64_t)1 << (v & 63);
+    {
+        int prev_shared = 0;
+        for (i = 0; i < nslots; ++i) {
+            SX v = slot[i];
+            if (v != 0) {
+                if (v > 0 || prev_shared) {
+                    SX a = v < 0 ? -v : v;
+                    bits[a >> 6] |= (uint64_t)1 << (a & 63);
+                    ++kept;
+                }
+                prev_shared = v > 0;
+            }
         }
+    }
+    if (kept > m - m / 8 || 2 * kept > usable - m - nslots) {
+        free(bits); free(before);
+        return LK_SAIS_DECLINED;
     }
     SX k2 = 0;
     for (i = 0; i < words; ++i) { before[i] = k2; k2 += (SX)__builtin_popcountll(bits[i]); }
 
-    /* Right to left over the text (for LMS positions) and RA together:
-     * map[w] = LMS position of kept symbol w, negated (~p) when non-unique,
-     * written downward from the top (never past the RA entry being read);
-     * R'[w] (dense names) written into the free middle SA[m..m+kept). */
-    SX *map = SA + usable - kept, *R2 = SA + m;
+    /* Right to left over the slots: map[w] = LMS position of kept symbol w,
+     * negated (~p) when shared; R'[w] = its dense name. A symbol is decided
+     * once its left neighbour is seen. Slot s holds position 2s or 2s+1, and
+     * it is 2s+1 exactly when T[2s] > T[2s+1] (an LMS position is S-type
+     * and follows an L-type one, so only one of the two can be LMS). */
+    SX *map = SA + usable - kept, *R2 = map - kept;
     {
-        SX w = kept, c0, c1 = (SX)T[n - 1];
-        int t0, t1 = 0;
-        t = m;
-        for (i = n - 2; i >= 0; --i) {
-            c0 = (SX)T[i];
-            t0 = (c0 < c1) || (c0 == c1 && t1);
-            if (!t0 && t1) {
-                SX v = RA[--t];
-                if (v > 0 || (t > 0 && RA[t - 1] > 0)) {
-                    SX a = v < 0 ? -v : v;
-                    --w;
-                    R2[w] = before[a >> 6] + (SX)__builtin_popcountll(bits[a >> 6] & (((uint64_t)1 << (a & 63)) - 1));
-                    map[w] = v > 0 ? ~(i + 1) : i + 1;
-                }
-            }
-            c1 = c0;
-            t1 = t0;
+        SX w = kept, pv = 0, pp = 0;
+#define LK_EMIT(v, p) do {                                                         \
+            SX a_ = (v) < 0 ? -(v) : (v);                                          \
+            --w;                                                                   \
+            R2[w] = before[a_ >> 6] +                                              \
+                (SX)__builtin_popcountll(bits[a_ >> 6] & (((uint64_t)1 << (a_ & 63)) - 1)); \
+            map[w] = (v) > 0 ? ~(p) : (p);                                         \
+        } while (0)
+        for (i = nslots - 1; i >= 0; --i) {
+            SX v = slot[i];
+            if (v == 0) continue;
+            SX p0 = 2 * i;
+            SX p = (p0 + 1 < n && (SX)T[p0] > (SX)T[p0 + 1]) ? p0 + 1 : p0;
+            if (pv != 0 && (pv > 0 || v > 0)) LK_EMIT(pv, pp);
+            pv = v;
+            pp = p;
         }
+        if (pv > 0) LK_EMIT(pv, pp);
+#undef LK_EMIT
     }
     free(bits);
     free(before);
     LK_TOC("cut");
-    /* R' next to map: SA[m..m+kept) is where the recursion's SA goes. */
-    R2 = (SX *)memmove(SA + usable - 2 * kept, R2, (size_t)kept * sizeof(SX));
     SX *SA2 = SA + m;
     int rc = RECURSE(R2, SA2, usable - m - 3 * kept, kept, 0, k2);
     if (rc != LK_OK) return rc;
@@ -312,17 +324,15 @@ static int FN(main)(const TX *T, SX *SA, SX fs, SX n, SX cmin, SX k) {
         if (name < m) {
             SX usable = n + fs - bsz;          /* SA[0..usable) is ours */
             SX *RA = SA + usable - m;
-            /* Reduced text RA (signed names, text order) at the end of the
-             * usable space. */
-            j = m - 1;
-            for (i = m + ((n - 1) >> 1); i >= m; --i) {
-                if (SA[i] != 0) RA[j--] = SA[i];
-            }
             int rc = FN(sort_nonunique)(T, SA, n, m, usable, name);
             if (rc == LK_SAIS_DECLINED) {
-                /* Recurse on the whole reduced text (names - 1), with
-                 * SA[0..m) as its suffix array. */
-                for (i = 0; i < m; ++i) RA[i] = (RA[i] < 0 ? -RA[i] : RA[i]) - 1;
+                /* Recurse on the whole reduced text RA (names - 1, text
+                 * order, at the end of the usable space), with SA[0..m) as
+                 * its suffix array. */
+                j = m - 1;
+                for (i = m + ((n - 1) >> 1); i >= m; --i) {
+                    if (SA[i] != 0) RA[j--] = (SA[i] < 0 ? -SA[i] : SA[i]) - 1;
+                }
                 rc = RECURSE(RA, SA, usable - 2 * m, m, 0, name);
                 if (rc != LK_OK) { free(Bmem); free(Cmem); return rc; }
                 LK_TOC("recurse");

@@ -8,7 +8,9 @@
  * Time O(n); extra memory: two bucket arrays of the alphabet size at the top
  * level (the alphabet is rank-compacted first when max id is large compared
  * to n, which costs one int32 per token), and at most one bucket array per
- * recursion level, placed in unused SA space whenever it fits. */
+ * recursion level, placed in unused SA space whenever it fits, plus, when a
+ * level recurses only on its non-unique LMS suffixes, a bitmap of one bit per
+ * reduced name and one count per 64 names (~1/16 byte per LMS suffix). */
 #ifndef LK_SAIS_H
 #define LK_SAIS_H
 

@@ -6,6 +6,7 @@ JSON/Markdown/PNG) runs here in well under a second.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import sys
@@ -250,9 +251,23 @@ def test_speed_table_numbers():
     table = markdown_table(summarize(hand_records(), "hf"), ["hf", "pld"])
     pld_row = next(line for line in table.splitlines() if line.startswith("| `pld`"))
     cells = [c.strip() for c in pld_row.strip("|").split("|")]
-    # Method | QA | RAG | Overall | Mean accepted | Tokens/s
-    assert cells == ["`pld`", "1.67×±0.35", "2.50×±0.00", "1.88×±0.50", "2.74", "25.0"]
+    # Method | QA | RAG | Overall | Mean accepted | Tokens/s | Overhead (none reported: "–")
+    assert cells == ["`pld`", "1.67×±0.35", "2.50×±0.00", "1.88×±0.50", "2.74", "25.0", "–"]
     assert "QA (n=2)" in table and "RAG (n=1)" in table and "Overall (n=3)" in table
+
+
+def test_overhead_share_by_hand():
+    # pld reports forward / outside-forward times: q1 900/100 ms + 450/50 ms, q2 570/30 ms.
+    timed = {(1, 1): (900.0, 100.0), (1, 2): (450.0, 50.0), (2, 1): (570.0, 30.0), (3, 1): (380.0, 20.0)}
+    recs = [dataclasses.replace(r, forward_ms=timed[(r.question_id, r.turn)][0],
+                                overhead_ms=timed[(r.question_id, r.turn)][1]) if r.method == "pld" else r
+            for r in hand_records()]
+    s = summarize(recs, "hf")
+    assert s[("pld", "qa")].overhead_pct == pytest.approx(100 * 180 / 2100)  # (100+50+30) / (1920+180)
+    assert s[("pld", "overall")].overhead_pct == pytest.approx(100 * 200 / 2500)
+    assert math.isnan(s[("hf", "overall")].overhead_pct)  # the peers report no split
+    pld_row = next(line for line in markdown_table(s, ["hf", "pld"]).splitlines() if line.startswith("| `pld`"))
+    assert pld_row.rstrip(" |").endswith("8.0%")
 
 
 def test_summarize_refuses_uneven_question_sets():

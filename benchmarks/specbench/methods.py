@@ -22,6 +22,7 @@ Adding one is one line in ``LOOKUPDEC_METHODS``.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
@@ -55,11 +56,16 @@ class MethodOutput:
         steps: target-model forward passes, prefill included.
         step_lengths: tokens committed by each step (accepted draft tokens + 1);
             empty when the method does not report them.
+        forward_ms: time inside the target's forward passes (NaN when unknown).
+        overhead_ms: time outside them: drafting, acceptance, cache commit,
+            stop checks (NaN when unknown).
     """
 
     token_ids: tuple[int, ...]
     steps: int
     step_lengths: tuple[int, ...] = ()
+    forward_ms: float = math.nan
+    overhead_ms: float = math.nan
 
 
 class Method(Protocol):
@@ -164,7 +170,9 @@ class LookupdecMethod:
         res = self.decoder.generate(list(prompt_ids), method=self.name, max_new_tokens=max_new_tokens,
                                     temperature=0.0, references=refs, chat_template=False)
         lengths = step_lengths_from_stats(res.step_stats, res.new_tokens)
-        return MethodOutput(tuple(int(t) for t in res.token_ids), int(res.steps), lengths)
+        forward = sum(s.verify_ms for s in res.step_stats)
+        overhead = sum(s.draft_ms + s.other_ms for s in res.step_stats)
+        return MethodOutput(tuple(int(t) for t in res.token_ids), int(res.steps), lengths, forward, overhead)
 
 
 def step_lengths_from_stats(step_stats, new_tokens: int) -> tuple[int, ...]:

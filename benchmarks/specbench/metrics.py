@@ -44,6 +44,8 @@ class QuestionSpeed:
     seconds: float
     committed_tokens: int
     steps: int
+    forward_ms: float = math.nan
+    overhead_ms: float = math.nan
 
     @property
     def tokens_per_s(self) -> float:
@@ -63,6 +65,9 @@ class TaskSummary:
         speedup_std: sample std of the per-question speedups (0 for one question).
         speedup_min, speedup_max: extremes of the per-question speedups.
         mean_accepted: committed tokens / steps over the task.
+        overhead_pct: share of the step time spent outside the target's
+            forward passes (drafting, acceptance, cache commit), in percent;
+            NaN for methods that do not report it (the transformers peers).
     """
 
     method: str
@@ -76,6 +81,7 @@ class TaskSummary:
     speedup_min: float
     speedup_max: float
     mean_accepted: float
+    overhead_pct: float = math.nan
 
 
 def question_speeds(records: Iterable[TurnRecord]) -> dict[tuple[str, int], QuestionSpeed]:
@@ -90,13 +96,15 @@ def question_speeds(records: Iterable[TurnRecord]) -> dict[tuple[str, int], Ques
     for r in records:
         key = (r.method, r.question_id)
         if key not in acc:
-            acc[key] = [r.task, 0, 0.0, 0, 0]
+            acc[key] = [r.task, 0, 0.0, 0, 0, 0.0, 0.0]
         a = acc[key]
         a[1] += r.new_tokens
         a[2] += r.seconds
         a[3] += r.committed_tokens
         a[4] += r.steps
-    return {k: QuestionSpeed(k[0], k[1], a[0], a[1], a[2], a[3], a[4]) for k, a in acc.items()}
+        a[5] += r.forward_ms
+        a[6] += r.overhead_ms
+    return {k: QuestionSpeed(k[0], k[1], *a) for k, a in acc.items()}
 
 
 def _sample_std(xs: Sequence[float]) -> float:
@@ -144,11 +152,14 @@ def summarize(records: Sequence[TurnRecord], baseline: str) -> dict[tuple[str, s
             base_tps = statistics.fmean(s.tokens_per_s for s in theirs)
             ratios = [m.tokens_per_s / b.tokens_per_s for m, b in zip(mine, theirs, strict=True)]
             steps = sum(s.steps for s in mine)
+            forward = sum(s.forward_ms for s in mine)
+            overhead = sum(s.overhead_ms for s in mine)
             out[(method, task)] = TaskSummary(
                 method=method, task=task, baseline=baseline, n_questions=len(ids),
                 tokens_per_s=tps, baseline_tokens_per_s=base_tps, speedup=tps / base_tps,
                 speedup_std=_sample_std(ratios), speedup_min=min(ratios), speedup_max=max(ratios),
                 mean_accepted=sum(s.committed_tokens for s in mine) / steps if steps else math.nan,
+                overhead_pct=100.0 * overhead / (forward + overhead) if forward + overhead > 0 else math.nan,
             )
     return out
 

@@ -17,6 +17,8 @@ from its own answer, and all methods get byte-identical prompt ids.
 """
 from __future__ import annotations
 
+import math
+
 import statistics
 import time
 from collections import Counter
@@ -92,6 +94,8 @@ class TurnRecord:
             (the numerator of mean accepted tokens per step).
         accept_hist: tokens committed per step -> number of steps.
         token_ids: the canonical new tokens.
+        forward_ms, overhead_ms: time inside / outside the target's forward
+            passes (first repeat; NaN for methods that do not report it).
     """
 
     method: str
@@ -106,6 +110,8 @@ class TurnRecord:
     committed_tokens: int
     accept_hist: Mapping[int, int] = field(default_factory=dict)
     token_ids: tuple[int, ...] = ()
+    forward_ms: float = math.nan
+    overhead_ms: float = math.nan
 
     @property
     def tokens_per_s(self) -> float:
@@ -122,6 +128,7 @@ def _record(method: str, q: Question, turn: int, outs: list[MethodOutput], secs:
         new_tokens=len(ids), seconds=statistics.median(secs), seconds_repeats=tuple(secs),
         steps=first.steps, committed_tokens=len(first.token_ids),
         accept_hist=dict(sorted(Counter(lengths).items())), token_ids=ids,
+        forward_ms=first.forward_ms, overhead_ms=first.overhead_ms,
     )
 
 

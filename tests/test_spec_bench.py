@@ -130,6 +130,11 @@ def test_task_grouping_from_a_tiny_questions_file(qfile):
     assert qs[0].turns == ("Write a poem about tea.", "Now make it rhyme.")
     # per_category counts categories, not tasks: one 'writing' and one 'math' question both stay.
     assert [q.question_id for q in load_questions(qfile, per_category=1)] == [81, 111, 161, 241, 321, 401, 481]
+    # --tasks keeps whole tasks (every MT-bench category for mt_bench).
+    assert [q.task for q in load_questions(qfile, tasks=["summarization", "rag"])] == ["summarization", "rag"]
+    assert len(load_questions(qfile, tasks=["mt_bench"])) == 3
+    with pytest.raises(ValueError, match="poetry"):
+        load_questions(qfile, tasks=["poetry"])
 
 
 def test_task_of_rejects_unknown_category():

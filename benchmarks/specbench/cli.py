@@ -52,6 +52,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--questions", type=Path, default=DEFAULT_QUESTIONS, help="Spec-Bench question.jsonl")
     ap.add_argument("--per-category", type=int, default=None, metavar="N",
                     help="first N questions of each of the 13 categories (default: all 480)")
+    ap.add_argument("--tasks", default=None,
+                    help="comma list of tasks to run (mt_bench,translation,summarization,qa,math_reasoning,rag); "
+                         "default: all six")
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--methods", default="all",
                     help=f"comma list from {','.join(list(PEER_METHODS) + list(LOOKUPDEC_METHODS))}; "
@@ -167,7 +170,8 @@ def main(argv: Sequence[str] | None = None,
         if available is None:
             available = known_method_names(decoder_method_names())
         names = choose_methods(args.methods, available)
-        questions = load_questions(args.questions, args.per_category)
+        tasks = None if args.tasks is None else [t.strip() for t in args.tasks.split(",") if t.strip()]
+        questions = load_questions(args.questions, args.per_category, tasks)
         config = RunConfig(args.max_new_tokens, args.repeats, args.warmup_tokens)
     except (ValueError, FileNotFoundError) as exc:
         print(f"spec_bench: error: {exc}", file=sys.stderr)
@@ -178,7 +182,7 @@ def main(argv: Sequence[str] | None = None,
     args.out.mkdir(parents=True, exist_ok=True)
     run_config = {
         "argv": list(sys.argv[1:] if argv is None else argv),
-        "questions": str(args.questions), "per_category": args.per_category,
+        "questions": str(args.questions), "per_category": args.per_category, "tasks": args.tasks,
         "n_questions": len(questions), "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
         "warmup_tokens": args.warmup_tokens, "methods": list(env.methods), "reference": REFERENCE_METHOD,
         "eos_ids": list(env.eos_ids), **env.info,

@@ -11,6 +11,7 @@ import json
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 # Spec-Bench groups these eight MT-bench categories into the task "mt_bench".
 MT_BENCH_CATEGORIES = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
@@ -64,13 +65,16 @@ def task_of(category: str) -> str:
     )
 
 
-def load_questions(path: str | Path, per_category: int | None = None) -> list[Question]:
+def load_questions(path: str | Path, per_category: int | None = None,
+                   tasks: Sequence[str] | None = None) -> list[Question]:
     """Read the question file, keeping the first ``per_category`` of each category.
 
     Args:
         path: a Spec-Bench ``question.jsonl``.
         per_category: how many questions of each category to keep, in file
             order; ``None`` keeps all.
+        tasks: keep only questions of these tasks (names from ``TASKS``);
+            ``None`` keeps every task.
 
     Returns:
         The selected questions in file order.
@@ -78,7 +82,7 @@ def load_questions(path: str | Path, per_category: int | None = None) -> list[Qu
     Raises:
         FileNotFoundError: when ``path`` does not exist.
         ValueError: for a malformed line (named by file and line number), an
-            unknown category, a question without turns, or ``per_category < 1``.
+            unknown category or task, a question without turns, or ``per_category < 1``.
 
     Example:
         >>> qs = load_questions("../shared/data/spec_bench_question.jsonl", per_category=1)  # doctest: +SKIP
@@ -87,6 +91,10 @@ def load_questions(path: str | Path, per_category: int | None = None) -> list[Qu
     """
     if per_category is not None and per_category < 1:
         raise ValueError(f"per_category must be at least 1, got {per_category}; omit it to keep every question")
+    if tasks is not None:
+        unknown = sorted(set(tasks) - set(TASKS))
+        if unknown or not tasks:
+            raise ValueError(f"unknown task(s) {unknown or tasks!r}; choose from {', '.join(TASKS)}")
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"Spec-Bench question file not found: {path}; pass --questions PATH")
@@ -104,6 +112,8 @@ def load_questions(path: str | Path, per_category: int | None = None) -> list[Qu
             if not turns or not all(isinstance(t, str) for t in turns):
                 raise ValueError(f"{path}:{lineno}: question {qid} needs a non-empty list of string turns")
             task = task_of(category)
+            if tasks is not None and task not in tasks:
+                continue
             if per_category is not None and kept[category] >= per_category:
                 continue
             kept[category] += 1

@@ -153,9 +153,11 @@ class Decoder:
             default, or an already ``LoadedModel``.
         dtype: "float32" (default), "bfloat16" or "float16".
         device: torch device; None = CUDA when available, else CPU.
-        fast_kernels: prepack linear weights for oneDNN (CPU float32 only;
-            ignored elsewhere). Greedy output then equals our ``ar`` with the
-            same kernels; turn off to match transformers' kernels exactly.
+        fast_kernels: CPU float32 only (ignored elsewhere): Llama-family
+            models run the lean forward of ``lookupdec.fast_forward``, others
+            transformers' forward with linear weights prepacked for oneDNN.
+            Greedy output then equals our ``ar`` with the same kernels; turn
+            off to match transformers' kernels exactly.
         tree_masks: None = from the model's attention implementation; False
             forces chain verification.
         draft_budget: most tree nodes verified per step.
@@ -174,12 +176,14 @@ class Decoder:
 
         self.loaded = model if isinstance(model, LoadedModel) else load_model(model, dtype=dtype, device=device)
         self.fast_kernels = bool(fast_kernels) and fast_kernels_available(self.loaded.model)
-        if self.fast_kernels:
-            pack_linears(self.loaded.model)
         if draft_budget < 0:
             raise ValueError(f"draft_budget must be >= 0, got {draft_budget}")
         self.draft_budget = int(draft_budget)
-        self.verifier = TreeVerifier(self.loaded.model, tree_masks=tree_masks)
+        # Fast kernels: the lean forward for Llama-family models; other models
+        # keep transformers' forward with prepacked linear weights.
+        self.verifier = TreeVerifier(self.loaded.model, tree_masks=tree_masks, fast=self.fast_kernels)
+        if self.fast_kernels and self.verifier.backend == "hf":
+            pack_linears(self.loaded.model)
         self._torch = torch
 
     @property
@@ -258,7 +262,6 @@ class Decoder:
         return sample(target_probs(logits, params).cpu(), generator)
 
     def _run(self, prompt_ids, drafter, method_name, max_new, params, generator, stops, on_text) -> GenerationResult:
-        from lookupdec.kvcache import new_cache
         from lookupdec.sampling import target_probs
         from lookupdec.verify import clip_depth, greedy_accept, sample_accept
 
@@ -272,7 +275,7 @@ class Decoder:
         if max_new == 0:
             return self._result(stream, new, prompt_ids, stats, 0.0, method_name, stop_reason)
         budget = self.draft_budget
-        cache = new_cache(self.model.config, len(prompt_ids) + max_new + self.verifier.width(budget))
+        cache = self.verifier.new_cache(len(prompt_ids) + max_new + self.verifier.width(budget))
         with torch.inference_mode():
             t0 = time.perf_counter()
             drafter.begin(list(prompt_ids))

@@ -10,6 +10,11 @@ tree node and any padding. ``keep_rows`` moves the accepted path's rows to
 ``past + 1 ..`` in place and drops the rest (``crop``). It works on any
 layer whose ``keys``/``values`` are ``(batch, heads, seq, dim)`` tensors, so it
 serves both ``BufferedLayer`` and plain ``DynamicLayer`` caches.
+
+``FlatKVCache`` is the cache of the fast CPU forward (``lookupdec.fast_forward``):
+one tensor ``(layers, 2, capacity, kv_heads, head_dim)`` holding every
+layer's keys and values row-major in sequence position, so a commit moves
+the accepted rows of all layers with one indexed copy.
 """
 from __future__ import annotations
 
@@ -99,6 +104,56 @@ class BufferedCache(DynamicCache):
         Cache.__init__(self, layers=layers)
 
 
+class FlatKVCache:
+    """Keys and values of every layer in one preallocated tensor (grows geometrically).
+
+    Attributes:
+        kv: ``(layers, 2, capacity, kv_heads, head_dim)``; ``kv[l, 0]`` keys, ``kv[l, 1]``
+            values of layer ``l``; rows ``0..length-1`` are valid.
+        length: number of valid rows (positions in the sequence).
+
+    Example:
+        >>> c = FlatKVCache(layers=2, kv_heads=1, head_dim=4, capacity=8)
+        >>> c.reserve(20); c.kv.shape[2] >= 20, c.length
+        (True, 0)
+    """
+
+    def __init__(self, layers: int, kv_heads: int, head_dim: int, capacity: int, *,
+                 dtype: torch.dtype = torch.float32, device="cpu") -> None:
+        self.kv = torch.empty((layers, 2, max(int(capacity), 1), kv_heads, head_dim), dtype=dtype, device=device)
+        self.length = 0
+
+    def reserve(self, needed: int) -> None:
+        """Make room for ``needed`` rows (copies the valid rows once when it grows)."""
+        cap = self.kv.shape[2]
+        if needed <= cap:
+            return
+        kv = self.kv.new_empty((self.kv.shape[0], 2, max(needed, 2 * cap), *self.kv.shape[3:]))
+        kv[:, :, : self.length] = self.kv[:, :, : self.length]
+        self.kv = kv
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def crop(self, length: int) -> None:
+        """Keep the first ``length`` rows (a negative value drops that many rows from the end)."""
+        self.length = self.length + length if length < 0 else min(self.length, length)
+
+    def keep_rows(self, past: int, rows: Sequence[int]) -> None:
+        """See ``keep_rows``: rows ``0..past-1`` stay, ``rows`` move to ``past, past+1, ...``."""
+        rows = list(rows)
+        same = 0
+        while same < len(rows) and rows[same] == past + same:
+            same += 1
+        new_len = past + len(rows)
+        assert new_len <= self.length, (new_len, self.length)
+        if same < len(rows):
+            src = torch.tensor(rows[same:], dtype=torch.long, device=self.kv.device)
+            # index_select copies the source rows first: overlapping ranges are safe.
+            self.kv[:, :, past + same:new_len] = self.kv.index_select(2, src)
+        self.length = new_len
+
+
 def keep_rows(cache: DynamicCache, past: int, rows: Sequence[int]) -> None:
     """Keep rows ``0..past-1`` plus ``rows`` (absolute, ascending, all >= past); drop the rest.
 
@@ -113,6 +168,9 @@ def keep_rows(cache: DynamicCache, past: int, rows: Sequence[int]) -> None:
         After verifying root+3 nodes on a 10-row past (rows 10..13) and accepting
         nodes 0 and 2: ``keep_rows(cache, 10, [10, 11, 13])`` leaves 13 rows.
     """
+    if isinstance(cache, FlatKVCache):
+        cache.keep_rows(past, rows)
+        return
     rows = list(rows)
     # Rows already in place (the root and a prefix of the chain) need no copy.
     same = 0

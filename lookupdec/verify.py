@@ -21,6 +21,13 @@ others (flash attention, linear attention, sliding-window layers) get chain
 verification: the tree is cut to its longest root-to-leaf path and verified
 with the ordinary causal mask. The choice is made from the model's config
 (``supports_tree_mask``), once per model.
+
+Two backends run the forward: transformers' own model forward (``hf``: any
+model, any device), and, when asked with ``fast=True`` and the model
+qualifies (a Llama-family float32 model on the CPU), the lean forward of
+``lookupdec.fast_forward`` (``fast``) with its own flat KV cache. Every call
+of one verifier (prefill, plain steps, tree steps) goes through the same
+backend, so plain decoding and tree decoding share their kernels.
 """
 from __future__ import annotations
 
@@ -30,7 +37,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from lookupdec.kvcache import all_full_attention, keep_rows
+from lookupdec.kvcache import all_full_attention, keep_rows, new_cache
 from lookupdec.tree import DraftTree
 
 _TREE_MASK_ATTENTION = ("sdpa", "eager")
@@ -225,16 +232,37 @@ class TreeVerifier:
         tree_masks: verify whole trees (True), only the longest path (False),
             or decide from the model's attention implementation (None).
         pad_multiple: round widths above 1 up to a multiple of this.
+        fast: use the lean CPU forward (``lookupdec.fast_forward``) when the
+            model qualifies; otherwise (and when False) transformers' forward.
+
+    Attributes:
+        backend: "fast" or "hf", the forward actually used.
     """
 
-    def __init__(self, model, *, tree_masks: bool | None = None, pad_multiple: int = 4) -> None:
+    def __init__(self, model, *, tree_masks: bool | None = None, pad_multiple: int = 4, fast: bool = False) -> None:
         self.model = model
-        self.tree_masks = supports_tree_mask(model) if tree_masks is None else bool(tree_masks)
+        self.fast = None
+        if fast:
+            from lookupdec.fast_forward import FastForward, supports_fast_forward
+
+            if supports_fast_forward(model):
+                self.fast = FastForward(model)
+        self.backend = "hf" if self.fast is None else "fast"
+        if tree_masks is None:
+            # The fast forward takes a float bias on every supported model.
+            tree_masks = True if self.fast is not None else supports_tree_mask(model)
+        self.tree_masks = bool(tree_masks)
         if pad_multiple < 1:
             raise ValueError(f"pad_multiple must be >= 1, got {pad_multiple}")
         self.pad_multiple = int(pad_multiple)
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
+
+    def new_cache(self, capacity: int):
+        """An empty KV cache for this verifier's backend, for up to ``capacity`` rows (it grows)."""
+        if self.fast is not None:
+            return self.fast.new_cache(capacity)
+        return new_cache(self.model.config, capacity)
 
     def width(self, n_nodes: int) -> int:
         w = 1 + n_nodes
@@ -245,6 +273,10 @@ class TreeVerifier:
     @torch.inference_mode()
     def prefill(self, cache, prompt_ids: list[int]) -> torch.Tensor:
         """Run the prompt into an empty cache; return the last row's logits ``(vocab,)``."""
+        if self.fast is not None:
+            n = len(prompt_ids)
+            ids = torch.tensor(prompt_ids, dtype=torch.long)
+            return self.fast.forward(cache, ids, torch.arange(n), None, [n - 1], causal=True)[0]
         ids = torch.tensor([prompt_ids], dtype=torch.long, device=self.device)
         out = self.model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
         return out.logits[0, -1]
@@ -258,6 +290,8 @@ class TreeVerifier:
         if not self.tree_masks:
             tree = longest_path(tree)
         n = len(tree)
+        if self.fast is not None:
+            return self._fast_forward(cache, past, root, tree)
         if n == 0:
             # Plain decoding step: exactly what transformers' generate() runs.
             ids = torch.tensor([[root]], dtype=torch.long, device=self.device)
@@ -280,6 +314,22 @@ class TreeVerifier:
         out = self.model(input_ids=ids_t, position_ids=pos_t, attention_mask=mask, past_key_values=cache,
                          use_cache=True, logits_to_keep=keep)
         return VerifyResult(out.logits[0, : 1 + n], tree)
+
+    def _fast_forward(self, cache, past: int, root: int, tree: DraftTree) -> VerifyResult:
+        n = len(tree)
+        assert cache.length == past, (cache.length, past)
+        if n == 0:
+            # Plain step: one row attends to the whole cache and itself, no mask needed.
+            logits = self.fast.forward(cache, torch.tensor([root]), torch.tensor([past]), None, slice(0, 1))
+            return VerifyResult(logits, tree)
+        width = self.width(n)
+        ids = np.full(width, root, dtype=np.int64)
+        ids[1 : 1 + n] = tree.tokens
+        pos = np.full(width, past, dtype=np.int64)
+        pos[1 : 1 + n] += tree.depth
+        bias = tree_attention_bias(tree, past, width, torch.float32, "cpu")[0, 0]
+        logits = self.fast.forward(cache, torch.from_numpy(ids), torch.from_numpy(pos), bias, slice(0, 1 + n))
+        return VerifyResult(logits, tree)
 
     @torch.inference_mode()
     def commit(self, cache, past: int, nodes: tuple[int, ...]) -> None:

@@ -1,0 +1,270 @@
+"""A lean CPU float32 forward for Llama-family targets (Llama, SmolLM2, Qwen2, Mistral).
+
+transformers' forward spends as much time in per-module Python, mask
+building and layout conversions as in the matrix products on a small model
+decoding one token at a time on a CPU. ``FastForward`` runs the same
+computation from the loaded model's own weights with the fewest torch calls:
+
+- q/k/v fused into one product and gate/up into another, each weight
+  prepacked once for oneDNN and multiplied with
+  ``torch.ops.mkldnn._linear_pointwise``, which takes and returns ordinary
+  dense tensors (no per-call ``to_mkldnn``/``to_dense`` conversion);
+- rotary embeddings from cos/sin tables indexed by position (the tables are
+  produced by the model's own rotary module, so they equal its values bit
+  for bit);
+- grouped-query attention with ``F.scaled_dot_product_attention`` over a
+  preallocated KV cache (``FlatKVCache``) written in place; width-1 steps
+  run with no mask, tree steps with the float tree bias;
+- the final norm and ``lm_head`` only for the rows whose logits are needed.
+
+The result equals the model's forward up to float rounding (tests compare
+logits within 1e-4); greedy exactness is stated against decoding with this
+same forward (``ar`` runs through it too).
+
+``supports_fast_forward`` decides whether a model qualifies; everything else
+(CUDA, other dtypes, other architectures, rope types whose frequencies depend
+on the sequence length, sliding windows) keeps transformers' forward.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+
+from lookupdec.kvcache import FlatKVCache, all_full_attention
+
+# model_type values whose decoder layer is: RMSNorm, attention (q/k/v/o
+# projections, rotary, GQA), residual, RMSNorm, SiLU-gated MLP, residual.
+SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral")
+# Rope types whose inverse frequencies do not depend on the sequence length,
+# so one cos/sin table serves every position.
+SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
+
+
+def _dense_linear(module) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Weight and bias of an ``nn.Linear`` or of a ``PackedLinear`` (packed by ``fast_kernels``)."""
+    if hasattr(module, "packed_weight"):
+        return module.packed_weight.to_dense(), module._dense_bias
+    return module.weight.detach(), None if module.bias is None else module.bias.detach()
+
+
+def fast_forward_unsupported_reason(model) -> str:
+    """Why ``model`` cannot use ``FastForward`` ("" when it can).
+
+    Example:
+        >>> fast_forward_unsupported_reason(tiny_llama)     # doctest: +SKIP
+        ''
+    """
+    cfg = model.config
+    if getattr(cfg, "model_type", None) not in SUPPORTED_MODEL_TYPES:
+        return f"model_type {getattr(cfg, 'model_type', None)!r} is not one of {SUPPORTED_MODEL_TYPES}"
+    param = next(model.parameters())
+    if param.device.type != "cpu" or param.dtype != torch.float32:
+        return f"needs a float32 CPU model, got {param.dtype} on {param.device}"
+    if not torch.backends.mkldnn.is_available():
+        return "torch is built without oneDNN"
+    if not all_full_attention(cfg):
+        return "sliding-window or non-full attention layers"
+    if getattr(cfg, "hidden_act", "silu") != "silu":
+        return f"hidden_act {cfg.hidden_act!r} is not silu"
+    inner = getattr(model, "model", None)
+    rotary = getattr(inner, "rotary_emb", None)
+    if rotary is None or getattr(rotary, "rope_type", None) not in SUPPORTED_ROPE_TYPES:
+        return f"rope type {getattr(rotary, 'rope_type', None)!r} is not one of {SUPPORTED_ROPE_TYPES}"
+    layer = inner.layers[0]
+    attn, mlp = layer.self_attn, layer.mlp
+    for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
+        if not hasattr(attn, name):
+            return f"attention has no {name}"
+    for name in ("gate_proj", "up_proj", "down_proj"):
+        if not hasattr(mlp, name):
+            return f"MLP has no {name}"
+    if any(hasattr(attn, n) for n in ("q_norm", "k_norm")):
+        return "q/k norms are not supported"
+    return ""
+
+
+def supports_fast_forward(model) -> bool:
+    """True when ``FastForward(model)`` computes the model's forward (see the module docstring)."""
+    return fast_forward_unsupported_reason(model) == ""
+
+
+class _Linear:
+    """``y = x @ W.T + b`` with ``W`` prepacked for oneDNN; ``x`` and ``y`` are dense 2-D tensors."""
+
+    __slots__ = ("weight", "bias", "out_features")
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+        weight = weight.detach().float().contiguous()
+        self.out_features = weight.shape[0]
+        self.weight = weight.to_mkldnn()
+        self.bias = None if bias is None else bias.detach().float().contiguous()
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
+
+
+def _cat_bias(biases: Sequence[torch.Tensor | None], sizes: Sequence[int]) -> torch.Tensor | None:
+    if all(b is None for b in biases):
+        return None
+    return torch.cat([torch.zeros(n) if b is None else b.float() for b, n in zip(biases, sizes)])
+
+
+@dataclass
+class _Layer:
+    in_norm: torch.Tensor
+    post_norm: torch.Tensor
+    qkv: _Linear
+    o: _Linear
+    gate_up: _Linear
+    down: _Linear
+
+
+class FastForward:
+    """The lean forward of one Llama-family model (see the module docstring).
+
+    Args:
+        model: a transformers causal LM for which ``supports_fast_forward`` holds.
+            Its weights are copied (fused and prepacked); the model is not changed.
+    Raises:
+        ValueError: the model does not qualify (the message says why).
+
+    Example:
+        >>> ff = FastForward(model)                                  # doctest: +SKIP
+        >>> cache = ff.new_cache(64)                                  # doctest: +SKIP
+        >>> ff.forward(cache, torch.tensor([5, 6]), torch.tensor([0, 1]), None, [1]).shape  # doctest: +SKIP
+        torch.Size([1, vocab])
+    """
+
+    def __init__(self, model) -> None:
+        reason = fast_forward_unsupported_reason(model)
+        if reason:
+            raise ValueError(f"the fast forward does not support this model: {reason}; use transformers' forward")
+        inner = model.model
+        attn0 = inner.layers[0].self_attn
+        cfg = model.config
+        self.n_heads = cfg.num_attention_heads
+        self.n_kv_heads = getattr(cfg, "num_key_value_heads", None) or self.n_heads
+        self.head_dim = attn0.head_dim
+        self.scaling = float(attn0.scaling)
+        self.eps = float(inner.layers[0].input_layernorm.variance_epsilon)
+        self.final_eps = float(inner.norm.variance_epsilon)
+        self.hidden = cfg.hidden_size
+        self.intermediate = inner.layers[0].mlp.gate_proj.out_features
+        self.n_layers = len(inner.layers)
+        self.embed = inner.embed_tokens.weight.detach()
+        self.final_norm = inner.norm.weight.detach().float().contiguous()
+        w, b = _dense_linear(model.lm_head)
+        self.lm_head = _Linear(w, b)
+        self.vocab = w.shape[0]
+        self._rotary = inner.rotary_emb
+        self._cos = self._sin_signed = torch.empty(0)
+        self._ensure_positions(int(getattr(cfg, "max_position_embeddings", 2048) or 2048))
+        q_size, kv_size = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
+        self.layers: list[_Layer] = []
+        for layer in inner.layers:
+            a, m = layer.self_attn, layer.mlp
+            (wq, bq), (wk, bk), (wv, bv) = (_dense_linear(a.q_proj), _dense_linear(a.k_proj), _dense_linear(a.v_proj))
+            (wg, bg), (wu, bu) = _dense_linear(m.gate_proj), _dense_linear(m.up_proj)
+            self.layers.append(_Layer(
+                in_norm=layer.input_layernorm.weight.detach().float().contiguous(),
+                post_norm=layer.post_attention_layernorm.weight.detach().float().contiguous(),
+                qkv=_Linear(torch.cat([wq, wk, wv]), _cat_bias([bq, bk, bv], [q_size, kv_size, kv_size])),
+                o=_Linear(*_dense_linear(a.o_proj)),
+                gate_up=_Linear(torch.cat([wg, wu]), _cat_bias([bg, bu], [self.intermediate, self.intermediate])),
+                down=_Linear(*_dense_linear(m.down_proj)),
+            ))
+
+    def _ensure_positions(self, n: int) -> None:
+        """Make the cos/sin tables cover positions ``0..n-1``.
+
+        The tables come from the model's own rotary module evaluated at every
+        position, so a lookup equals what the model computes for that position.
+        ``sin_signed`` has its first half negated: with ``x_rot = roll(x, D/2)``
+        = ``[x2, x1]``, ``x * cos + x_rot * sin_signed`` is the model's
+        ``x * cos + rotate_half(x) * sin`` with ``rotate_half(x) = [-x2, x1]``.
+        """
+        if n <= self._cos.shape[0]:
+            return
+        n = max(n, 2 * self._cos.shape[0])
+        pos = torch.arange(n).unsqueeze(0)
+        with torch.no_grad():
+            cos, sin = self._rotary(torch.zeros(1, dtype=torch.float32), pos)
+        cos, sin = cos[0].float().contiguous(), sin[0].float().clone()
+        half = self.head_dim // 2
+        sin[:, :half].neg_()
+        self._cos, self._sin_signed = cos, sin.contiguous()
+
+    def new_cache(self, capacity: int) -> FlatKVCache:
+        """An empty KV cache for one sequence of up to ``capacity`` rows (it grows if needed)."""
+        return FlatKVCache(self.n_layers, self.n_kv_heads, self.head_dim, capacity)
+
+    def _rms(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        return F.rms_norm(x, (x.shape[-1],), weight, eps)
+
+    @torch.inference_mode()
+    def forward(self, cache: FlatKVCache, ids: torch.Tensor, positions: torch.Tensor, bias: torch.Tensor | None,
+                logit_rows: Sequence[int] | slice | None, *, causal: bool = False) -> torch.Tensor:
+        """Run ``ids`` on top of the cache's rows; append their keys/values to the cache.
+
+        Args:
+            cache: the sequence's cache; its length grows by ``len(ids)``.
+            ids: ``(W,)`` int64 token ids.
+            positions: ``(W,)`` int64 rotary positions.
+            bias: float ``(W, past + W)`` attention bias (0 = attend, -inf-like = not),
+                or None: with ``causal`` the rows attend causally, else every row
+                attends to every cached row and all ``W`` rows (right for ``W == 1``).
+            logit_rows: which rows get logits (indices or a slice); None = none.
+            causal: ordinary causal attention among the ``W`` rows (prefill on an empty cache).
+        Returns:
+            ``(len(logit_rows), vocab)`` float32 logits (an empty tensor when ``logit_rows`` is None).
+        """
+        w = ids.shape[0]
+        past = cache.length
+        end = past + w
+        if causal and past:
+            raise ValueError("causal forwards run on an empty cache only (prefill)")
+        self._ensure_positions(int(positions.max()) + 1)
+        cache.reserve(end)
+        H, Hk, D = self.n_heads, self.n_kv_heads, self.head_dim
+        q_size, kv_size = H * D, Hk * D
+        cos = self._cos.index_select(0, positions).unsqueeze(1)         # (W, 1, D)
+        sin = self._sin_signed.index_select(0, positions).unsqueeze(1)
+        mask = None if bias is None else bias.view(1, 1, w, end)
+        x = F.embedding(ids, self.embed)                                  # (W, hidden)
+        kv = cache.kv
+        half = D // 2
+        for li, layer in enumerate(self.layers):
+            h = self._rms(x, layer.in_norm, self.eps)
+            qkv = layer.qkv(h)                                            # (W, (H + 2 Hk) D)
+            qk = qkv[:, : q_size + kv_size].view(w, H + Hk, D)
+            qk = qk * cos + torch.roll(qk, half, -1) * sin              # rotary on q and k at once
+            # Keys and values go straight into the cache rows past..end (layout: row, head, dim).
+            kv[li, 0, past:end] = qk[:, H:]
+            kv[li, 1, past:end] = qkv[:, q_size + kv_size:].view(w, Hk, D)
+            q = qk[:, :H].transpose(0, 1).unsqueeze(0)                   # (1, H, W, D)
+            k = kv[li, 0, :end].transpose(0, 1).unsqueeze(0)             # (1, Hk, end, D)
+            v = kv[li, 1, :end].transpose(0, 1).unsqueeze(0)
+            o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=self.scaling,
+                                               enable_gqa=H != Hk)
+            o = o[0].transpose(0, 1).reshape(w, q_size)
+            x = x + layer.o(o)
+            h = self._rms(x, layer.post_norm, self.eps)
+            gu = layer.gate_up(h)
+            act = F.silu(gu[:, : self.intermediate]) * gu[:, self.intermediate:]
+            x = x + layer.down(act)
+        cache.length = end
+        if logit_rows is None:
+            return x.new_empty((0, self.vocab))
+        if not isinstance(logit_rows, slice):
+            logit_rows = torch.as_tensor(logit_rows, dtype=torch.long)
+        x = x[logit_rows]
+        return self.lm_head(self._rms(x, self.final_norm, self.final_eps))
+
+
+def reference_forward(model, ids: list[int]) -> torch.Tensor:
+    """The model's own causal forward over ``ids`` (all rows' logits): the slow reference for tests."""
+    with torch.inference_mode():
+        return model(torch.tensor([ids])).logits[0]

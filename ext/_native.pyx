@@ -25,6 +25,10 @@ cdef extern from "lk_common.h" nogil:
 cdef extern from "sais.h" nogil:
     int lk_suffix_array_i32(const int32_t *tokens, int64_t n, int32_t *sa, int64_t *bad_index)
     int lk_suffix_array_i64(const int32_t *tokens, int64_t n, int64_t *sa, int64_t *bad_index)
+    int lk_suffix_array_i32_opts(const int32_t *tokens, int64_t n, int32_t *sa, int64_t *bad_index,
+                                 int64_t narrow_min_n)
+    int lk_suffix_array_i64_opts(const int32_t *tokens, int64_t n, int64_t *sa, int64_t *bad_index,
+                                 int64_t narrow_min_n)
     int lk_check_sa_i32(const int32_t *tokens, int64_t n, const int32_t *sa, int64_t *where)
     int lk_check_sa_i64(const int32_t *tokens, int64_t n, const int64_t *sa, int64_t *where)
 
@@ -86,7 +90,11 @@ def _raise_status(int rc):
     raise RuntimeError(f"native core failed with status {rc}")
 
 
-def _build(tokens, bint force64):
+# Default for the 16-bit-copy threshold of the C core (LK_NARROW_MIN_N in sais.c).
+_NARROW_DEFAULT = 1 << 20
+
+
+def _build(tokens, bint force64, int64_t narrow_min_n=_NARROW_DEFAULT):
     _itemsize(tokens, "tokens", (4,))
     cdef const int32_t[::1] t = tokens
     cdef int64_t n = t.shape[0], bad = -1
@@ -101,7 +109,7 @@ def _build(tokens, bint force64):
         sa32 = out
         tp = &t[0]
         with nogil:
-            rc = lk_suffix_array_i32(tp, n, &sa32[0], &bad)
+            rc = lk_suffix_array_i32_opts(tp, n, &sa32[0], &bad, narrow_min_n)
     else:
         out = np.empty(n, dtype=np.int64)
         if n == 0:
@@ -109,7 +117,7 @@ def _build(tokens, bint force64):
         sa64 = out
         tp = &t[0]
         with nogil:
-            rc = lk_suffix_array_i64(tp, n, &sa64[0], &bad)
+            rc = lk_suffix_array_i64_opts(tp, n, &sa64[0], &bad, narrow_min_n)
     if rc == LK_EBADTOKEN:
         _raise_bad_token(tokens, bad)
     if rc != LK_OK:
@@ -144,6 +152,16 @@ def suffix_array(tokens):
 def _suffix_array64(tokens):
     """suffix_array() forced onto the int64-position code path (for tests)."""
     return _build(tokens, True)
+
+
+def _suffix_array_opts(tokens, bint force64=False, int64_t narrow_min_n=_NARROW_DEFAULT):
+    """suffix_array() with the internal paths chosen (for tests and tuning).
+
+    force64 takes the int64-position path; texts of at least narrow_min_n
+    tokens whose alphabet (SEP included) has at most 65,536 symbols are sorted
+    through a 16-bit copy, and narrow_min_n < 0 never takes that path.
+    """
+    return _build(tokens, force64, narrow_min_n)
 
 
 def check_suffix_array(tokens, sa):

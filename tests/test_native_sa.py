@@ -14,7 +14,9 @@ def arr(values):
 
 
 def assert_sa(tokens):
-    """Both position widths equal the reference, and the checker accepts them."""
+    """Both position widths, with and without the 16-bit text copy (forced on
+    small inputs by a zero threshold), equal the reference, and the checker
+    accepts them."""
     tokens = arr(tokens)
     want = suffix_array_reference(tokens).tolist()
     sa = N.suffix_array(tokens)
@@ -23,6 +25,11 @@ def assert_sa(tokens):
     sa64 = N._suffix_array64(tokens)
     assert sa64.dtype == np.int64
     assert sa64.tolist() == want
+    for force64 in (False, True):
+        for narrow_min_n in (0, -1):
+            got = N._suffix_array_opts(tokens, force64, narrow_min_n)
+            assert got.dtype == (np.int64 if force64 else np.int32)
+            assert got.tolist() == want, (force64, narrow_min_n)
     assert N.check_suffix_array(tokens, sa) == ""
     assert N.check_suffix_array(tokens, sa64) == ""
 
@@ -179,3 +186,27 @@ def test_text_like_input_equals_reference(seed):
     tokens = rng.choice(3000, size=6000, p=p / p.sum()).astype(np.int32)
     tokens[rng.integers(0, tokens.size, size=20)] = -1
     assert_sa(tokens)
+
+
+@pytest.mark.parametrize("top, sep", [(65534, True), (65535, False), (65535, True), (65536, False)])
+def test_alphabet_at_the_16_bit_limit(top, sep):
+    # 65,536 symbols (SEP counted) is the largest alphabet the 16-bit copy
+    # takes; one more must take the int32 path; both agree with the reference
+    rng = np.random.default_rng(top + sep)
+    for _ in range(20):
+        pool = [top, top - 1, top - 2, 0, 1] + ([-1] if sep else [])
+        tokens = rng.choice(pool, size=int(rng.integers(1, 200)))
+        tokens[0] = top  # the largest id is present, so the alphabet size is exact
+        assert_sa(tokens)
+
+
+def test_16_bit_copy_equals_int32_path_on_medium_text():
+    # large enough for the recursion and the cut reduced text on both paths
+    rng = np.random.default_rng(5)
+    p = 1.0 / (np.arange(49152) + 2.7) ** 1.07
+    tokens = rng.choice(49152, size=300_000, p=p / p.sum()).astype(np.int32)
+    tokens[rng.integers(0, tokens.size, size=1000)] = -1
+    wide = N._suffix_array_opts(tokens, False, -1)
+    assert N.check_suffix_array(tokens, wide) == ""
+    for force64 in (False, True):
+        assert np.array_equal(N._suffix_array_opts(tokens, force64, 0), wide)

@@ -55,6 +55,29 @@ static double lk_now(void) {
 #undef FN
 #undef RECURSE
 
+/* 16-bit copies of the text (alphabets of at most 65,536 symbols): the same
+ * algorithm over half the bytes, so the random text reads of induction hit
+ * the caches more often; the reduced texts are int32/int64 as above. */
+#define TX uint16_t
+#define SX int32_t
+#define FN(name) sais_u16_i32_##name
+#define RECURSE sais_i32_i32_main
+#include "sais_impl.h"
+#undef TX
+#undef SX
+#undef FN
+#undef RECURSE
+
+#define TX uint16_t
+#define SX int64_t
+#define FN(name) sais_u16_i64_##name
+#define RECURSE sais_i64_i64_main
+#include "sais_impl.h"
+#undef TX
+#undef SX
+#undef FN
+#undef RECURSE
+
 static int cmp_i32(const void *a, const void *b) {
     int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
     return (x > y) - (x < y);
@@ -110,14 +133,31 @@ static int64_t compact_alphabet(const int32_t *T, int64_t n, int32_t *R) {
     return d;
 }
 
-#define LK_SA_ENTRY(NAME, SXT, MAIN_TOP)                                          \
-    int NAME(const int32_t *T, int64_t n, SXT *SA, int64_t *bad_index) {         \
+/* Texts of at least this many tokens over at most 65,536 symbols are sorted
+ * through a 16-bit copy (2 bytes per token of scratch): below it the text
+ * fits the caches anyway and the copy would not pay. */
+#define LK_NARROW_MIN_N ((int64_t)1 << 20)
+
+#define LK_SA_ENTRY(NAME, SXT, MAIN_TOP, MAIN_U16)                               \
+    int NAME##_opts(const int32_t *T, int64_t n, SXT *SA, int64_t *bad_index,    \
+                    int64_t narrow_min_n) {                                       \
         int32_t lo, hi;                                                           \
         int rc;                                                                   \
         if (n <= 0) return LK_OK;                                                 \
         rc = scan_tokens(T, n, &lo, &hi, bad_index);                              \
         if (rc != LK_OK) return rc;                                               \
         int64_t cmin = lo < 0 ? -1 : 0, k = (int64_t)hi + 1;                      \
+        if (narrow_min_n >= 0 && n >= narrow_min_n && k - cmin <= 65536) {        \
+            /* symbols shifted by -cmin (SEP -> 0); without memory for the    \
+             * copy, the int32 text is sorted directly (same result) */        \
+            uint16_t *U = (uint16_t *)malloc((size_t)n * sizeof(uint16_t));      \
+            if (U != NULL) {                                                      \
+                for (int64_t i = 0; i < n; ++i) U[i] = (uint16_t)(T[i] - cmin);   \
+                rc = MAIN_U16(U, SA, 0, (SXT)n, 0, (SXT)(k - cmin));              \
+                free(U);                                                          \
+                return rc;                                                        \
+            }                                                                     \
+        }                                                                         \
         if (!should_compact(k - cmin, n)) {                                       \
             return MAIN_TOP(T, SA, 0, (SXT)n, (SXT)cmin, (SXT)k);                 \
         }                                                                         \
@@ -128,10 +168,13 @@ static int64_t compact_alphabet(const int32_t *T, int64_t n, int32_t *R) {
         rc = MAIN_TOP(R, SA, 0, (SXT)n, 0, (SXT)d);                               \
         free(R);                                                                  \
         return rc;                                                                \
+    }                                                                             \
+    int NAME(const int32_t *T, int64_t n, SXT *SA, int64_t *bad_index) {         \
+        return NAME##_opts(T, n, SA, bad_index, LK_NARROW_MIN_N);                \
     }
 
-LK_SA_ENTRY(lk_suffix_array_i32, int32_t, sais_i32_i32_main)
-LK_SA_ENTRY(lk_suffix_array_i64, int64_t, sais_i32_i64_main)
+LK_SA_ENTRY(lk_suffix_array_i32, int32_t, sais_i32_i32_main, sais_u16_i32_main)
+LK_SA_ENTRY(lk_suffix_array_i64, int64_t, sais_i32_i64_main, sais_u16_i64_main)
 
 /* Linear-time check (Burkhardt & Kaerkkaeinen): a permutation SA is sorted
  * iff for every adjacent pair (a, b): T[a] < T[b], or T[a] == T[b] and

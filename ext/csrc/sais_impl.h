@@ -274,6 +274,7 @@ static int FN(main)(const TX *T, SX *SA, SX fs, SX n, SX cmin, SX k) {
             p = SA[i];
             if (p < 0) SA[j++] = ~p;
         }
+        LK_TOC("gather");
         /* LMS substring lengths at SA[m + p/2] (LMS positions are >= 2
          * apart, so the slots are distinct); the last one includes the
          * sentinel, so it equals no other. */
@@ -290,6 +291,7 @@ static int FN(main)(const TX *T, SX *SA, SX fs, SX n, SX cmin, SX k) {
                 t1 = t0;
             }
         }
+        LK_TOC("lengths");
         /* Name the LMS substrings in sorted order (names 1-based; 0 = empty).
          * A name held by one LMS substring only is "unique": its slot is
          * stored negated. The sorted-list entries of non-unique names are

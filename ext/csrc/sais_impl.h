@@ -102,6 +102,23 @@ static void FN(induce)(const TX *T, SX *SA, SX n, const SX *C, SX *B, SX cmin, S
     }
 }
 
+/* The LMS position after LMS position p, or n when there is none (so that
+ * end - p + 1, the length of p's LMS substring, counts the sentinel for the
+ * last one). Read forward from p: past the rising part (up to the first
+ * strict descent), then through the falling part to its first strict
+ * ascent; the next LMS position is the start of the run of equal symbols
+ * that ascends (its predecessor is greater, hence L-type). */
+static inline SX FN(lms_end)(const TX *T, SX n, SX p) {
+    SX x = p, r;
+    while (x + 1 < n && T[x] <= T[x + 1]) ++x;
+    if (x + 1 >= n) return n;
+    for (r = ++x; x + 1 < n; ++x) {
+        if (T[x] < T[x + 1]) return r;
+        if (T[x] > T[x + 1]) r = x + 1;
+    }
+    return n;
+}
+
 /* Closes the group of gs LMS substrings that share one name, the sorted-list
  * entries SA[end-gs..end) (q is the group's first position): a unique name
  * gets its slot negated, a shared one gets its list entries negated. */
@@ -275,24 +292,10 @@ static int FN(main)(const TX *T, SX *SA, SX fs, SX n, SX cmin, SX k) {
             if (p < 0) SA[j++] = ~p;
         }
         LK_TOC("gather");
-        /* LMS substring lengths at SA[m + p/2] (LMS positions are >= 2
-         * apart, so the slots are distinct); the last one includes the
-         * sentinel, so it equals no other. */
-        for (i = m; i < n; ++i) SA[i] = 0;
-        {
-            SX last = n;
-            c1 = (SX)T[n - 1];
-            t1 = 0;
-            for (i = n - 2; i >= 0; --i) {
-                c0 = (SX)T[i];
-                t0 = (c0 < c1) || (c0 == c1 && t1);
-                if (!t0 && t1) { p = i + 1; SA[m + (p >> 1)] = last - p + 1; last = p; }
-                c1 = c0;
-                t1 = t0;
-            }
-        }
+        for (i = m; i < n; ++i) SA[i] = 0;  /* the name slots SA[m + p/2] */
         LK_TOC("lengths");
-        /* Name the LMS substrings in sorted order (names 1-based; 0 = empty).
+        /* Name the LMS substrings in sorted order (names 1-based; 0 = empty),
+         * their lengths found by reading forward from each (lms_end).
          * A name held by one LMS substring only is "unique": its slot is
          * stored negated. The sorted-list entries of non-unique names are
          * stored negated (~p): the groups the recursion has to order. */
@@ -306,7 +309,7 @@ static int FN(main)(const TX *T, SX *SA, SX fs, SX n, SX cmin, SX k) {
                     __builtin_prefetch(T + pf);
                 }
                 p = SA[i];
-                plen = SA[m + (p >> 1)];
+                plen = FN(lms_end)(T, n, p) - p + 1;
                 int diff = 1;
                 if (plen == qlen && p + plen <= n && q + qlen <= n) {
                     for (d = 0; d < plen && T[p + d] == T[q + d]; ++d) {}

@@ -32,26 +32,9 @@ from pathlib import Path
 
 DEFAULT_QUESTIONS = Path(__file__).resolve().parents[2] / "shared" / "data" / "spec_bench_question.jsonl"
 
-# Spec-Bench groups its eight MT-bench categories into one task.
-MT_BENCH_CATEGORIES = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
-TASKS = ("mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag")
-
-
-def task_of(category: str) -> str:
-    """The Spec-Bench task a question category belongs to.
-
-    Raises:
-        ValueError: for a category that is neither an MT-bench category nor a task.
-
-    Example:
-        >>> task_of("roleplay"), task_of("rag")
-        ('mt_bench', 'rag')
-    """
-    if category in MT_BENCH_CATEGORIES:
-        return "mt_bench"
-    if category in TASKS:
-        return category
-    raise ValueError(f"unknown Spec-Bench category {category!r}; expected one of {MT_BENCH_CATEGORIES + TASKS[1:]}")
+if str(Path(__file__).resolve().parent) not in sys.path:  # loaded by path (tests), not run as a script
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+from specbench.tasks import TASKS, task_of  # noqa: E402  (one definition of the six tasks)
 
 
 def select_questions(path: Path, per_category: int | None, offset: int = 0,

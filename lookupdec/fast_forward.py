@@ -233,14 +233,14 @@ class FastForward:
         cos = self._cos.index_select(0, positions).unsqueeze(1)         # (W, 1, D)
         sin = self._sin_signed.index_select(0, positions).unsqueeze(1)
         mask = None if bias is None else bias.view(1, 1, w, end)
-        x = F.embedding(ids, self.embed)                                  # (W, hidden)
+        x = F.embedding(ids, self.embed)                                  # (W, hidden), a new tensor: updated in place
         kv = cache.kv
         half = D // 2
         for li, layer in enumerate(self.layers):
             h = self._rms(x, layer.in_norm, self.eps)
             qkv = layer.qkv(h)                                            # (W, (H + 2 Hk) D)
             qk = qkv[:, : q_size + kv_size].view(w, H + Hk, D)
-            qk = qk * cos + torch.roll(qk, half, -1) * sin              # rotary on q and k at once
+            qk = torch.addcmul(qk * cos, torch.roll(qk, half, -1), sin)  # rotary on q and k at once
             # Keys and values go straight into the cache rows past..end (layout: row, head, dim).
             kv[li, 0, past:end] = qk[:, H:]
             kv[li, 1, past:end] = qkv[:, q_size + kv_size:].view(w, Hk, D)
@@ -250,11 +250,11 @@ class FastForward:
             o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=self.scaling,
                                                enable_gqa=H != Hk)
             o = o[0].transpose(0, 1).reshape(w, q_size)
-            x = x + layer.o(o)
+            x.add_(layer.o(o))
             h = self._rms(x, layer.post_norm, self.eps)
             gu = layer.gate_up(h)
-            act = F.silu(gu[:, : self.intermediate]) * gu[:, self.intermediate:]
-            x = x + layer.down(act)
+            act = F.silu(gu[:, : self.intermediate]).mul_(gu[:, self.intermediate:])
+            x.add_(layer.down(act))
         cache.length = end
         if logit_rows is None:
             return x.new_empty((0, self.vocab))

@@ -5,8 +5,8 @@ Layout of one verify forward (``W`` rows on top of ``past`` cached rows):
 - row 0 is the root (the last committed token, not yet in the cache);
 - row ``1 + i`` is tree node ``i``;
 - rows ``1 + n .. W-1`` are padding (the width is rounded up to a multiple of
-  ``pad_multiple``, because oneDNN/MKL matrix products are slow for odd
-  widths); they attend to the past and the root only and their outputs are
+  ``pad_multiple``, because transformers' oneDNN/MKL matrix products are slow
+  for odd widths); they attend to the past and the root only and their outputs are
   discarded.
 
 Position of row ``r`` is ``past + depth`` (the root has depth 0). The float
@@ -231,7 +231,10 @@ class TreeVerifier:
         model: a transformers causal LM.
         tree_masks: verify whole trees (True), only the longest path (False),
             or decide from the model's attention implementation (None).
-        pad_multiple: round widths above 1 up to a multiple of this.
+        pad_multiple: round widths above 1 up to a multiple of this; None =
+            4 for transformers' forward (its oneDNN/MKL products are slow for
+            odd widths), 1 for the fast forward (its cost grows linearly with
+            the width, so padding only adds work).
         fast: use the lean CPU forward (``lookupdec.fast_forward``) when the
             model qualifies; otherwise (and when False) transformers' forward.
 
@@ -239,7 +242,7 @@ class TreeVerifier:
         backend: "fast" or "hf", the forward actually used.
     """
 
-    def __init__(self, model, *, tree_masks: bool | None = None, pad_multiple: int = 4, fast: bool = False) -> None:
+    def __init__(self, model, *, tree_masks: bool | None = None, pad_multiple: int | None = None, fast: bool = False) -> None:
         self.model = model
         self.fast = None
         if fast:
@@ -252,6 +255,8 @@ class TreeVerifier:
             # The fast forward takes a float bias on every supported model.
             tree_masks = True if self.fast is not None else supports_tree_mask(model)
         self.tree_masks = bool(tree_masks)
+        if pad_multiple is None:
+            pad_multiple = 4 if self.fast is None else 1
         if pad_multiple < 1:
             raise ValueError(f"pad_multiple must be >= 1, got {pad_multiple}")
         self.pad_multiple = int(pad_multiple)

@@ -255,3 +255,18 @@ def test_embedded_model_pld_equals_ar_equals_generate(real_loaded):
         assert pld.token_ids == ar.token_ids
         ref = hf_greedy(real_loaded.model, ids, 48, eos_id=list(real_loaded.eos_ids))
         assert list(ar.token_ids) == ref
+
+
+def test_padding_rows_do_not_change_fast_logits():
+    """The fast backend does not pad by default; forced padding must not leak into real rows."""
+    model = tiny_model(3)
+    tree = DraftTree.from_sequences([[8, 9], [10]])  # width 4; padded to 8 below
+    outs = []
+    for pad in (None, 8):
+        v = TreeVerifier(model, fast=True, pad_multiple=pad)
+        cache = v.new_cache(16)
+        v.prefill(cache, [5, 6, 7])
+        outs.append(v.forward(cache, 3, 4, tree).logits)
+        assert cache.length == 3 + v.width(len(tree))
+    assert TreeVerifier(model, fast=True).width(3) == 4
+    torch.testing.assert_close(outs[1], outs[0], atol=1e-5, rtol=1e-5)

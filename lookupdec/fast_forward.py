@@ -134,7 +134,7 @@ class FastForward:
     Example:
         >>> ff = FastForward(model)                                  # doctest: +SKIP
         >>> cache = ff.new_cache(64)                                  # doctest: +SKIP
-        >>> ff.forward(cache, torch.tensor([5, 6]), torch.tensor([0, 1]), None, [1]).shape  # doctest: +SKIP
+        >>> ff.forward(cache, torch.tensor([5, 6]), torch.arange(2), None, [1], causal=True).shape  # doctest: +SKIP
         torch.Size([1, vocab])
     """
 

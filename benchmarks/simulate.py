@@ -12,6 +12,8 @@ Usage::
 
     python benchmarks/simulate.py benchmarks/out/greedy_pc2_128.jsonl --drafter pld
     python benchmarks/simulate.py RECORDS.jsonl --drafter pld -s min_n=1 -s max_width=16
+    python benchmarks/simulate.py A.jsonl B.jsonl --cost hf          # transformers' cost curve
+    python benchmarks/simulate.py A.jsonl --cost 1:34.3,16:40,64:90  # a measured curve of your own
 
 Library::
 
@@ -69,26 +71,72 @@ def load_records(path: str | Path) -> list[Record]:
     return out
 
 
+# Measured verify-forward costs, (tokens in the forward, ms), of the embedded
+# model on this project's 2-core CPU with a ~500-token cache.
+COST_CURVES: dict[str, tuple[tuple[int, float], ...]] = {
+    # The decoder's own verifier (fast backend, benchmarks/RESULTS.md "Verification
+    # cost curve"): flat up to ~8 tokens, then ~1.6 ms per token.
+    "fast": ((1, 34.3), (2, 39.9), (4, 41.5), (8, 48.3), (12, 54.3), (16, 61.2), (24, 74.7), (32, 86.5),
+             (48, 118.6), (64, 143.9)),
+    # transformers' forward (what the PLD defaults were first tuned against).
+    "hf": ((1, 47.0), (8, 75.0), (16, 90.0)),
+}
+
+
 @dataclass(frozen=True)
 class VerifyCost:
     """Time of one verify forward as a function of its width, by linear interpolation.
 
-    ``points`` are (tokens in the forward, ms); beyond the last point the last
-    slope continues. The default is transformers' forward of the embedded
-    model on this project's 2-core CPU with a ~500-token cache.
+    ``points`` are (tokens in the forward, ms), widths increasing; beyond the
+    last point the last slope continues, below the first the first cost holds.
+    The default is the decoder's fast verifier (``COST_CURVES["fast"]``); any
+    other measured curve can be passed as ``points`` or picked by name.
 
     Example:
-        >>> VerifyCost().ms(1), VerifyCost().ms(12)
-        (47.0, 82.5)
+        >>> VerifyCost().ms(1), VerifyCost().ms(10)
+        (34.3, 51.3)
+        >>> VerifyCost.named("hf").ms(12)
+        82.5
     """
 
-    points: tuple[tuple[int, float], ...] = ((1, 47.0), (8, 75.0), (16, 90.0))
+    points: tuple[tuple[int, float], ...] = COST_CURVES["fast"]
+
+    def __post_init__(self) -> None:
+        xs = [p[0] for p in self.points]
+        if len(xs) < 2 or any(b <= a for a, b in zip(xs, xs[1:])) or xs[0] < 1:
+            raise ValueError(f"cost points need >= 2 widths, increasing from >= 1; got {self.points!r}")
+
+    @classmethod
+    def named(cls, name: str) -> "VerifyCost":
+        """The measured curve called ``name`` (a key of ``COST_CURVES``).
+
+        Raises:
+            ValueError: for an unknown name, listing the known ones.
+        """
+        if name not in COST_CURVES:
+            raise ValueError(f"unknown cost curve {name!r}; expected one of {sorted(COST_CURVES)}")
+        return cls(COST_CURVES[name])
+
+    @classmethod
+    def parse(cls, text: str) -> "VerifyCost":
+        """A curve name, or explicit points as ``"1:34.3,8:48.3,16:61.2"``.
+
+        Raises:
+            ValueError: for text that is neither.
+        """
+        if ":" not in text:
+            return cls.named(text)
+        try:
+            pts = tuple((int(w), float(ms)) for w, ms in (item.split(":") for item in text.split(",")))
+        except ValueError:
+            raise ValueError(f"cost points must look like '1:34.3,8:48.3', got {text!r}") from None
+        return cls(pts)
 
     def ms(self, width: int) -> float:
         xs = [p[0] for p in self.points]
         ys = [p[1] for p in self.points]
         if width <= xs[-1]:
-            return float(np.interp(width, xs, ys))
+            return round(float(np.interp(width, xs, ys)), 9)
         slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
         return ys[-1] + slope * (width - xs[-1])
 
@@ -105,7 +153,8 @@ class TaskStats:
             pooled over the group as the decoder's ``mean_accepted`` is per generation).
         mean_draft: mean draft tree size per step.
         est_speedup: tokens per unit of modelled verify time, relative to plain
-            decoding (one 1-token forward per token); drafting time not counted.
+            decoding (``ar``: one 1-token forward per token, under the same cost
+            curve); drafting time not counted.
     """
 
     records: int
@@ -354,11 +403,14 @@ def format_table(res: SimResult, title: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Replay recorded greedy outputs through a drafter (no model).")
-    ap.add_argument("records", type=Path, help="JSONL from benchmarks/record_outputs.py")
+    ap.add_argument("records", type=Path, nargs="+", help="JSONL files from benchmarks/record_outputs.py (concatenated)")
     ap.add_argument("--drafter", default="pld", help="'pld', 'ar', 'hf-pld' (a model of transformers' prompt lookup) or 'copy-oracle' (the bound for copy drafters)")
     ap.add_argument("-s", "--set", action="append", default=[], metavar="KEY=VALUE",
                     help="drafter setting, e.g. -s max_width=16 (repeatable)")
     ap.add_argument("--budget", type=int, default=64, help="node budget offered to the drafter each step")
+    ap.add_argument("--cost", default="fast",
+                    help="verify-cost curve for est. speedup: " + " | ".join(COST_CURVES)
+                         + " (default fast), or points as '1:34.3,8:48.3,16:61.2' (tokens:ms)")
     ap.add_argument("--json", type=Path, default=None, help="also write the result as JSON here")
     args = ap.parse_args(argv)
 
@@ -368,13 +420,19 @@ def main(argv: list[str] | None = None) -> int:
         if not sep:
             ap.error(f"--set expects KEY=VALUE, got {item!r}")
         settings[key] = _parse_value(value)
-    records = load_records(args.records)
-    res = simulate(drafter_factory(args.drafter, settings, records), records, budget=args.budget)
+    try:
+        cost = VerifyCost.parse(args.cost)
+    except ValueError as e:
+        ap.error(str(e))
+    records = [r for path in args.records for r in load_records(path)]
+    res = simulate(drafter_factory(args.drafter, settings, records), records, budget=args.budget, cost=cost)
     desc = " ".join(f"{k}={v}" for k, v in settings.items()) or "defaults"
-    print(format_table(res, f"{args.drafter} ({desc}), {len(records)} records, budget {args.budget}"))
+    print(format_table(res, f"{args.drafter} ({desc}), {len(records)} records, budget {args.budget}, "
+                            f"cost {args.cost}"))
     print(f"\nreplayed in {res.seconds:.2f} s")
     if args.json:
         args.json.write_text(json.dumps({"drafter": args.drafter, "settings": settings, "budget": args.budget,
+                                         "cost": [list(p) for p in cost.points],
                                          "overall": asdict(res.overall),
                                          "by_task": {t: asdict(s) for t, s in res.by_task.items()},
                                          "histogram": list(res.histogram)}, indent=1))

@@ -97,6 +97,29 @@ def test_cost_model_interpolates_and_extrapolates():
     assert (c.ms(1), c.ms(2), c.ms(5)) == (10.0, 15.0, 30.0)
 
 
+def test_default_cost_is_the_fast_verifier_and_hf_stays_by_name():
+    fast, hf = sim.VerifyCost(), sim.VerifyCost.named("hf")
+    # The measured fast curve: 34.3 ms at width 1, 48.3 at 8, halfway between 8 and 12 at 10.
+    assert (fast.ms(1), fast.ms(8), fast.ms(10)) == (34.3, 48.3, 51.3)
+    # transformers' curve, as the PLD defaults were first tuned against.
+    assert (hf.ms(1), hf.ms(8), hf.ms(16)) == (47.0, 75.0, 90.0)
+    assert sim.VerifyCost.parse("fast") == fast
+    assert sim.VerifyCost.parse("1:10,3:20").points == ((1, 10.0), (3, 20.0))
+    with pytest.raises(ValueError, match="nope"):
+        sim.VerifyCost.parse("nope")
+    with pytest.raises(ValueError, match="increasing"):
+        sim.VerifyCost(((4, 1.0), (2, 2.0)))
+
+
+def test_est_speedup_counts_the_tree_width():
+    # The oracle's 5 steps verify root + 3 nodes (width 4), except qa's last, which has 2 tokens
+    # left to draft (width 3, 20 ms); ar takes 17 width-1 steps of 10 ms.
+    answers = {r.prompt_ids: r.output_ids for r in RECORDS}
+    cost = sim.VerifyCost(((1, 10.0), (4, 25.0)))
+    r = sim.simulate(lambda: Oracle(answers), RECORDS, budget=3, cost=cost)
+    assert r.overall.est_speedup == pytest.approx(17 * 10.0 / (4 * 25.0 + 20.0))
+
+
 def test_load_records_round_trip_and_errors(tmp_path):
     p = tmp_path / "r.jsonl"
     p.write_text(json.dumps({"question_id": 7, "task": "qa", "turn": 1, "prompt_ids": [1], "output_ids": [2, 3]}) + "\n\n")
@@ -117,6 +140,10 @@ def test_cli_prints_table(tmp_path, capsys):
     assert json.loads(out_json.read_text())["overall"]["steps"] == 17
     with pytest.raises(ValueError, match="unknown drafter"):
         sim.drafter_factory("nope", {})
+    # Several record files are replayed together; --cost picks the curve.
+    assert sim.main([str(p), str(p), "--drafter", "ar", "--cost", "hf"]) == 0
+    out = capsys.readouterr().out
+    assert "| **overall** | 4 | 34 | 34 | 1.000 |" in out and "cost hf" in out
 
 
 def test_copy_oracle_bound():

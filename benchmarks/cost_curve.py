@@ -9,7 +9,10 @@ Usage:
 c(w): the verifier of ``Decoder(fast_kernels=True)`` (the fast backend for this
 model), a tree of w - 1 nodes on top of ``--past`` cached rows; warm-up, then the
 median of ``--repeats`` timed forwards; after each forward the cache is cut back
-to ``past`` rows (not timed). c_hf(1): a separately loaded copy of the model with
+to ``past`` rows (not timed). The verifier computes the logits of the root and the
+tree's most likely path ("rows") inside the forward, the others only when an
+acceptance walk visits them: c(w) is the cost of a step whose walk stays on that
+path; "all rows" is the cost with every row's logits (the most a step can cost). c_hf(1): a separately loaded copy of the model with
 transformers' default kernels, one token on a ``DynamicCache`` of ``past`` rows.
 ar: 3 chat prompts x ``--ar-tokens`` new tokens, greedy, ours (fast backend) vs
 transformers' ``generate()`` (default kernels), interleaved, best of 2 rounds
@@ -77,6 +80,9 @@ def main() -> None:
                 hf.model(input_ids=ids, past_key_values=cache, use_cache=True)
         return timed(fn, lambda: cache.crop(-1))
 
+    out_all: dict[int, float] = {}
+    fetched: dict[int, int] = {}
+
     def ours() -> dict[int, float]:
         cache = verifier.new_cache(args.past + 128)
         verifier.prefill(cache, prompt[:-1])
@@ -87,6 +93,11 @@ def main() -> None:
             tree = DraftTree.from_sequences(seqs).prune(w - 1) if w > 1 else DraftTree.empty()
             past = args.past - 1
             out[w] = timed(lambda: verifier.forward(cache, past, 7, tree), lambda: cache.crop(past))
+            # Every row's logits, as a walk that leaves the main path at the root would need at most.
+            out_all[w] = timed(lambda: verifier.forward(cache, past, 7, tree).logits, lambda: cache.crop(past))
+            res = verifier.forward(cache, past, 7, tree)
+            fetched[w] = res.rows.computed
+            cache.crop(past)
         return out
 
     c_hf = hf_one()
@@ -96,9 +107,10 @@ def main() -> None:
           f"backend {verifier.backend}")
     print(f"c_hf(1) = {c_hf:.1f} ms before, {c_hf_after:.1f} ms after (transformers forward, default kernels)")
     c_ref = min(c_hf, c_hf_after)
-    print(f"{'w':>4} {'c(w) ms':>9} {'c(w) / c_hf(1)':>15}")
+    print(f"{'w':>4} {'c(w) ms':>9} {'c(w) / c_hf(1)':>15} {'rows':>5} {'all rows ms':>12} {'ratio':>6}")
     for w in widths:
-        print(f"{w:>4} {c_ours[w]:>9.1f} {c_ours[w] / c_ref:>15.2f}")
+        print(f"{w:>4} {c_ours[w]:>9.1f} {c_ours[w] / c_ref:>15.2f} {fetched[w]:>5} {out_all[w]:>12.1f} "
+              f"{out_all[w] / c_ref:>6.2f}")
 
     ar_rows = []
     if args.ar_tokens:
@@ -128,7 +140,9 @@ def main() -> None:
     with open(args.out, "w") as f:
         json.dump({"threads": args.threads, "past": args.past, "repeats": args.repeats, "backend": verifier.backend,
                    "c_hf_1_ms": c_hf, "c_hf_1_after_ms": c_hf_after,
-                   "c_ms": {str(k): v for k, v in c_ours.items()}, "ar": ar_rows}, f, indent=1)
+                   "c_ms": {str(k): v for k, v in c_ours.items()},
+                   "c_all_rows_ms": {str(k): v for k, v in out_all.items()},
+                   "logit_rows_fetched": {str(k): v for k, v in fetched.items()}, "ar": ar_rows}, f, indent=1)
     print(f"wrote {args.out}")
 
 

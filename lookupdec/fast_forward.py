@@ -15,7 +15,9 @@ computation from the loaded model's own weights with the fewest torch calls:
 - grouped-query attention with ``F.scaled_dot_product_attention`` over a
   preallocated KV cache (``FlatKVCache``) written in place; width-1 steps
   run with no mask, tree steps with the float tree bias;
-- the final norm and ``lm_head`` only for the rows whose logits are needed.
+- the final norm and ``lm_head`` only for the rows whose logits are needed
+  (``logit_rows="hidden"`` defers ``lm_head`` so a verifier can compute only
+  the rows its acceptance walk visits).
 
 The result equals the model's forward up to float rounding (tests compare
 logits within 1e-4); greedy exactness is stated against decoding with this
@@ -216,10 +218,13 @@ class FastForward:
             bias: float ``(W, past + W)`` attention bias (0 = attend, -inf-like = not),
                 or None: with ``causal`` the rows attend causally, else every row
                 attends to every cached row and all ``W`` rows (right for ``W == 1``).
-            logit_rows: which rows get logits (indices or a slice); None = none.
+            logit_rows: which rows get logits (indices or a slice); None = none;
+                ``"hidden"``: no logits, return every row's final-normed hidden state
+                ``(W, hidden)`` instead (``logits`` turns rows of it into logits later).
             causal: ordinary causal attention among the ``W`` rows (prefill on an empty cache).
         Returns:
-            ``(len(logit_rows), vocab)`` float32 logits (an empty tensor when ``logit_rows`` is None).
+            ``(len(logit_rows), vocab)`` float32 logits (an empty tensor when ``logit_rows`` is None),
+            or ``(W, hidden)`` with ``logit_rows="hidden"``.
         """
         w = ids.shape[0]
         past = cache.length
@@ -258,10 +263,26 @@ class FastForward:
         cache.length = end
         if logit_rows is None:
             return x.new_empty((0, self.vocab))
+        if isinstance(logit_rows, str):
+            if logit_rows != "hidden":
+                raise ValueError(f"logit_rows must be indices, a slice, None or 'hidden', got {logit_rows!r}")
+            return self.final_hidden(x)
         if not isinstance(logit_rows, slice):
             logit_rows = torch.as_tensor(logit_rows, dtype=torch.long)
-        x = x[logit_rows]
-        return self.lm_head(self._rms(x, self.final_norm, self.final_eps))
+        return self.logits(self.final_hidden(x[logit_rows]))
+
+    def final_hidden(self, x: torch.Tensor) -> torch.Tensor:
+        """The final norm of residual rows ``x`` ``(R, hidden)``: what ``logits`` takes (row by row)."""
+        return self._rms(x, self.final_norm, self.final_eps)
+
+    @torch.inference_mode()
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        """``lm_head`` of final-normed rows ``h`` ``(R, hidden)`` -> ``(R, vocab)``.
+
+        Its cost grows with ``R`` (a 16-row product costs about twice a one-row
+        one on a CPU), so callers compute only the rows they need.
+        """
+        return self.lm_head(h.contiguous())
 
 
 def reference_forward(model, ids: list[int]) -> torch.Tensor:

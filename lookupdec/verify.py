@@ -32,7 +32,8 @@ backend, so plain decoding and tree decoding share their kernels.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+import time
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -135,12 +136,13 @@ def reference_tree_attention_bias(tree: DraftTree, past: int, width: int) -> np.
     return out
 
 
-def greedy_accept(tree: DraftTree, argmax: list[int]) -> Acceptance:
+def greedy_accept(tree: DraftTree, argmax: Sequence[int] | Callable[[int], int]) -> Acceptance:
     """Longest path whose tokens equal the target's argmax, plus the bonus token.
 
     Args:
         tree: the verified draft tree.
-        argmax: the target's argmax token for row 0 (root) and each node row.
+        argmax: the target's argmax token for row 0 (root) and each node row, as a
+            sequence or a function of the row (called only for the rows the walk visits).
     Returns:
         The accepted nodes and the tokens to append.
     Example:
@@ -152,9 +154,10 @@ def greedy_accept(tree: DraftTree, argmax: list[int]) -> Acceptance:
     for i, p in enumerate(tree.parents.tolist()):
         children.setdefault(p, []).append(i)
     toks = tree.tokens.tolist()
+    at = argmax if callable(argmax) else argmax.__getitem__
     node, nodes, out = -1, [], []
     while True:
-        want = argmax[node + 1]
+        want = int(at(node + 1))
         nxt = next((c for c in children.get(node, ()) if toks[c] == want), None)
         out.append(want)
         if nxt is None:
@@ -211,17 +214,126 @@ def sample_accept(tree: DraftTree, row_probs: Callable[[int], torch.Tensor], gen
         node = nxt
 
 
+def main_path(tree: DraftTree) -> list[int]:
+    """Nodes on the tree's most likely path: from the root, the highest-count child each time (first on ties).
+
+    Example:
+        >>> main_path(DraftTree.from_sequences([[5, 6], [7]], counts=[1, 3]))
+        [2]
+    """
+    best: dict[int, int] = {}
+    counts = tree.counts.tolist()
+    for i, p in enumerate(tree.parents.tolist()):
+        if p not in best or counts[i] > counts[best[p]]:
+            best[p] = i
+    out, node = [], -1
+    while node in best:
+        node = best[node]
+        out.append(node)
+    return out
+
+
+def subtree(tree: DraftTree, node: int) -> list[int]:
+    """``node`` and all its descendants, ascending (uses ``parents[i] < i``)."""
+    inside = {node}
+    for i in range(node + 1, len(tree)):
+        if int(tree.parents[i]) in inside:
+            inside.add(i)
+    return sorted(inside)
+
+
+class LazyLogits:
+    """The logit rows of one verify forward, each computed on first use.
+
+    Row 0 is the root, row ``1 + i`` node ``i``. An acceptance walk needs the
+    rows of the nodes it visits only, and the ``lm_head`` product costs in
+    proportion to its rows, so rows are computed in batches: ``prefetch``
+    before the walk (the verifier fetches the root and the tree's most likely
+    path), then on a miss the missing row together with its node's whole
+    subtree (the only rows the walk can visit next). Every row equals the same
+    row of a full product up to the float rounding of the batch size.
+
+    Args:
+        n_rows: ``1 + len(tree)``.
+        tree: the verified tree (for the subtree batches).
+        compute: maps a ``(R,)`` int64 row index tensor to ``(R, vocab)`` logits.
+
+    Attributes:
+        computed: how many rows have been computed so far.
+        compute_s: seconds spent computing rows.
+
+    Example:
+        >>> lz = LazyLogits.of(torch.eye(3))
+        >>> lz.row(1).tolist(), lz.computed
+        ([0.0, 1.0, 0.0], 3)
+    """
+
+    def __init__(self, n_rows: int, tree: DraftTree | None, compute: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        self.n_rows = int(n_rows)
+        self.tree = tree
+        self._compute = compute
+        self._rows: dict[int, torch.Tensor] = {}
+        self.compute_s = 0.0
+
+    @classmethod
+    def of(cls, logits: torch.Tensor) -> "LazyLogits":
+        """Rows already computed (``(n_rows, vocab)``)."""
+        lz = cls(logits.shape[0], None, lambda idx: logits[idx])
+        lz._rows = {i: logits[i] for i in range(logits.shape[0])}
+        return lz
+
+    @property
+    def computed(self) -> int:
+        return len(self._rows)
+
+    def prefetch(self, rows) -> None:
+        """Compute the missing ones of ``rows`` in one product."""
+        missing = sorted({int(r) for r in rows} - self._rows.keys())
+        if not missing:
+            return
+        if missing[0] < 0 or missing[-1] >= self.n_rows:
+            raise IndexError(f"logit rows {missing} out of range 0..{self.n_rows - 1}")
+        t = time.perf_counter()
+        out = self._compute(torch.tensor(missing, dtype=torch.long))
+        self.compute_s += time.perf_counter() - t
+        for k, r in enumerate(missing):
+            self._rows[r] = out[k]
+
+    def row(self, r: int) -> torch.Tensor:
+        """Logits ``(vocab,)`` of row ``r``; a miss also computes the rows of the node's subtree."""
+        if r not in self._rows:
+            if r >= 1 and self.tree is not None:
+                self.prefetch([1 + i for i in subtree(self.tree, r - 1)])
+            else:
+                self.prefetch([r])
+        return self._rows[r]
+
+    def full(self) -> torch.Tensor:
+        """All rows ``(n_rows, vocab)`` (computes the missing ones)."""
+        self.prefetch(range(self.n_rows))
+        return torch.stack([self._rows[r] for r in range(self.n_rows)])
+
+
 @dataclass(frozen=True)
 class VerifyResult:
     """Logits of one verify forward.
 
     Attributes:
-        logits: ``(1 + n, vocab)``: row 0 for the root, row ``1 + i`` for node ``i``.
+        rows: the logit rows, computed on use (row 0 for the root, row ``1 + i`` for node ``i``).
         tree: the tree actually verified (the longest path under chain verification).
     """
 
-    logits: torch.Tensor
+    rows: LazyLogits
     tree: DraftTree
+
+    @property
+    def logits(self) -> torch.Tensor:
+        """All ``(1 + n, vocab)`` logits (computes every missing row)."""
+        return self.rows.full()
+
+    def row(self, r: int) -> torch.Tensor:
+        """Logits ``(vocab,)`` of row ``r`` (0 = root, ``1 + i`` = node ``i``)."""
+        return self.rows.row(r)
 
 
 class TreeVerifier:
@@ -302,7 +414,7 @@ class TreeVerifier:
             ids = torch.tensor([[root]], dtype=torch.long, device=self.device)
             pos = torch.tensor([[past]], dtype=torch.long, device=self.device)
             out = self.model(input_ids=ids, position_ids=pos, past_key_values=cache, use_cache=True)
-            return VerifyResult(out.logits[0], tree)
+            return VerifyResult(LazyLogits.of(out.logits[0]), tree)
         is_chain = not self.tree_masks
         width = (1 + n) if is_chain else self.width(n)
         ids = np.full(width, root, dtype=np.int64)
@@ -318,7 +430,7 @@ class TreeVerifier:
         keep = 0 if width == 1 + n else torch.arange(1 + n, device=self.device)
         out = self.model(input_ids=ids_t, position_ids=pos_t, attention_mask=mask, past_key_values=cache,
                          use_cache=True, logits_to_keep=keep)
-        return VerifyResult(out.logits[0, : 1 + n], tree)
+        return VerifyResult(LazyLogits.of(out.logits[0, : 1 + n]), tree)
 
     def _fast_forward(self, cache, past: int, root: int, tree: DraftTree) -> VerifyResult:
         n = len(tree)
@@ -326,15 +438,20 @@ class TreeVerifier:
         if n == 0:
             # Plain step: one row attends to the whole cache and itself, no mask needed.
             logits = self.fast.forward(cache, torch.tensor([root]), torch.tensor([past]), None, slice(0, 1))
-            return VerifyResult(logits, tree)
+            return VerifyResult(LazyLogits.of(logits), tree)
         width = self.width(n)
         ids = np.full(width, root, dtype=np.int64)
         ids[1 : 1 + n] = tree.tokens
         pos = np.full(width, past, dtype=np.int64)
         pos[1 : 1 + n] += tree.depth
         bias = tree_attention_bias(tree, past, width, torch.float32, "cpu")[0, 0]
-        logits = self.fast.forward(cache, torch.from_numpy(ids), torch.from_numpy(pos), bias, slice(0, 1 + n))
-        return VerifyResult(logits, tree)
+        hidden = self.fast.forward(cache, torch.from_numpy(ids), torch.from_numpy(pos), bias, "hidden")
+        fast = self.fast
+        rows = LazyLogits(1 + n, tree, lambda idx: fast.logits(hidden.index_select(0, idx)))
+        # The root and the most likely path in one product: the rows a walk that
+        # stays on that path needs; other rows only if the walk leaves it.
+        rows.prefetch([0] + [1 + i for i in main_path(tree)])
+        return VerifyResult(rows, tree)
 
     @torch.inference_mode()
     def commit(self, cache, past: int, nodes: tuple[int, ...]) -> None:

@@ -270,3 +270,32 @@ def test_padding_rows_do_not_change_fast_logits():
         assert cache.length == 3 + v.width(len(tree))
     assert TreeVerifier(model, fast=True).width(3) == 4
     torch.testing.assert_close(outs[1], outs[0], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen2"])
+def test_fast_verifier_fetches_root_and_main_path_and_lazy_rows_equal_the_full_product(kind):
+    from lookupdec.verify import main_path
+
+    model = MODELS[kind]()
+    verifier = TreeVerifier(model, fast=True)
+    rng = np.random.default_rng(8)
+    prompt = rng.integers(3, TINY_VOCAB, 21).tolist()
+    for n in (1, 6, 15):
+        parents = np.array([int(rng.integers(-1, i)) for i in range(n)], np.int32)
+        tree = DraftTree(rng.integers(3, TINY_VOCAB, n), parents, rng.integers(1, 4, n))
+        cache = verifier.new_cache(64)
+        verifier.prefill(cache, prompt)
+        res = verifier.forward(cache, len(prompt), 9, tree)
+        assert res.rows.computed == 1 + len(main_path(tree))
+        # The same forward with every row's logits in one product.
+        c2 = verifier.new_cache(64)
+        verifier.prefill(c2, prompt)
+        ids = torch.tensor([9] + tree.tokens.tolist())
+        pos = len(prompt) + torch.tensor([0] + tree.depth.tolist())
+        from lookupdec.verify import tree_attention_bias
+
+        bias = tree_attention_bias(tree, len(prompt), 1 + n, torch.float32, "cpu")[0, 0]
+        full = verifier.fast.forward(c2, ids, pos, bias, slice(0, 1 + n))
+        for r in reversed(range(1 + n)):  # misses first, so subtree batches run
+            torch.testing.assert_close(res.row(r), full[r], atol=1e-5, rtol=1e-5)
+        assert res.rows.computed == 1 + n

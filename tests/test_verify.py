@@ -9,10 +9,14 @@ from transformers import DynamicCache
 from lookupdec.kvcache import keep_rows, new_cache
 from lookupdec.tree import DraftTree
 from lookupdec.verify import (
+    LazyLogits,
     TreeVerifier,
     clip_depth,
     greedy_accept,
     longest_path,
+    main_path,
+    sample_accept,
+    subtree,
     reference_tree_attention_bias,
     tree_attention_bias,
 )
@@ -133,3 +137,82 @@ def test_padding_rows_do_not_change_logits():
         outs.append(v.forward(cache, 3, 4, tree).logits)
     for o in outs[1:]:
         torch.testing.assert_close(o, outs[0], atol=1e-5, rtol=1e-5)
+
+
+def _slow_main_path(tree):
+    path, node = [], -1
+    while True:
+        kids = [i for i in range(len(tree)) if int(tree.parents[i]) == node]
+        if not kids:
+            return path
+        best = max(int(tree.counts[i]) for i in kids)
+        node = next(i for i in kids if int(tree.counts[i]) == best)
+        path.append(node)
+
+
+def test_main_path_and_subtree_equal_slow_references():
+    rng = np.random.default_rng(11)
+    for n in (0, 1, 5, 17, 40):
+        parents = np.array([int(rng.integers(-1, i)) for i in range(n)], np.int32)
+        tree = DraftTree(rng.integers(3, TINY_VOCAB, n), parents, rng.integers(1, 4, n))
+        assert main_path(tree) == _slow_main_path(tree)
+        for u in range(n):
+            assert subtree(tree, u) == [i for i in range(n) if u in tree.path(i)]
+
+
+def _walkable_case(rng, n):
+    """A random tree and logits whose argmax often follows a child, so greedy walks go deep."""
+    parents = np.array([int(rng.integers(-1, i)) for i in range(n)], np.int32)
+    tree = DraftTree(rng.integers(3, TINY_VOCAB, n), parents, rng.integers(1, 4, n))
+    logits = torch.randn(1 + n, TINY_VOCAB, dtype=torch.float64).float()
+    for r in range(1 + n):
+        kids = [i for i in range(n) if int(parents[i]) == r - 1]
+        if kids and rng.random() < 0.8:
+            logits[r, int(tree.tokens[kids[int(rng.integers(len(kids)))]])] += 10.0
+    return tree, logits
+
+
+def _lazy(tree, logits, calls):
+    def compute(idx):
+        calls.append(idx.tolist())
+        return logits[idx]
+    return LazyLogits(1 + len(tree), tree, compute)
+
+
+def test_lazy_rows_give_the_same_greedy_acceptance_as_full_logits():
+    rng = np.random.default_rng(5)
+    deep = 0
+    for trial in range(200):
+        tree, logits = _walkable_case(rng, int(rng.integers(1, 25)))
+        want = greedy_accept(tree, logits.argmax(-1).tolist())
+        calls = []
+        lz = _lazy(tree, logits, calls)
+        lz.prefetch([0] + [1 + i for i in main_path(tree)])
+        got = greedy_accept(tree, lambda r: int(lz.row(r).argmax()))
+        assert got == want
+        # Every visited row was computed, each row at most once, and rows equal the full product.
+        rows = [r for c in calls for r in c]
+        assert len(rows) == len(set(rows)) == lz.computed
+        assert {0} | {1 + i for i in got.nodes} <= set(rows)
+        torch.testing.assert_close(lz.full(), logits)
+        deep += got.accepted >= 2
+    assert deep > 20  # the walks did leave the root
+
+
+def test_lazy_rows_give_the_same_sampling_acceptance_as_full_logits():
+    rng = np.random.default_rng(6)
+    for trial in range(100):
+        tree, logits = _walkable_case(rng, int(rng.integers(1, 20)))
+        probs = torch.softmax(logits, -1)
+        g1, g2 = torch.Generator().manual_seed(trial), torch.Generator().manual_seed(trial)
+        want = sample_accept(tree, lambda r: probs[r], g1)
+        lz = _lazy(tree, logits, [])
+        got = sample_accept(tree, lambda r: torch.softmax(lz.row(r), -1), g2)
+        assert got == want
+
+
+def test_lazy_logits_of_a_full_tensor_and_bad_rows():
+    lz = LazyLogits.of(torch.arange(6.0).view(3, 2))
+    assert lz.computed == 3 and lz.row(2).tolist() == [4.0, 5.0]
+    with pytest.raises(IndexError):
+        _lazy(DraftTree.chain([4]), torch.zeros(2, 3), []).prefetch([2])

@@ -189,3 +189,30 @@ def test_transformers_pld_model_takes_the_earliest_occurrence():
     assert m.propose(64).tokens.tolist() == [3, 9, 1, 2, 4, 9, 1, 2]
     # The budget caps it too.
     assert m.propose(3).tokens.tolist() == [3, 9, 1]
+
+
+def _load_sweep():
+    spec = importlib.util.spec_from_file_location(
+        "benchmarks_sweep_pld", Path(__file__).resolve().parents[1] / "benchmarks" / "sweep_pld.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_sweep_halves_alternate_questions_and_keep_turns_together(tmp_path, capsys):
+    sweep = _load_sweep()
+    recs = [sim.Record(q, t, turn, (q,), (1, 2)) for q, t, turn in
+            [(5, "qa", 0), (1, "qa", 0), (3, "qa", 0), (9, "mt", 0), (9, "mt", 1), (8, "mt", 0), (8, "mt", 1)]]
+    a, b = sweep.halves(recs)
+    # qa questions 1, 3, 5 go A, B, A; mt questions 8, 9 go A, B with both their turns.
+    assert sorted((r.task, r.question_id, r.turn) for r in a) == [("mt", 8, 0), ("mt", 8, 1), ("qa", 1, 0), ("qa", 5, 0)]
+    assert sorted((r.task, r.question_id, r.turn) for r in b) == [("mt", 9, 0), ("mt", 9, 1), ("qa", 3, 0)]
+    p = tmp_path / "r.jsonl"
+    p.write_text("".join(json.dumps({"question_id": r.question_id, "task": r.task, "turn": r.turn,
+                                     "prompt_ids": list(r.prompt_ids), "output_ids": list(r.output_ids)}) + "\n"
+                         for r in RECORDS))
+    assert sweep.main([str(p), "-g", "fallback_width=0,2", "-s", "max_width=4"]) == 0
+    out = capsys.readouterr().out
+    # One row per grid point, each with the fixed setting.
+    assert out.count("| max_width=4 fallback_width=") == 2

@@ -34,25 +34,25 @@ def test_context_shorter_than_n():
 def test_one_token_matches_need_min_n_1():
     # [9] occurred before (followed by 4), but a 1-token match only counts with min_n=1.
     assert len(drafter([9, 4, 5, 9], min_n=2, fallback_width=0).propose(16)) == 0
-    assert drafter([9, 4, 5, 9], min_n=1, init_depth=2).propose(16).tokens.tolist() == [4, 5]
+    assert drafter([9, 4, 5, 9], min_n=1, min_depth=1, init_depth=2).propose(16).tokens.tolist() == [4, 5]
 
 
 def test_longest_match_wins_over_most_recent_shorter_one():
     # [1, 2, 3] occurred once (then 7); the shorter [2, 3] more recently (then 8).
-    d = drafter([1, 2, 3, 7, 9, 2, 3, 8, 1, 2, 3], init_depth=1)
+    d = drafter([1, 2, 3, 7, 9, 2, 3, 8, 1, 2, 3], min_depth=1, init_depth=1)
     assert d.propose(16).tokens.tolist() == [7]
 
 
 def test_several_occurrences_merged_most_recent_first():
     # [1, 2] continued with 5, then 6 later, then 6 again: the most recent (6) comes first,
     # and its count says two occurrences agree.
-    t = drafter([1, 2, 5, 7, 1, 2, 6, 8, 1, 2, 6, 9, 1, 2], init_depth=1).propose(16)
+    t = drafter([1, 2, 5, 7, 1, 2, 6, 8, 1, 2, 6, 9, 1, 2], min_depth=1, init_depth=1).propose(16)
     assert (t.tokens.tolist(), t.parents.tolist(), t.counts.tolist()) == ([6, 5], [-1, -1], [2, 1])
 
 
 def test_max_occurrences_keeps_the_most_recent():
     # Only the most recent occurrence (continuing with 6) is read.
-    t = drafter([1, 2, 5, 7, 1, 2, 6, 8, 1, 2], init_depth=1, max_occurrences=1).propose(16)
+    t = drafter([1, 2, 5, 7, 1, 2, 6, 8, 1, 2], min_depth=1, init_depth=1, max_occurrences=1).propose(16)
     assert t.tokens.tolist() == [6]
 
 
@@ -82,7 +82,7 @@ def test_repeating_pattern_drafted_to_full_depth():
 
 
 def test_depth_grows_after_full_acceptance():
-    d = drafter([1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2], init_depth=2, grow=2, max_depth=5)
+    d = drafter([1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2], min_depth=1, init_depth=2, grow=2, max_depth=5)
     t = d.propose(16)
     assert t.tokens.tolist() == [3, 4]
     d.commit([3, 4, 5], accepted=2)
@@ -112,7 +112,7 @@ def test_depth_shrinks_after_rejection():
 
 
 def test_begin_resets_state():
-    d = drafter([1, 2, 3, 1, 2], init_depth=3)
+    d = drafter([1, 2, 3, 1, 2], min_depth=1, init_depth=3)
     d.propose(16)
     d.commit([3, 1, 2, 3], accepted=3)
     d.begin([4, 5, 6])
@@ -121,7 +121,7 @@ def test_begin_resets_state():
 
 
 def test_commit_indexes_generated_tokens():
-    d = drafter([1, 2, 3], init_depth=2)
+    d = drafter([1, 2, 3], min_depth=1, init_depth=2)
     d.propose(16)
     d.commit([4, 1, 2], accepted=0)
     # [1, 2] now recurs: the prompt's continuation [3, 4] is drafted.
@@ -153,13 +153,13 @@ def test_random_trees_are_valid_and_within_width():
 
 def test_fallback_drafts_short_matches_without_adapting():
     # No 2-token suffix matched, but [9] did (followed by 4, 5): fallback drafts 1 token deep.
-    d = drafter([9, 4, 5, 6, 9], min_n=2, fallback_width=2, fallback_depth=1, init_depth=3)
+    d = drafter([9, 4, 5, 6, 9], min_n=2, fallback_width=2, fallback_depth=1, min_depth=1, init_depth=3)
     assert d.propose(16).tokens.tolist() == [4]
     d.commit([0], accepted=0)
     # A rejected fallback draft leaves the adaptive depth alone.
     assert d.depth == 3
     # A 2-token match takes precedence over the fallback and uses the adaptive depth.
-    d2 = drafter([9, 4, 5, 6, 9, 4], min_n=2, fallback_width=2, init_depth=3)
+    d2 = drafter([9, 4, 5, 6, 9, 4], min_n=2, fallback_width=2, min_depth=1, init_depth=3)
     assert d2.propose(16).tokens.tolist() == [5, 6, 9]
     # Fallback width 0 drafts nothing on a 1-token match.
     assert len(drafter([9, 4, 5, 6, 9], min_n=2, fallback_width=0).propose(16)) == 0
@@ -167,5 +167,44 @@ def test_fallback_drafts_short_matches_without_adapting():
 
 def test_fallback_is_moot_with_min_n_1():
     # With min_n=1 every match gets the full draft; no shorter match is left for the fallback.
-    d = drafter([9, 4, 5, 6, 9], min_n=1, fallback_width=2, init_depth=3)
+    d = drafter([9, 4, 5, 6, 9], min_n=1, fallback_width=2, min_depth=1, init_depth=3)
     assert d.propose(16).tokens.tolist() == [4, 5, 6]
+
+
+def test_defaults_tuned_for_the_fast_verifier():
+    # Pinned: benchmarks/sweep_pld.py under the fast verify-cost curve chose these (see PLDConfig).
+    c = PLDConfig()
+    assert (c.min_n, c.max_n, c.max_width, c.max_occurrences) == (2, 8, 12, 8)
+    assert (c.min_depth, c.max_depth, c.init_depth, c.grow) == (4, 12, 8, 4)
+    assert (c.fallback_width, c.fallback_depth) == (3, 3)
+
+
+def test_default_depth_never_shrinks_below_four():
+    # A 12-token run after [1, 2]: the default draft starts 8 deep.
+    d = drafter(list(range(1, 15)) + [1, 2])
+    assert d.propose(64).tokens.tolist() == list(range(3, 11))
+    d.commit([3, 0], accepted=1)
+    # One accepted: one past it would be 2, but widths up to ~5 cost about the same, so 4.
+    assert d.depth == 4
+    d.propose(64)
+    d.commit([0], accepted=0)
+    assert d.depth == 4
+
+
+def test_default_fallback_is_three_nodes_three_deep():
+    # No 2-token suffix recurs; the 1-token suffix [9] continued with 4 5 6 and with 7 8.
+    t = drafter([9, 4, 5, 6, 0, 9, 7, 8, 1, 9]).propose(64)
+    # Three nodes at most, most recent occurrence first: the chain 7 8 and then 4.
+    assert (t.tokens.tolist(), t.parents.tolist()) == ([7, 8, 4], [-1, 0, -1])
+    # With one occurrence only, the fallback chain runs 3 deep.
+    assert drafter([9, 4, 5, 6, 0, 9]).propose(64).tokens.tolist() == [4, 5, 6]
+
+
+def test_default_width_caps_long_merged_drafts_at_twelve():
+    # [1, 2] recurs twice with different continuations, each read 8 deep (the starting depth):
+    # 16 candidate nodes, 12 kept whatever the budget; on equal support the shallower
+    # nodes win, so each branch keeps its first 6.
+    prompt = [1, 2] + list(range(10, 22)) + [1, 2] + list(range(30, 42)) + [1, 2]
+    t = drafter(prompt).propose(64)
+    assert len(t) == 12 and t.check() == "" and int(t.depth.max()) == 6
+    assert sorted(t.tokens.tolist()) == list(range(10, 16)) + list(range(30, 36))

@@ -8,13 +8,17 @@ recent acceptance: it grows after a fully accepted draft and shrinks to just
 past the accepted length after a rejection.
 
 Defaults follow an offline replay of the embedded model's greedy outputs on
-72 Spec-Bench generations (``benchmarks/simulate.py``), weighed against the
-cost of verifying wider trees on a CPU (a forward over 8 tokens costs ~1.6x
-one over 1 token): full drafts (up to 8 nodes, depth adapted between 1 and 8)
-only on matches of 2+ tokens; on a 1-token match, a 2-node tree at most.
-Every depth/width setting between 8 and 16 nodes modelled within ~2% of the
-others; the small 1-token fallback added ~4% modelled speed (tau 1.59 -> 1.73)
-under every verify-cost curve tried.
+72 Spec-Bench generations (``benchmarks/simulate.py``, swept with
+``benchmarks/sweep_pld.py``), weighed against the measured cost of the
+decoder's fast verify forward (``VerifyCost``, "fast"): any draft costs ~16%
+over a 1-token forward, but the next few nodes are nearly free (width 4 costs
+1.21x width 1, width 8 1.41x, width 16 1.78x). So the adaptive depth never
+drops below 4 tokens, matches of 2+ tokens get up to 12 nodes 12 deep, and 1-token
+matches get a 3-node tree. Modelled speedup over plain decoding 1.50x -> 1.55x
+(tau 1.73 -> 1.83), up on each task and on both halves of the records; every
+setting changed adds to it on both halves, and settings near these model
+within ~1% of them. Under transformers' steeper cost curve ("hf") they model
+about even with the narrower settings tuned for it (1.49x vs 1.48x).
 """
 from __future__ import annotations
 
@@ -34,18 +38,25 @@ class PLDConfig:
     """
 
     # Shortest match given a full draft: 1-token matches are right too rarely
-    # to pay for a wide verify forward on CPU (they get the fallback below).
+    # to pay for a full-width verify forward (they get the fallback below).
+    # (3, with the fallback taking 1- and 2-token matches, modelled 0.2% slower.)
     min_n: int = 2
     # Longer suffixes pick the right occurrence; beyond ~8 tokens they rarely disagree with shorter ones.
     max_n: int = 8
-    # Most nodes per draft, whatever budget the decoder offers (width costs forward time).
-    max_width: int = 8
+    # Most nodes per draft, whatever budget the decoder offers. A forward over
+    # 13 tokens costs ~1.6x one over 1; 8 nodes modelled 0.5% slower, 16 0.3%.
+    max_width: int = 12
     # Earlier occurrences (most recent first) whose continuations are merged.
-    max_occurrences: int = 4
+    # More votes rank the fallback's 1-token-match continuations better (4: -0.2%, 16: even).
+    max_occurrences: int = 8
     # Draft depth bounds and the starting depth; depth adapts between the bounds.
+    # min_depth 4: a rejection shrinks the next draft to one past what was
+    # accepted, but no shorter than 4 tokens, as widths 2 to 5 cost about the
+    # same (39.9 to 42.9 ms) and a longer draft now and then runs on (min_depth
+    # 1 modelled 1.5% slower, 2 1.0%, 3 and 6 0.2%).
+    min_depth: int = 4
+    max_depth: int = 12
     # Starting at the top pays: a fresh match is as likely to run long as a later one.
-    min_depth: int = 1
-    max_depth: int = 8
     init_depth: int = 8
     # Depth added after a draft is accepted in full.
     grow: int = 4
@@ -53,9 +64,10 @@ class PLDConfig:
     # matches (down to 1 token): at most fallback_width nodes (0: draft
     # nothing), fallback_depth deep; none when min_n is 1. Such drafts do not
     # move the adaptive depth. Phrases copied from the prompt start with a
-    # 1-token match; 2 nodes catch many of them for little forward time.
-    fallback_width: int = 2
-    fallback_depth: int = 2
+    # 1-token match; 3 nodes 3 deep catch many of them for little forward
+    # time (no fallback: -4.0%; 2 nodes: -1.4%; 4: -0.2%; 6: -1.4%; 2 deep: -0.6%).
+    fallback_width: int = 3
+    fallback_depth: int = 3
 
     def __post_init__(self) -> None:
         if self.min_n < 1 or self.max_n < self.min_n:
@@ -119,7 +131,7 @@ class PLDDrafter:
         ValueError: for invalid settings (see :class:`PLDConfig`).
 
     Example:
-        >>> d = PLDDrafter(min_n=2, max_n=4)
+        >>> d = PLDDrafter(min_n=2, max_n=4, init_depth=4)
         >>> d.begin([5, 6, 7, 8, 5, 6])
         >>> d.propose(budget=16).tokens.tolist()
         [7, 8, 5, 6]

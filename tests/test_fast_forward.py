@@ -299,3 +299,15 @@ def test_fast_verifier_fetches_root_and_main_path_and_lazy_rows_equal_the_full_p
         for r in reversed(range(1 + n)):  # misses first, so subtree batches run
             torch.testing.assert_close(res.row(r), full[r], atol=1e-5, rtol=1e-5)
         assert res.rows.computed == 1 + n
+
+
+def test_prepacked_linear_equals_plain_product_at_every_width():
+    """The blocked-layout product (one layout for all widths) equals x @ W.T + b."""
+    from lookupdec.fast_forward import _Linear
+
+    g = torch.Generator().manual_seed(4)
+    w, b = torch.randn(200, 72, generator=g), torch.randn(200, generator=g)
+    lin = _Linear(w, b)
+    for rows in (1, 2, 3, 7, 16, 33):
+        x = torch.randn(rows, 72, generator=g)
+        torch.testing.assert_close(lin(x), x @ w.T + b, atol=1e-4, rtol=1e-5)

@@ -28,6 +28,10 @@ qualifies (a Llama-family float32 model on the CPU), the lean forward of
 ``lookupdec.fast_forward`` (``fast``) with its own flat KV cache. Every call
 of one verifier (prefill, plain steps, tree steps) goes through the same
 backend, so plain decoding and tree decoding share their kernels.
+
+The fast backend computes ``lm_head`` lazily (``LazyLogits``): the root's and
+the most likely path's rows in the forward, any other row only when the
+acceptance walk visits it; transformers' backend returns every row.
 """
 from __future__ import annotations
 

@@ -44,6 +44,8 @@ SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral")
 # Rope types whose inverse frequencies do not depend on the sequence length,
 # so one cos/sin table serves every position.
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
+# Products with fewer rows are padded to this many (see _Linear.__call__).
+MIN_PRODUCT_ROWS = 4
 
 
 def _dense_linear(module) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -109,6 +111,14 @@ class _Linear:
         self.bias = None if bias is None else bias.detach().float().contiguous()
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.shape[0]
+        if rows < MIN_PRODUCT_ROWS:
+            # oneDNN's kernels for 1-2 rows are slower than its kernel for 4 on this
+            # layout (30 layers' products: ~17 ms at 1 row vs ~14 ms at 4): pad with
+            # zero rows (each output row depends on its input row only) and drop them.
+            xp = x.new_zeros((MIN_PRODUCT_ROWS, x.shape[1]))
+            xp[:rows] = x
+            return torch.ops.mkldnn._linear_pointwise(xp, self.weight, self.bias, "none", [], "")[:rows]
         return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
 
 

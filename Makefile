@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
-PROMPT ?= Summarize in one sentence: The quick brown fox jumps over the lazy dog. The dog sleeps on, and the fox runs into the forest.
+PROMPT ?= Here is a note: 'The library opens at nine in the morning and closes at six in the evening. On Sundays the library is closed. Members can borrow up to five books for three weeks.' Rewrite the note as a bulleted list.
 
 .PHONY: setup build demo index-demo test test-fast bench-datastore clean
 

@@ -26,9 +26,10 @@ cdef extern from "sais.h" nogil:
     int lk_suffix_array_i32(const int32_t *tokens, int64_t n, int32_t *sa, int64_t *bad_index)
     int lk_suffix_array_i64(const int32_t *tokens, int64_t n, int64_t *sa, int64_t *bad_index)
     int lk_suffix_array_i32_opts(const int32_t *tokens, int64_t n, int32_t *sa, int64_t *bad_index,
-                                 int64_t narrow_min_n)
+                                 int64_t narrow_min_n, int flags)
     int lk_suffix_array_i64_opts(const int32_t *tokens, int64_t n, int64_t *sa, int64_t *bad_index,
-                                 int64_t narrow_min_n)
+                                 int64_t narrow_min_n, int flags)
+    int LK_SAIS_COMPARE_NAMES
     int lk_check_sa_i32(const int32_t *tokens, int64_t n, const int32_t *sa, int64_t *where)
     int lk_check_sa_i64(const int32_t *tokens, int64_t n, const int64_t *sa, int64_t *where)
 
@@ -94,11 +95,12 @@ def _raise_status(int rc):
 _NARROW_DEFAULT = 1 << 20
 
 
-def _build(tokens, bint force64, int64_t narrow_min_n=_NARROW_DEFAULT):
+def _build(tokens, bint force64, int64_t narrow_min_n=_NARROW_DEFAULT, bint compare_names=False):
     _itemsize(tokens, "tokens", (4,))
     cdef const int32_t[::1] t = tokens
     cdef int64_t n = t.shape[0], bad = -1
     cdef int rc
+    cdef int flags = LK_SAIS_COMPARE_NAMES if compare_names else 0
     cdef int32_t[::1] sa32
     cdef int64_t[::1] sa64
     cdef const int32_t *tp
@@ -109,7 +111,7 @@ def _build(tokens, bint force64, int64_t narrow_min_n=_NARROW_DEFAULT):
         sa32 = out
         tp = &t[0]
         with nogil:
-            rc = lk_suffix_array_i32_opts(tp, n, &sa32[0], &bad, narrow_min_n)
+            rc = lk_suffix_array_i32_opts(tp, n, &sa32[0], &bad, narrow_min_n, flags)
     else:
         out = np.empty(n, dtype=np.int64)
         if n == 0:
@@ -117,7 +119,7 @@ def _build(tokens, bint force64, int64_t narrow_min_n=_NARROW_DEFAULT):
         sa64 = out
         tp = &t[0]
         with nogil:
-            rc = lk_suffix_array_i64_opts(tp, n, &sa64[0], &bad, narrow_min_n)
+            rc = lk_suffix_array_i64_opts(tp, n, &sa64[0], &bad, narrow_min_n, flags)
     if rc == LK_EBADTOKEN:
         _raise_bad_token(tokens, bad)
     if rc != LK_OK:
@@ -154,14 +156,17 @@ def _suffix_array64(tokens):
     return _build(tokens, True)
 
 
-def _suffix_array_opts(tokens, bint force64=False, int64_t narrow_min_n=_NARROW_DEFAULT):
+def _suffix_array_opts(tokens, bint force64=False, int64_t narrow_min_n=_NARROW_DEFAULT,
+                       bint compare_names=False):
     """suffix_array() with the internal paths chosen (for tests and tuning).
 
     force64 takes the int64-position path; texts of at least narrow_min_n
     tokens whose alphabet (SEP included) has at most 65,536 symbols are sorted
-    through a 16-bit copy, and narrow_min_n < 0 never takes that path.
+    through a 16-bit copy, and narrow_min_n < 0 never takes that path;
+    compare_names names the LMS substrings by comparing them (the path of
+    large alphabets) instead of while inducing.
     """
-    return _build(tokens, force64, narrow_min_n)
+    return _build(tokens, force64, narrow_min_n, compare_names)
 
 
 def check_suffix_array(tokens, sa):

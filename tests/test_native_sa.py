@@ -15,8 +15,9 @@ def arr(values):
 
 def assert_sa(tokens):
     """Both position widths, with and without the 16-bit text copy (forced on
-    small inputs by a zero threshold), equal the reference, and the checker
-    accepts them."""
+    small inputs by a zero threshold), with the LMS substrings named during
+    induction or by comparison, equal the reference, and the checker accepts
+    them."""
     tokens = arr(tokens)
     want = suffix_array_reference(tokens).tolist()
     sa = N.suffix_array(tokens)
@@ -27,9 +28,10 @@ def assert_sa(tokens):
     assert sa64.tolist() == want
     for force64 in (False, True):
         for narrow_min_n in (0, -1):
-            got = N._suffix_array_opts(tokens, force64, narrow_min_n)
-            assert got.dtype == (np.int64 if force64 else np.int32)
-            assert got.tolist() == want, (force64, narrow_min_n)
+            for compare_names in (False, True):
+                got = N._suffix_array_opts(tokens, force64, narrow_min_n, compare_names)
+                assert got.dtype == (np.int64 if force64 else np.int32)
+                assert got.tolist() == want, (force64, narrow_min_n, compare_names)
     assert N.check_suffix_array(tokens, sa) == ""
     assert N.check_suffix_array(tokens, sa64) == ""
 
@@ -210,3 +212,23 @@ def test_16_bit_copy_equals_int32_path_on_medium_text():
     assert N.check_suffix_array(tokens, wide) == ""
     for force64 in (False, True):
         assert np.array_equal(N._suffix_array_opts(tokens, force64, 0), wide)
+        for narrow_min_n in (0, -1):
+            assert np.array_equal(N._suffix_array_opts(tokens, force64, narrow_min_n, True), wide)
+
+
+def test_naming_during_induction_on_long_random_texts():
+    # naming during induction against naming by comparison, over many
+    # alphabets and repetitiveness levels (groups of equal LMS substrings)
+    rng = np.random.default_rng(11)
+    for sigma in (2, 3, 5, 40, 3000):
+        for period in (0, 7, 100):
+            n = int(rng.integers(5_000, 40_000))
+            tokens = rng.integers(-1, sigma, size=n).astype(np.int32)
+            if period:
+                tokens = np.tile(tokens[:period], n // period + 1)[:n]
+                tokens[rng.integers(0, n, size=n // 50)] = rng.integers(-1, sigma)
+            want = N._suffix_array_opts(tokens, False, -1, True)
+            assert N.check_suffix_array(tokens, want) == ""
+            for narrow_min_n in (0, -1):
+                got = N._suffix_array_opts(tokens, False, narrow_min_n, False)
+                assert np.array_equal(got, want), (sigma, period, narrow_min_n)

@@ -140,7 +140,7 @@ static int64_t compact_alphabet(const int32_t *T, int64_t n, int32_t *R) {
 
 #define LK_SA_ENTRY(NAME, SXT, MAIN_TOP, MAIN_U16)                               \
     int NAME##_opts(const int32_t *T, int64_t n, SXT *SA, int64_t *bad_index,    \
-                    int64_t narrow_min_n) {                                       \
+                    int64_t narrow_min_n, int flags) {                            \
         int32_t lo, hi;                                                           \
         int rc;                                                                   \
         if (n <= 0) return LK_OK;                                                 \
@@ -153,24 +153,24 @@ static int64_t compact_alphabet(const int32_t *T, int64_t n, int32_t *R) {
             uint16_t *U = (uint16_t *)malloc((size_t)n * sizeof(uint16_t));      \
             if (U != NULL) {                                                      \
                 for (int64_t i = 0; i < n; ++i) U[i] = (uint16_t)(T[i] - cmin);   \
-                rc = MAIN_U16(U, SA, 0, (SXT)n, 0, (SXT)(k - cmin));              \
+                rc = MAIN_U16(U, SA, 0, (SXT)n, 0, (SXT)(k - cmin), flags);              \
                 free(U);                                                          \
                 return rc;                                                        \
             }                                                                     \
         }                                                                         \
         if (!should_compact(k - cmin, n)) {                                       \
-            return MAIN_TOP(T, SA, 0, (SXT)n, (SXT)cmin, (SXT)k);                 \
+            return MAIN_TOP(T, SA, 0, (SXT)n, (SXT)cmin, (SXT)k, flags);                 \
         }                                                                         \
         int32_t *R = (int32_t *)malloc((size_t)n * sizeof(int32_t));             \
         if (R == NULL) return LK_ENOMEM;                                          \
         int64_t d = compact_alphabet(T, n, R);                                    \
         if (d < 0) { free(R); return LK_ENOMEM; }                                 \
-        rc = MAIN_TOP(R, SA, 0, (SXT)n, 0, (SXT)d);                               \
+        rc = MAIN_TOP(R, SA, 0, (SXT)n, 0, (SXT)d, flags);                               \
         free(R);                                                                  \
         return rc;                                                                \
     }                                                                             \
     int NAME(const int32_t *T, int64_t n, SXT *SA, int64_t *bad_index) {         \
-        return NAME##_opts(T, n, SA, bad_index, LK_NARROW_MIN_N);                \
+        return NAME##_opts(T, n, SA, bad_index, LK_NARROW_MIN_N, 0);                \
     }
 
 LK_SA_ENTRY(lk_suffix_array_i32, int32_t, sais_i32_i32_main, sais_u16_i32_main)

@@ -17,7 +17,7 @@
  */
 
 /* The (SX, SX) instantiation sorts reduced texts (defined in this one or an earlier one). */
-static int RECURSE(const SX *T, SX *SA, SX fs, SX n, SX cmin, SX k);
+static int RECURSE(const SX *T, SX *SA, SX fs, SX n, SX cmin, SX k, int flags);
 
 /* Bucket bounds: start (end == 0) or one past the end (end == 1) of every
  * symbol's bucket. With C == NULL the counts are recomputed into B. */
@@ -119,14 +119,121 @@ static inline SX FN(lms_end)(const TX *T, SX n, SX p) {
     return n;
 }
 
-/* Closes the group of gs LMS substrings that share one name, the sorted-list
- * entries SA[end-gs..end) (q is the group's first position): a unique name
- * gets its slot negated, a shared one gets its list entries negated. */
-static void FN(close_group)(SX *SA, SX m, SX end, SX gs, SX q) {
-    if (gs == 1) {
-        SA[m + (q >> 1)] = -SA[m + (q >> 1)];
-    } else {
-        for (SX i = end - gs; i < end; ++i) SA[i] = ~SA[i];
+/* Finds the group starts of the sorted LMS substrings SA[0..m) by comparing
+ * each with its predecessor (lengths from lms_end): starts[i] = 1
+ * when LMS substring SA[i] differs from SA[i-1] (always for i = 0). */
+static void FN(compare_starts)(const TX *T, const SX *SA, SX n, SX m, uint8_t *starts) {
+    SX i, p, q = -1, plen, qlen = 0, d;
+    for (i = 0; i < m; ++i) {
+        if (i + LK_PF < m) __builtin_prefetch(T + SA[i + LK_PF]);
+        p = SA[i];
+        plen = FN(lms_end)(T, n, p) - p + 1;
+        int diff = 1;
+        if (plen == qlen && p + plen <= n && q + qlen <= n) {
+            for (d = 0; d < plen && T[p + d] == T[q + d]; ++d) {}
+            diff = d < plen;
+        }
+        starts[i] = (uint8_t)diff;
+        q = p;
+        qlen = plen;
+    }
+}
+
+/* Names the sorted LMS substrings SA[0..m) from their group starts
+ * (starts[i], i < m): names are 1-based in sorted order; the slot
+ * SA[m + p/2] of LMS position p gets its name, negated when the name is
+ * unique (its group has one member: its start bit is followed by another
+ * start or the end), and the list entries of shared names are negated (~p),
+ * the groups the recursion has to order. Slots SA[m..) must be zero.
+ * Returns the number of names. */
+static SX FN(write_names)(SX *SA, SX m, const uint8_t *starts) {
+    SX i, p, name = 0;
+    for (i = 0; i < m; ++i) {
+        if (i + LK_PF < m) __builtin_prefetch(SA + m + (SA[i + LK_PF] >> 1), 1);
+        p = SA[i];
+        name += starts[i];
+        int unique = starts[i] && (i + 1 == m || starts[i + 1]);
+        SA[m + (p >> 1)] = unique ? -name : name;
+        if (!unique) SA[i] = ~p;
+    }
+    return name;
+}
+
+/* Stage-1 induction that also finds where the LMS-substring groups start
+ * (after libsais' naming during induction): the same passes as induce with
+ * lms_only, plus one byte `mk` per SA position (zeroed, with the first
+ * seed of every bucket marked) in which mk[x] = 1 says that the entry at x
+ * has a different LMS prefix (the text from it to the next LMS position,
+ * inclusive) from the entry at x-1. A scan counts the marks it passes (d, a
+ * group id); two suffixes induced one after the other into one bucket have
+ * equal LMS prefixes iff their inducers do, i.e. iff d did not change
+ * between the two inductions, which D[c] (the d of the last induction into
+ * bucket c) tells. The L pass inserts left to right, so it marks the new
+ * entry; the S pass inserts right to left, so it marks the new entry as
+ * provisionally different from its left neighbour (it may be the leftmost
+ * S entry of its bucket, whose left neighbour differs in type) and settles
+ * the mark of the entry it lands next to. Marks of cleared entries stay, so
+ * the scans still see every boundary. The last pass leaves each LMS suffix
+ * negated (~p), everything else 0, as induce does. */
+static void FN(induce_marked)(const TX *T, SX *SA, SX n, const SX *C, SX *B, SX *D,
+                              uint8_t *mk, SX cmin, SX k) {
+    SX i, j, c0, c1, *b, d = 0, x;
+    const int big = k - cmin > 65536;
+    FN(bounds)(T, n, C, B, cmin, k, 0);
+    for (c0 = cmin; c0 < k; ++c0) D[c0] = -1;
+    j = n - 1;
+    c1 = (SX)T[j];
+    b = SA + B[c1];
+    /* suffix n-1, induced by the virtual sentinel (group id 0) */
+    mk[b - SA] = 1;
+    D[c1] = 0;
+    *b++ = (j > 0 && (SX)T[j - 1] < c1) ? ~j : j;
+    for (i = 0; i < n; ++i) {
+        if (i + LK_PF < n) {
+            SX jp = SA[i + LK_PF];
+            if (jp > 0) __builtin_prefetch(T + jp - 1);
+            jp = SA[i + LK_PF / 2];
+            if (big && jp > 0) __builtin_prefetch(B + T[jp - 1], 1);
+        }
+        d += mk[i];
+        j = SA[i];
+        if (j > 0) {
+            SA[i] = 0;
+            --j;
+            c0 = (SX)T[j];
+            if (c0 != c1) { B[c1] = (SX)(b - SA); c1 = c0; b = SA + B[c1]; }
+            mk[b - SA] = D[c1] != d;  /* a fresh slot: plain store */
+            D[c1] = d;
+            *b++ = (j > 0 && (SX)T[j - 1] < c1) ? ~j : j;
+        } else {
+            SA[i] = j == 0 ? 0 : ~j;
+        }
+    }
+    FN(bounds)(T, n, C, B, cmin, k, 1);
+    for (c0 = cmin; c0 < k; ++c0) D[c0] = -1;
+    c1 = cmin;
+    b = SA + B[c1];
+    for (i = n - 1; i >= 0; --i) {
+        if (i - LK_PF >= 0) {
+            SX jp = SA[i - LK_PF];
+            if (jp > 0) __builtin_prefetch(T + jp - 1);
+            jp = SA[i - LK_PF / 2];
+            if (big && jp > 0) __builtin_prefetch(B + T[jp - 1], 1);
+        }
+        j = SA[i];
+        if (j > 0) {
+            --j;
+            c0 = (SX)T[j];
+            if (c0 != c1) { B[c1] = (SX)(b - SA); c1 = c0; b = SA + B[c1]; }
+            SA[i] = 0;
+            x = (SX)(b - SA);  /* the previous entry inserted into c1, if any */
+            if (D[c1] >= 0) mk[x] = D[c1] != d;
+            D[c1] = d;
+            mk[x - 1] = 1;
+            /* j is LMS iff its predecessor is L-type: keep it negated */
+            *--b = (j > 0 && (SX)T[j - 1] > c1) ? ~j : j;
+        }
+        d += mk[i];
     }
 }
 
@@ -148,7 +255,7 @@ static void FN(close_group)(SX *SA, SX m, SX end, SX gs, SX q) {
  * Returns LK_OK, LK_ENOMEM, or LK_SAIS_DECLINED (nothing changed) when it
  * would not pay or the layout [list m][SA' n' | free][R' n'][map n'] would
  * overlap the slots while R' is written. */
-static int FN(sort_nonunique)(const TX *T, SX *SA, SX n, SX m, SX usable, SX names) {
+static int FN(sort_nonunique)(const TX *T, SX *SA, SX n, SX m, SX usable, SX names, int flags) {
     SX *slot = SA + m;
     const SX nslots = ((n - 1) >> 1) + 1;
     SX i, t, kept = 0;
@@ -213,7 +320,7 @@ static int FN(sort_nonunique)(const TX *T, SX *SA, SX n, SX m, SX usable, SX nam
     free(before);
     LK_TOC("cut");
     SX *SA2 = SA + m;
-    int rc = RECURSE(R2, SA2, usable - m - 3 * kept, kept, 0, k2);
+    int rc = RECURSE(R2, SA2, usable - m - 3 * kept, kept, 0, k2, flags);
     if (rc != LK_OK) return rc;
     LK_TOC("cut-recurse");
 
@@ -234,10 +341,11 @@ static int FN(sort_nonunique)(const TX *T, SX *SA, SX n, SX m, SX usable, SX nam
 
 /* Suffix array of T[0..n) into SA[0..n). SA is followed by fs free slots
  * (SA[n..n+fs)) that may be used as scratch. */
-static int FN(main)(const TX *T, SX *SA, SX fs, SX n, SX cmin, SX k) {
+static int FN(main)(const TX *T, SX *SA, SX fs, SX n, SX cmin, SX k, int flags) {
     SX i, j, m, p, c0, c1, name;
     int t0, t1;
-    SX *Cmem = NULL, *Bmem = NULL, *C, *B;
+    SX *Cmem = NULL, *Bmem = NULL, *C, *B, *D = NULL;
+    uint8_t *mk = NULL, *starts;
     SX ksize = k - cmin, bsz = 0;  /* ksize: bucket count; bsz: slots of fs used for buckets */
 
     if (n <= 0) return LK_OK;
@@ -267,8 +375,20 @@ static int FN(main)(const TX *T, SX *SA, SX fs, SX n, SX cmin, SX k) {
         for (i = 0; i < n; ++i) ++C[T[i]];
     }
 
+    /* Naming during induction (induce_marked) needs a mark bitmap over SA
+     * (n bits) and one group id per bucket; small alphabets only, so that
+     * the ids cost little. Otherwise (or without memory) the sorted LMS
+     * substrings are compared instead. */
+    if (!(flags & LK_SAIS_COMPARE_NAMES) && (ksize <= 65536 || ksize <= n / 16)) {
+        mk = (uint8_t *)calloc((size_t)n, 1);
+        D = (SX *)malloc((size_t)ksize * sizeof(SX));
+        if (mk == NULL || D == NULL) { free(mk); free(D); mk = NULL; D = NULL; }
+        else D -= cmin;
+    }
+
     /* Stage 1: seed LMS positions at bucket ends (in text order), induce. */
     FN(bounds)(T, n, C, B, cmin, k, 1);
+    if (D != NULL) for (c0 = cmin; c0 < k; ++c0) D[c0] = B[c0];
     for (i = 0; i < n; ++i) SA[i] = 0;
     m = 0;
     c1 = (SX)T[n - 1];
@@ -281,55 +401,59 @@ static int FN(main)(const TX *T, SX *SA, SX fs, SX n, SX cmin, SX k) {
         c1 = c0;
         t1 = t0;
     }
+    if (D != NULL) {
+        /* the seeds of a bucket share their LMS prefix (one S-type symbol):
+         * mark the first of each bucket's seeds */
+        for (c0 = cmin; c0 < k; ++c0) {
+            if (B[c0] != D[c0]) mk[B[c0]] = 1;
+        }
+    }
     LK_TOC("seed");
     if (m > 0) {
-        FN(induce)(T, SA, n, C, B, cmin, k, 1);
+        if (D != NULL) {
+            FN(induce_marked)(T, SA, n, C, B, D, mk, cmin, k);
+            free(D + cmin);
+            D = NULL;
+        } else {
+            FN(induce)(T, SA, n, C, B, cmin, k, 1);
+        }
         LK_TOC("induce1");
 
-        /* Sorted LMS positions (left negated by induce) -> SA[0..m). */
-        for (i = 0, j = 0; i < n; ++i) {
-            p = SA[i];
-            if (p < 0) SA[j++] = ~p;
+        /* Sorted LMS positions (left negated by induce) -> SA[0..m). With
+         * marks, mk[j] := whether the j-th LMS substring starts a new group
+         * (a mark after the previous LMS entry, up to its own); mk[j],
+         * j <= i, is written only after mk[i] was read. */
+        if (mk != NULL) {
+            int pending = 1;
+            for (i = 0, j = 0; i < n; ++i) {
+                pending |= mk[i];
+                p = SA[i];
+                if (p < 0) {
+                    mk[j] = (uint8_t)pending;
+                    pending = 0;
+                    SA[j++] = ~p;
+                }
+            }
+            starts = mk;
+        } else {
+            for (i = 0, j = 0; i < n; ++i) {
+                p = SA[i];
+                if (p < 0) SA[j++] = ~p;
+            }
+            starts = (uint8_t *)malloc((size_t)m);
+            if (starts == NULL) { free(Bmem); free(Cmem); return LK_ENOMEM; }
+            FN(compare_starts)(T, SA, n, m, starts);
         }
         LK_TOC("gather");
         for (i = m; i < n; ++i) SA[i] = 0;  /* the name slots SA[m + p/2] */
-        LK_TOC("lengths");
-        /* Name the LMS substrings in sorted order (names 1-based; 0 = empty),
-         * their lengths found by reading forward from each (lms_end).
-         * A name held by one LMS substring only is "unique": its slot is
-         * stored negated. The sorted-list entries of non-unique names are
-         * stored negated (~p): the groups the recursion has to order. */
-        {
-            SX q = -1, qlen = 0, plen, d, gs = 0;
-            name = 0;
-            for (i = 0; i < m; ++i) {
-                if (i + LK_PF < m) {
-                    SX pf = SA[i + LK_PF];
-                    __builtin_prefetch(SA + m + (pf >> 1), 1);
-                    __builtin_prefetch(T + pf);
-                }
-                p = SA[i];
-                plen = FN(lms_end)(T, n, p) - p + 1;
-                int diff = 1;
-                if (plen == qlen && p + plen <= n && q + qlen <= n) {
-                    for (d = 0; d < plen && T[p + d] == T[q + d]; ++d) {}
-                    diff = d < plen;
-                }
-                if (diff) {
-                    if (name > 0) FN(close_group)(SA, m, i, gs, q);
-                    ++name; q = p; qlen = plen; gs = 0;
-                }
-                ++gs;
-                SA[m + (p >> 1)] = name;
-            }
-            FN(close_group)(SA, m, m, gs, q);
-        }
-
+        name = FN(write_names)(SA, m, starts);
+        free(starts);
+        mk = NULL;
         LK_TOC("name");
         if (name < m) {
             SX usable = n + fs - bsz;          /* SA[0..usable) is ours */
             SX *RA = SA + usable - m;
-            int rc = FN(sort_nonunique)(T, SA, n, m, usable, name);
+            int rc = FN(sort_nonunique)(T, SA, n, m, usable, name, flags);
             if (rc == LK_SAIS_DECLINED) {
                 /* Recurse on the whole reduced text RA (names - 1, text
                  * order, at the end of the usable space), with SA[0..m) as
@@ -338,7 +462,7 @@ static int FN(main)(const TX *T, SX *SA, SX fs, SX n, SX cmin, SX k) {
                 for (i = m + ((n - 1) >> 1); i >= m; --i) {
                     if (SA[i] != 0) RA[j--] = (SA[i] < 0 ? -SA[i] : SA[i]) - 1;
                 }
-                rc = RECURSE(RA, SA, usable - 2 * m, m, 0, name);
+                rc = RECURSE(RA, SA, usable - 2 * m, m, 0, name, flags);
                 if (rc != LK_OK) { free(Bmem); free(Cmem); return rc; }
                 LK_TOC("recurse");
                 /* RA := LMS positions in text order; SA[0..m) := sorted LMS positions. */
@@ -370,6 +494,8 @@ static int FN(main)(const TX *T, SX *SA, SX fs, SX n, SX cmin, SX k) {
             SA[--B[(SX)T[j]]] = j;
         }
     }
+    free(mk);
+    if (D != NULL) free(D + cmin);
     LK_TOC("place");
     FN(induce)(T, SA, n, C, B, cmin, k, 0);
     LK_TOC("induce3");

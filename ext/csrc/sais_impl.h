@@ -428,6 +428,7 @@ static int FN(main)(const TX *T, SX *SA, SX fs, SX n, SX cmin, SX k, int flags) 
             for (i = 0, j = 0; i < n; ++i) {
                 pending |= mk[i];
                 p = SA[i];
+                if (i >= m) SA[i] = 0;  /* the name slots, zeroed on the way */
                 if (p < 0) {
                     mk[j] = (uint8_t)pending;
                     pending = 0;
@@ -445,7 +446,9 @@ static int FN(main)(const TX *T, SX *SA, SX fs, SX n, SX cmin, SX k, int flags) 
             FN(compare_starts)(T, SA, n, m, starts);
         }
         LK_TOC("gather");
-        for (i = m; i < n; ++i) SA[i] = 0;  /* the name slots SA[m + p/2] */
+        if (starts != mk) {
+            for (i = m; i < n; ++i) SA[i] = 0;  /* the name slots SA[m + p/2] */
+        }
         name = FN(write_names)(SA, m, starts);
         free(starts);
         mk = NULL;

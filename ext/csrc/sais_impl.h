@@ -169,10 +169,10 @@ static SX FN(write_names)(SX *SA, SX m, const uint8_t *starts) {
  * equal LMS prefixes iff their inducers do, i.e. iff d did not change
  * between the two inductions, which D[c] (the d of the last induction into
  * bucket c) tells. The L pass inserts left to right, so it marks the new
- * entry; the S pass inserts right to left, so it marks the new entry as
- * provisionally different from its left neighbour (it may be the leftmost
- * S entry of its bucket, whose left neighbour differs in type) and settles
- * the mark of the entry it lands next to. Marks of cleared entries stay, so
+ * entry; the S pass inserts right to left, so it sets the mark of the entry
+ * the new one lands next to; the leftmost S entry of each bucket, which
+ * differs in type from its left neighbour, is marked before the S pass
+ * (every other S slot is rewritten, so the seeds' marks do not last). Marks of cleared entries stay, so
  * the scans still see every boundary. The last pass leaves each LMS suffix
  * negated (~p), everything else 0, as induce does. */
 static void FN(induce_marked)(const TX *T, SX *SA, SX n, const SX *C, SX *B, SX *D,
@@ -209,8 +209,15 @@ static void FN(induce_marked)(const TX *T, SX *SA, SX n, const SX *C, SX *B, SX 
             SA[i] = j == 0 ? 0 : ~j;
         }
     }
+    /* the leftmost S entry of a bucket (where the L pass stopped) differs
+     * in type from its left neighbour: mark it before the S pass */
+    B[c1] = (SX)(b - SA);
+    for (c0 = cmin; c0 < k; ++c0) D[c0] = B[c0];
     FN(bounds)(T, n, C, B, cmin, k, 1);
-    for (c0 = cmin; c0 < k; ++c0) D[c0] = -1;
+    for (c0 = cmin; c0 < k; ++c0) {
+        if (D[c0] < B[c0]) mk[D[c0]] = 1;
+        D[c0] = -1;
+    }
     c1 = cmin;
     b = SA + B[c1];
     for (i = n - 1; i >= 0; --i) {
@@ -229,7 +236,6 @@ static void FN(induce_marked)(const TX *T, SX *SA, SX n, const SX *C, SX *B, SX 
             x = (SX)(b - SA);  /* the previous entry inserted into c1, if any */
             if (D[c1] >= 0) mk[x] = D[c1] != d;
             D[c1] = d;
-            mk[x - 1] = 1;
             /* j is LMS iff its predecessor is L-type: keep it negated */
             *--b = (j > 0 && (SX)T[j - 1] > c1) ? ~j : j;
         }

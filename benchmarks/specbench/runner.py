@@ -46,10 +46,9 @@ class HFChatCodec:
         self.tokenizer = tokenizer
 
     def encode(self, messages: Sequence[Mapping[str, str]]) -> list[int]:
-        ids = self.tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True)
-        if isinstance(ids, Mapping) or hasattr(ids, "input_ids"):  # a BatchEncoding in transformers 5
-            ids = ids["input_ids"]
-        return [int(t) for t in ids]
+        from lookupdec.models import encode_prompt
+
+        return encode_prompt(self.tokenizer, [dict(m) for m in messages])
 
     def decode(self, token_ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(token_ids), skip_special_tokens=True)

@@ -149,6 +149,13 @@ class DraftTree:
     def path_tokens(self, i: int) -> list[int]:
         return [int(self.tokens[j]) for j in self.path(i)]
 
+    def children(self) -> dict[int, list[int]]:
+        """Each node's children in index order; key ``-1`` holds the root's."""
+        out: dict[int, list[int]] = {}
+        for i, p in enumerate(self.parents.tolist()):
+            out.setdefault(p, []).append(i)
+        return out
+
     def leaves(self) -> np.ndarray:
         has_child = np.zeros(len(self), bool)
         has_child[self.parents[self.parents >= 0]] = True
@@ -189,8 +196,17 @@ class DraftTree:
             if p >= 0:
                 support[i] = min(support[i], support[p])
         order = np.lexsort((np.arange(n), self.depth, -support))[:budget]
-        keep = np.sort(order)  # original order keeps parents before children
-        remap = np.full(n, -1, np.int64)
+        return self.subset(order)
+
+    def subset(self, nodes) -> "DraftTree":
+        """The tree of ``nodes`` (which must include every ancestor of each), in index order.
+
+        Example:
+            >>> DraftTree.from_sequences([[5, 6], [7]]).subset([2, 0])
+            DraftTree(tokens=[5, 7], parents=[-1, -1], counts=[1, 1])
+        """
+        keep = np.sort(np.asarray(nodes, dtype=np.int64))  # index order keeps parents before children
+        remap = np.full(len(self), -1, np.int64)
         remap[keep] = np.arange(len(keep))
         parents = self.parents[keep]
         new_parents = np.where(parents >= 0, remap[np.maximum(parents, 0)], -1)

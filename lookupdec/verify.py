@@ -84,9 +84,7 @@ def longest_path(tree: DraftTree) -> DraftTree:
     """The tree's deepest root-to-leaf path as a chain (the first one on ties)."""
     if len(tree) == 0:
         return tree
-    leaf = int(np.argmax(tree.depth))
-    nodes = tree.path(leaf)
-    return DraftTree(tree.tokens[nodes], np.arange(-1, len(nodes) - 1, dtype=np.int32), tree.counts[nodes])
+    return tree.subset(tree.path(int(np.argmax(tree.depth))))
 
 
 def clip_depth(tree: DraftTree, max_depth: int) -> DraftTree:
@@ -95,11 +93,7 @@ def clip_depth(tree: DraftTree, max_depth: int) -> DraftTree:
         return tree
     if max_depth <= 0:
         return DraftTree.empty()
-    keep = np.flatnonzero(tree.depth <= max_depth)
-    remap = np.full(len(tree), -1, np.int64)
-    remap[keep] = np.arange(len(keep))
-    parents = tree.parents[keep]
-    return DraftTree(tree.tokens[keep], np.where(parents >= 0, remap[np.maximum(parents, 0)], -1), tree.counts[keep])
+    return tree.subset(np.flatnonzero(tree.depth <= max_depth))
 
 
 def tree_attention_bias(tree: DraftTree, past: int, width: int, dtype: torch.dtype, device) -> torch.Tensor:
@@ -125,6 +119,23 @@ def tree_attention_bias(tree: DraftTree, past: int, width: int, dtype: torch.dty
     bias = torch.zeros((1, 1, width, past + width), dtype=dtype)
     bias.masked_fill_(torch.from_numpy(~allowed), torch.finfo(dtype).min)
     return bias.to(device)
+
+
+def tree_inputs(root: int, tree: DraftTree, past: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token ids and positions ``(width,)`` of one verify forward: the root at
+    ``past``, node ``i`` at ``past + depth[i]``, padding rows repeating the root.
+
+    Example:
+        >>> ids, pos = tree_inputs(9, DraftTree.from_sequences([[5, 6], [7]]), past=3, width=4)
+        >>> ids.tolist(), pos.tolist()
+        ([9, 5, 6, 7], [3, 4, 5, 4])
+    """
+    n = len(tree)
+    ids = np.full(width, root, dtype=np.int64)
+    ids[1 : 1 + n] = tree.tokens
+    pos = np.full(width, past, dtype=np.int64)
+    pos[1 : 1 + n] += tree.depth
+    return torch.from_numpy(ids), torch.from_numpy(pos)
 
 
 def reference_tree_attention_bias(tree: DraftTree, past: int, width: int) -> np.ndarray:
@@ -154,9 +165,7 @@ def greedy_accept(tree: DraftTree, argmax: Sequence[int] | Callable[[int], int])
         >>> greedy_accept(t, [7, 0, 0, 3])                   # root -> 7, then node 2 -> 3
         Acceptance(nodes=(2,), tokens=(7, 3))
     """
-    children: dict[int, list[int]] = {}
-    for i, p in enumerate(tree.parents.tolist()):
-        children.setdefault(p, []).append(i)
+    children = tree.children()
     toks = tree.tokens.tolist()
     at = argmax if callable(argmax) else argmax.__getitem__
     node, nodes, out = -1, [], []
@@ -189,9 +198,7 @@ def sample_accept(tree: DraftTree, row_probs: Callable[[int], torch.Tensor], gen
     Returns:
         The accepted nodes and the tokens to append.
     """
-    children: dict[int, list[int]] = {}
-    for i, p in enumerate(tree.parents.tolist()):
-        children.setdefault(p, []).append(i)
+    children = tree.children()
     toks = tree.tokens.tolist()
     node, nodes, out = -1, [], []
     while True:
@@ -421,12 +428,8 @@ class TreeVerifier:
             return VerifyResult(LazyLogits.of(out.logits[0]), tree)
         is_chain = not self.tree_masks
         width = (1 + n) if is_chain else self.width(n)
-        ids = np.full(width, root, dtype=np.int64)
-        ids[1 : 1 + n] = tree.tokens
-        pos = np.full(width, past, dtype=np.int64)
-        pos[1 : 1 + n] += tree.depth
-        ids_t = torch.from_numpy(ids).to(self.device).unsqueeze(0)
-        pos_t = torch.from_numpy(pos).to(self.device).unsqueeze(0)
+        ids, pos = tree_inputs(root, tree, past, width)
+        ids_t, pos_t = ids.to(self.device).unsqueeze(0), pos.to(self.device).unsqueeze(0)
         if is_chain:
             mask = None  # the ordinary causal mask is the chain's tree mask
         else:
@@ -444,12 +447,9 @@ class TreeVerifier:
             logits = self.fast.forward(cache, torch.tensor([root]), torch.tensor([past]), None, slice(0, 1))
             return VerifyResult(LazyLogits.of(logits), tree)
         width = self.width(n)
-        ids = np.full(width, root, dtype=np.int64)
-        ids[1 : 1 + n] = tree.tokens
-        pos = np.full(width, past, dtype=np.int64)
-        pos[1 : 1 + n] += tree.depth
+        ids, pos = tree_inputs(root, tree, past, width)
         bias = tree_attention_bias(tree, past, width, torch.float32, "cpu")[0, 0]
-        hidden = self.fast.forward(cache, torch.from_numpy(ids), torch.from_numpy(pos), bias, "hidden")
+        hidden = self.fast.forward(cache, ids, pos, bias, "hidden")
         fast = self.fast
         rows = LazyLogits(1 + n, tree, lambda idx: fast.logits(hidden.index_select(0, idx)))
         # The root and the most likely path in one product: the rows a walk that

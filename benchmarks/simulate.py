@@ -36,7 +36,7 @@ import numpy as np
 if __package__ in (None, ""):  # run as a script: make the checkout's package importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lookupdec.drafters.base import Drafter, NoDrafter  # noqa: E402
+from lookupdec.drafters.base import DraftRequest, Drafter, NoDrafter, StepOutcome  # noqa: E402
 from lookupdec.tree import DraftTree  # noqa: E402
 
 
@@ -187,6 +187,28 @@ class SimResult:
     seconds: float = field(compare=False)
 
 
+def accepted_path(tree: DraftTree, target: Sequence[int]) -> list[int]:
+    """Nodes of the longest root-to-node path of ``tree`` whose tokens are a prefix of ``target``.
+
+    Example:
+        >>> accepted_path(DraftTree.from_sequences([[1, 2, 9], [1, 3]]), [1, 3, 4])
+        [0, 3]
+    """
+    if not len(tree) or not len(target):
+        return []
+    children: dict[tuple[int, int], int] = {}
+    for i, (tok, par) in enumerate(zip(tree.tokens.tolist(), tree.parents.tolist())):
+        children.setdefault((par, tok), i)  # a trie holds each (parent, token) once
+    node, path = -1, []
+    while len(path) < len(target):
+        nxt = children.get((node, int(target[len(path)])))
+        if nxt is None:
+            break
+        node = nxt
+        path.append(nxt)
+    return path
+
+
 def accepted_length(tree: DraftTree, target: Sequence[int]) -> int:
     """Length of the longest root-to-node path of ``tree`` that is a prefix of ``target``.
 
@@ -194,18 +216,7 @@ def accepted_length(tree: DraftTree, target: Sequence[int]) -> int:
         >>> accepted_length(DraftTree.from_sequences([[1, 2, 9], [1, 3]]), [1, 3, 4])
         2
     """
-    if not len(tree) or not len(target):
-        return 0
-    children: dict[tuple[int, int], int] = {}
-    for i, (tok, par) in enumerate(zip(tree.tokens.tolist(), tree.parents.tolist())):
-        children.setdefault((par, tok), i)  # a trie holds each (parent, token) once
-    node, k = -1, 0
-    while k < len(target):
-        nxt = children.get((node, int(target[k])))
-        if nxt is None:
-            break
-        node, k = nxt, k + 1
-    return k
+    return len(accepted_path(tree, target))
 
 
 def accepted_length_reference(tree: DraftTree, target: Sequence[int]) -> int:
@@ -227,10 +238,11 @@ def simulate(drafter_factory: Callable[[], Drafter], records: Iterable[Record], 
              cost: VerifyCost | None = None) -> SimResult:
     """Replay ``records`` through fresh drafters and measure acceptance.
 
-    Each step: ``tree = drafter.propose(budget)``; the accepted draft tokens
-    are the longest tree path that the recorded output continues with; the
-    step yields those plus the recorded next token (the bonus), except when
-    the draft covers the rest of the output. ``drafter.commit(new, accepted)``.
+    Each step: ``tree = drafter.propose(DraftRequest(budget, tokens left))``;
+    the accepted draft tokens are the longest tree path that the recorded
+    output continues with; the step yields those plus the recorded next token
+    (the bonus), except when the draft covers the rest of the output; the
+    drafter's ``commit`` gets the accepted nodes and the new tokens.
 
     Args:
         drafter_factory: returns a drafter; called once per record, so state never leaks between records.
@@ -263,13 +275,14 @@ def simulate(drafter_factory: Callable[[], Drafter], records: Iterable[Record], 
         pos = steps = drafted = 0
         ms = 0.0
         while pos < len(out):
-            tree = drafter.propose(budget)
+            tree = drafter.propose(DraftRequest(budget, len(out) - pos))
             if len(tree) > budget:
                 raise ValueError(f"drafter {getattr(drafter, 'name', drafter)!r} proposed {len(tree)} nodes "
                                  f"for a budget of {budget}")
-            k = accepted_length(tree, out[pos:])
+            path = accepted_path(tree, out[pos:])
+            k = len(path)
             new = out[pos:pos + k + 1]  # accepted draft + bonus (none when the draft reached the end)
-            drafter.commit(new, k)
+            drafter.commit(StepOutcome(tuple(path), tuple(new), tree, np.arange(len(tree))))
             pos += len(new)
             steps += 1
             drafted += len(tree)
@@ -316,15 +329,16 @@ class CopyOracle:
         self._context = self._text(prompt_ids)
         self._rest = list(self._answers[tuple(prompt_ids)])
 
-    def propose(self, budget: int) -> DraftTree:
+    def propose(self, request: DraftRequest) -> DraftTree:
         k = 0
-        while k < min(budget, len(self._rest)) and self._context.find(self._text(self._rest[:k + 1])) >= 0:
+        top = min(request.budget, request.max_depth, len(self._rest))
+        while k < top and self._context.find(self._text(self._rest[:k + 1])) >= 0:
             k += 1
         return DraftTree.chain(self._rest[:k])
 
-    def commit(self, new_ids: Sequence[int], accepted: int) -> None:
-        self._context += self._text(new_ids)
-        self._rest = self._rest[len(new_ids):]
+    def commit(self, outcome: StepOutcome) -> None:
+        self._context += self._text(outcome.new_tokens)
+        self._rest = self._rest[len(outcome.new_tokens):]
 
 
 class TransformersPLDModel:
@@ -349,15 +363,16 @@ class TransformersPLDModel:
     def begin(self, prompt_ids: Sequence[int]) -> None:
         self._index.reset(prompt_ids)
 
-    def propose(self, budget: int) -> DraftTree:
+    def propose(self, request: DraftRequest) -> DraftTree:
         m = self._index.match(max_occurrences=len(self._index))
         if not m.starts:
             return DraftTree.empty()
         first = m.starts[-1]  # starts are most recent first
-        return DraftTree.chain(self._index.continuation(first, min(self.num_tokens, budget), periodic=False))
+        n = min(self.num_tokens, request.budget, request.max_depth)
+        return DraftTree.chain(self._index.continuation(first, n, periodic=False))
 
-    def commit(self, new_ids: Sequence[int], accepted: int) -> None:
-        self._index.extend(new_ids)
+    def commit(self, outcome: StepOutcome) -> None:
+        self._index.extend(outcome.new_tokens)
 
 
 def _parse_value(text: str):

@@ -6,6 +6,7 @@ torch-free ``lookupdec.index``) stay light.
 from lookupdec.errors import (
     ContextTooLongError,
     CorpusError,
+    DraftError,
     IndexFormatError,
     LookupdecError,
     ModelLoadError,
@@ -37,6 +38,7 @@ __all__ = [
     "DraftTree",
     "LookupdecError",
     "CorpusError",
+    "DraftError",
     "IndexFormatError",
     "TokenizerMismatchError",
     "ContextTooLongError",

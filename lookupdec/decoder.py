@@ -11,90 +11,22 @@ the same kernels; sampled output has the target's distribution.
 """
 from __future__ import annotations
 
-import importlib
-import inspect
 import time
-from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from lookupdec.errors import ContextTooLongError
+import numpy as np
+
+from lookupdec.drafters.base import SOURCE_NAMES, DraftRequest, StepOutcome
+from lookupdec.errors import ContextTooLongError, DraftError
+from lookupdec.methods import METHODS, make_drafter, method_inputs  # noqa: F401  (METHODS: re-exported for callers)
 from lookupdec.models import LoadedModel, encode_prompt, load_model
+from lookupdec.results import GenerationResult, StepStats
 from lookupdec.tree import DraftTree
 
-# Drafting methods by name -> "module:Class" (imported on first use).
-METHODS: dict[str, str] = {
-    "ar": "lookupdec.drafters.base:NoDrafter",
-    "pld": "lookupdec.drafters.pld:PLDDrafter",
-}
-
 STOP_REASONS = ("eos", "stop", "length")
-
-
-@dataclass(frozen=True)
-class StepStats:
-    """One decoding step (one forward of the target).
-
-    Attributes:
-        draft_size: tree nodes verified (0 for a plain step and the prefill).
-        accepted: draft tokens accepted (the bonus token not counted).
-        draft_ms: time in the drafter (propose + commit).
-        verify_ms: time in the target's forward.
-        other_ms: everything else: acceptance, cache commit, stop checks, decoding text.
-    """
-
-    draft_size: int
-    accepted: int
-    draft_ms: float
-    verify_ms: float
-    other_ms: float
-
-
-@dataclass(frozen=True)
-class GenerationResult:
-    """The output of one ``generate`` call.
-
-    Attributes:
-        text: the generated text (special tokens skipped, cut before a stop string).
-        token_ids: the new token ids (an EOS that ended generation included).
-        prompt_tokens: length of the prompt in tokens.
-        new_tokens: ``len(token_ids)``.
-        steps: forwards of the target, the prefill included.
-        mean_accepted: ``new_tokens / steps``: tokens gained per forward.
-        tokens_per_s: ``new_tokens / elapsed_s``.
-        elapsed_s: wall time from the prefill to the last token.
-        method: the drafting method's name.
-        stop_reason: "eos", "stop" (a stop string) or "length" (max_new_tokens).
-        step_stats: one StepStats per step.
-    """
-
-    text: str
-    token_ids: tuple[int, ...]
-    prompt_tokens: int
-    new_tokens: int
-    steps: int
-    mean_accepted: float
-    tokens_per_s: float
-    elapsed_s: float
-    method: str
-    stop_reason: str
-    step_stats: tuple[StepStats, ...]
-
-
-def make_drafter(method: str, **context):
-    """Instantiate the drafter registered as ``method``.
-
-    Keyword arguments the drafter's constructor accepts (e.g. ``references``,
-    ``tokenizer``) are passed on; others are ignored.
-
-    Raises:
-        ValueError: an unknown method name.
-    """
-    if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}; choose one of {', '.join(sorted(METHODS))}")
-    module, _, cls_name = METHODS[method].partition(":")
-    cls = getattr(importlib.import_module(module), cls_name)
-    params = inspect.signature(cls).parameters
-    return cls(**{k: v for k, v in context.items() if k in params and v is not None})
+# Most tree nodes verified per step unless the Decoder is told otherwise; each
+# method drafts what pays within it (auto by the cost curve, pld up to 12).
+DEFAULT_DRAFT_BUDGET = 64
 
 
 class _TextStream:
@@ -157,33 +89,52 @@ class Decoder:
             models run the lean forward of ``lookupdec.fast_forward``, others
             transformers' forward with linear weights prepacked for oneDNN.
             Greedy output then equals our ``ar`` with the same kernels; turn
-            off to match transformers' kernels exactly.
+            off to match transformers' kernels (and its ``generate()``) exactly.
         tree_masks: None = from the model's attention implementation; False
             forces chain verification.
         draft_budget: most tree nodes verified per step.
+        index: corpus datastores for ``rest`` and ``auto``: index directories or
+            opened ``SuffixIndex`` objects (one or a list). Opened and checked
+            against the model's tokenizer here, before any generation.
+        cost_curve: the verifier's ``CostCurve`` for ``auto``; None = measured
+            on first use and cached on disk (``lookupdec.costs``).
+
+    Raises:
+        IndexFormatError, TokenizerMismatchError: an index that cannot serve this model.
+        ModelLoadError: the model cannot be loaded.
 
     Example:
         >>> dec = Decoder()                                         # doctest: +SKIP
-        >>> dec.generate("Repeat: a b c d", method="pld").text      # doctest: +SKIP
+        >>> dec.generate("Repeat: a b c d").text                    # doctest: +SKIP
     """
 
     def __init__(self, model=None, *, dtype: str = "float32", device: str | None = None, fast_kernels: bool = True,
-                 tree_masks: bool | None = None, draft_budget: int = 15) -> None:
+                 tree_masks: bool | None = None, draft_budget: int = DEFAULT_DRAFT_BUDGET, index=None,
+                 cost_curve=None) -> None:
         import torch
 
+        from lookupdec.drafters.calibrate import Calibration
         from lookupdec.fast_kernels import fast_kernels_available, pack_linears
         from lookupdec.verify import TreeVerifier
 
-        self.loaded = model if isinstance(model, LoadedModel) else load_model(model, dtype=dtype, device=device)
-        self.fast_kernels = bool(fast_kernels) and fast_kernels_available(self.loaded.model)
-        if draft_budget < 0:
-            raise ValueError(f"draft_budget must be >= 0, got {draft_budget}")
+        if isinstance(draft_budget, bool) or int(draft_budget) != draft_budget or draft_budget < 0:
+            raise ValueError(f"draft_budget must be an integer >= 0, got {draft_budget!r}")
         self.draft_budget = int(draft_budget)
+        indexes = _open_indexes(index)  # file errors before the model loads
+        self.loaded = model if isinstance(model, LoadedModel) else load_model(model, dtype=dtype, device=device)
+        for idx in indexes:
+            idx.check_tokenizer(self.tokenizer, self.loaded.name)
+        self.indexes = indexes
+        self.fast_kernels = bool(fast_kernels) and fast_kernels_available(self.loaded.model)
         # Fast kernels: the lean forward for Llama-family models; other models
         # keep transformers' forward with prepacked linear weights.
         self.verifier = TreeVerifier(self.loaded.model, tree_masks=tree_masks, fast=self.fast_kernels)
         if self.fast_kernels and self.verifier.backend == "hf":
             pack_linears(self.loaded.model)
+        self.vocab_size = int(self.loaded.model.config.get_text_config(decoder=True).vocab_size)
+        # Acceptance rates learned from every generation of this decoder (see drafters/calibrate.py).
+        self.calibration = Calibration()
+        self._cost_curve = cost_curve
         self._torch = torch
 
     @property
@@ -194,11 +145,23 @@ class Decoder:
     def tokenizer(self):
         return self.loaded.tokenizer
 
+    def cost_curve(self, remeasure: bool = False):
+        """The verifier's cost curve (``lookupdec.costs.CostCurve``): cached on disk, measured on first use.
+
+        Args:
+            remeasure: measure again now (and replace the cached curve).
+        """
+        if self._cost_curve is None or remeasure:
+            from lookupdec.costs import cached_curve
+
+            self._cost_curve = cached_curve(self.verifier, self._torch.get_num_threads(), remeasure=remeasure)
+        return self._cost_curve
+
     def encode(self, prompt, chat_template: bool = True) -> list[int]:
         """Token ids of ``prompt`` (see ``lookupdec.models.encode_prompt``)."""
         return encode_prompt(self.tokenizer, prompt, chat_template)
 
-    def generate(self, prompt, *, method: str = "pld", max_new_tokens: int = 128, temperature: float = 0.0,
+    def generate(self, prompt, *, method: str = "auto", max_new_tokens: int = 128, temperature: float = 0.0,
                  top_p: float = 1.0, top_k: int = 0, seed: int | None = None, stop: Sequence[str] | str | None = None,
                  references: Sequence[str] | None = None, chat_template: bool = True,
                  on_text: Callable[[str], None] | None = None, drafter=None) -> GenerationResult:
@@ -206,13 +169,14 @@ class Decoder:
 
         Args:
             prompt: a string, a list of chat messages, or a list of token ids (used as-is).
-            method: drafting method ("ar", "pld", ...).
+            method: drafting method (``lookupdec.methods.METHODS``: "auto", "pld", "ar", ...).
             max_new_tokens: the most tokens generated (never exceeded).
             temperature, top_p, top_k: sampling settings; temperature 0 = greedy.
             seed: seeds the sampling generator (same seed, same output).
             stop: stop string(s): generation ends when the text contains one;
                 the text is cut where it starts.
-            references: documents for drafters that take them (tokenized here).
+            references: documents (strings) to draft from, for methods that take
+                them (``llma``, ``auto``); tokenized here.
             chat_template: apply the tokenizer's chat template to str/message prompts.
             on_text: called with each new piece of text as it becomes final.
             drafter: an object implementing the Drafter protocol, used instead of ``method``.
@@ -220,14 +184,16 @@ class Decoder:
             A GenerationResult.
         Raises:
             ContextTooLongError: prompt plus max_new_tokens exceed the model's context.
-            ValueError: bad settings (unknown method, negative max_new_tokens, ...).
+            DraftError: a drafter proposed an invalid tree.
+            ValueError: bad settings (unknown method, negative max_new_tokens,
+                references for a method that does not use them, ...).
         """
         from lookupdec.sampling import SamplingParams
 
         torch = self._torch
         params = SamplingParams(float(temperature), float(top_p), int(top_k))
-        if int(max_new_tokens) != max_new_tokens or max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens}")
+        if isinstance(max_new_tokens, bool) or int(max_new_tokens) != max_new_tokens or max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
         stops = [stop] if isinstance(stop, str) else list(stop or [])
         prompt_ids = self.encode(prompt, chat_template)
         limit = self.loaded.max_context
@@ -238,12 +204,15 @@ class Decoder:
                 f"shorten the prompt or set max_new_tokens to at most {max(limit - len(prompt_ids), 0)}"
             )
         if drafter is None:
-            ref_ids = None
-            if references:
-                ref_ids = [list(self.tokenizer(r, add_special_tokens=False)["input_ids"]) for r in references]
-            drafter = make_drafter(method, references=ref_ids, tokenizer=self.tokenizer)
+            ref_ids = self._reference_ids(references)
+            # Datastores belong to the decoder: methods that do not draft from them simply do not get them.
+            indexes = self.indexes if "indexes" in method_inputs(method) else None
+            drafter = make_drafter(method, references=ref_ids, indexes=indexes, calibration=self.calibration,
+                                   cost=self.cost_curve, vocab_size=self.vocab_size)
             method_name = method
         else:
+            if references:
+                raise ValueError("references go to the method's drafters; with drafter=, pass them to it directly")
             method_name = getattr(drafter, "name", type(drafter).__name__)
         generator = None
         if not params.greedy:
@@ -254,6 +223,22 @@ class Decoder:
                 generator.manual_seed(int(seed))
         return self._run(prompt_ids, drafter, method_name, int(max_new_tokens), params, generator, stops, on_text)
 
+    def _reference_ids(self, references) -> list[list[int]] | None:
+        if references is None:
+            return None
+        if isinstance(references, str):
+            raise TypeError("references must be a list of documents (strings), not one string; wrap it in a list")
+        out = []
+        for i, r in enumerate(references):
+            if not isinstance(r, str):
+                raise TypeError(f"references[{i}] is a {type(r).__name__}; references must be strings")
+            if not r.strip():
+                raise ValueError(f"references[{i}] is empty; pass documents with text, or no references")
+            out.append(list(self.tokenizer(r, add_special_tokens=False)["input_ids"]))
+        if not out:
+            raise ValueError("references is an empty list; pass at least one document, or None")
+        return out
+
     def _choose(self, logits, params, generator) -> int:
         if params.greedy:
             return int(logits.argmax().item())
@@ -261,19 +246,36 @@ class Decoder:
 
         return sample(target_probs(logits, params).cpu(), generator)
 
+    def _checked(self, drafter, tree: DraftTree, budget: int, max_depth: int) -> tuple[DraftTree, np.ndarray | None]:
+        """The tree cut to ``budget`` nodes and ``max_depth``, with its nodes' ids in the proposal (None: uncut)."""
+        if not isinstance(tree, DraftTree):
+            raise DraftError(f"drafter {getattr(drafter, 'name', drafter)!r} returned {type(tree).__name__}, "
+                             "not a DraftTree")
+        n = len(tree)
+        if n and (int(tree.tokens.max()) >= self.vocab_size or int(tree.tokens.min()) < 0):
+            bad = int(tree.tokens.max()) if int(tree.tokens.max()) >= self.vocab_size else int(tree.tokens.min())
+            raise DraftError(f"drafter {getattr(drafter, 'name', drafter)!r} proposed token id {bad}, outside the "
+                             f"model's vocabulary [0, {self.vocab_size}); check that its datastore or references "
+                             "were tokenized with this model's tokenizer")
+        if n <= budget and (n == 0 or int(tree.depth.max()) <= max_depth):
+            return tree, None
+        kept = tree.best(budget, max_depth)
+        return tree.subset(kept), kept
+
     def _run(self, prompt_ids, drafter, method_name, max_new, params, generator, stops, on_text) -> GenerationResult:
         from lookupdec.sampling import target_probs
-        from lookupdec.verify import clip_depth, greedy_accept, sample_accept
+        from lookupdec.verify import greedy_accept, sample_accept
 
         torch = self._torch
         eos = set(self.loaded.eos_ids)
         stream = _TextStream(self.tokenizer, stops, on_text)
         stats: list[StepStats] = []
+        by_source: dict[str, int] = {}
         new: list[int] = []
         stop_reason = "length"
         t_start = time.perf_counter()
         if max_new == 0:
-            return self._result(stream, new, prompt_ids, stats, 0.0, method_name, stop_reason)
+            return self._result(stream, new, prompt_ids, stats, 0.0, method_name, stop_reason, by_source)
         budget = self.draft_budget
         cache = self.verifier.new_cache(len(prompt_ids) + max_new + self.verifier.width(budget))
         with torch.inference_mode():
@@ -282,14 +284,14 @@ class Decoder:
             t1 = time.perf_counter()
             logits = self.verifier.prefill(cache, list(prompt_ids))
             t2 = time.perf_counter()
-            step_tokens = [self._choose(logits, params, generator)]
-            accepted = draft_size = 0
+            outcome = StepOutcome.plain([self._choose(logits, params, generator)])
+            draft_size = 0
             draft_ms, verify_ms, other_ms = (t1 - t0) * 1e3, (t2 - t1) * 1e3, 0.0
             past = len(prompt_ids)
             while True:
                 t3 = time.perf_counter()
                 # Append this step's tokens, cut at the first EOS and at max_new_tokens.
-                for tok in step_tokens:
+                for tok in outcome.new_tokens:
                     if len(new) >= max_new:
                         break
                     new.append(tok)
@@ -304,21 +306,21 @@ class Decoder:
                 done = stop_reason != "length" or len(new) >= max_new
                 t4 = time.perf_counter()
                 if not done:
-                    drafter.commit(list(step_tokens), accepted)
+                    drafter.commit(outcome)
                 t5 = time.perf_counter()
-                stats.append(StepStats(draft_size, accepted, draft_ms + (t5 - t4) * 1e3, verify_ms,
+                stats.append(StepStats(draft_size, outcome.n_accepted, draft_ms + (t5 - t4) * 1e3, verify_ms,
                                        other_ms + (t4 - t3) * 1e3))
                 if done:
                     break
                 # Next step: draft, verify, accept, keep the accepted rows.
                 root = new[-1]
-                t6 = time.perf_counter()
-                tree = drafter.propose(budget) if budget else DraftTree.empty()
-                t7 = time.perf_counter()
-                if len(tree) > budget:
-                    tree = tree.prune(budget)
                 # A step emits at most depth + 1 tokens: deeper nodes could never be used.
-                tree = clip_depth(tree, max_new - len(new) - 1)
+                max_depth = max_new - len(new) - 1
+                t6 = time.perf_counter()
+                proposal = drafter.propose(DraftRequest(budget, max_depth)) if budget and max_depth else None
+                t7 = time.perf_counter()
+                tree, kept = self._checked(drafter, proposal, budget, max_depth) if proposal is not None \
+                    else (DraftTree.empty(), None)
                 t8 = time.perf_counter()
                 res = self.verifier.forward(cache, past, root, tree)
                 t9 = time.perf_counter()
@@ -332,15 +334,23 @@ class Decoder:
                 lazy_s = res.rows.compute_s - lazy_s
                 self.verifier.commit(cache, past, acc.nodes)
                 past += 1 + acc.accepted
+                # Node ids of the verified tree -> ids in the drafter's own proposal.
+                origin = np.arange(len(res.tree)) if res.kept is None else res.kept
+                if kept is not None:
+                    origin = kept[origin]
+                for src in res.tree.sources[list(acc.nodes)].tolist():
+                    name = SOURCE_NAMES.get(src, "other")
+                    by_source[name] = by_source.get(name, 0) + 1
+                outcome = StepOutcome(tuple(int(origin[i]) for i in acc.nodes), acc.tokens, res.tree, origin)
                 t10 = time.perf_counter()
-                step_tokens, accepted, draft_size = list(acc.tokens), acc.accepted, len(res.tree)
+                draft_size = len(res.tree)
                 verify_ms = (t9 - t8 + lazy_s) * 1e3
                 draft_ms, other_ms = (t7 - t6) * 1e3, (t8 - t7 + t10 - t9 - lazy_s) * 1e3
         stream.finish()
         elapsed = time.perf_counter() - t_start
-        return self._result(stream, new, prompt_ids, stats, elapsed, method_name, stop_reason)
+        return self._result(stream, new, prompt_ids, stats, elapsed, method_name, stop_reason, by_source)
 
-    def _result(self, stream, new, prompt_ids, stats, elapsed, method_name, stop_reason) -> GenerationResult:
+    def _result(self, stream, new, prompt_ids, stats, elapsed, method_name, stop_reason, by_source) -> GenerationResult:
         text = stream.text if stream.active else self.tokenizer.decode(new, skip_special_tokens=True)
         steps = len(stats)
         return GenerationResult(
@@ -355,7 +365,18 @@ class Decoder:
             method=method_name,
             stop_reason=stop_reason,
             step_stats=tuple(stats),
+            accepted_by_source=by_source,
         )
+
+
+def _open_indexes(index) -> list:
+    """``index`` (None, a path, a SuffixIndex, or a list of them) as a list of opened indexes."""
+    if index is None:
+        return []
+    from lookupdec.index import SuffixIndex, open_index
+
+    items = [index] if isinstance(index, (str, bytes)) or not isinstance(index, (list, tuple)) else list(index)
+    return [i if isinstance(i, SuffixIndex) else open_index(i) for i in items]
 
 
 _DEFAULT: dict[tuple, Decoder] = {}

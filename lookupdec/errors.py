@@ -27,3 +27,7 @@ class ContextTooLongError(LookupdecError, ValueError):
 
 class ModelLoadError(LookupdecError):
     """A model could not be found or loaded."""
+
+
+class DraftError(LookupdecError, ValueError):
+    """A drafter proposed something the verifier cannot take (a token outside the vocabulary, ...)."""

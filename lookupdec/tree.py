@@ -5,8 +5,11 @@ stored). Node ``i`` holds ``tokens[i]`` and hangs under ``parents[i]``, with
 ``parents[i] < i`` and ``-1`` meaning "child of the root". A chain is the
 special case ``parents = [-1, 0, 1, ...]``; no draft is the empty tree.
 
-``counts[i]`` is the support of node ``i`` (how many occurrences in a
-datastore continue with the path to ``i``); drafters without counts use 1.
+``scores[i]`` is the proposing source's estimate of the probability that the
+path to node ``i`` is accepted (so a node never scores above its parent), and
+``sources[i]`` the id of the source that proposed it (``lookupdec.drafters.base.SOURCES``).
+Scores from different sources are comparable because each source calibrates
+its own; raw counts never leave a source.
 """
 from __future__ import annotations
 
@@ -17,6 +20,8 @@ import numpy as np
 
 _EMPTY_I64 = np.zeros(0, dtype=np.int64)
 _EMPTY_I32 = np.zeros(0, dtype=np.int32)
+_EMPTY_F64 = np.zeros(0, dtype=np.float64)
+_EMPTY_I16 = np.zeros(0, dtype=np.int16)
 
 
 @dataclass(frozen=True, eq=False)
@@ -27,70 +32,85 @@ class DraftTree:
         tokens: int64 ``(n,)`` token id of each node.
         parents: int32 ``(n,)`` index of each node's parent, ``-1`` for children
             of the root; always ``parents[i] < i``.
-        counts: int64 ``(n,)`` support of each node (occurrence count, or 1).
+        scores: float64 ``(n,)`` estimated probability that the path to the node
+            is accepted (default 1.0).
+        sources: int16 ``(n,)`` id of the source that proposed the node (default 0).
 
     Example:
         >>> t = DraftTree.from_sequences([[5, 6, 7], [5, 8]])
-        >>> t.tokens.tolist(), t.parents.tolist(), t.counts.tolist()
-        ([5, 6, 7, 8], [-1, 0, 1, 0], [2, 1, 1, 1])
+        >>> t.tokens.tolist(), t.parents.tolist(), t.scores.tolist()
+        ([5, 6, 7, 8], [-1, 0, 1, 0], [1.0, 0.5, 0.5, 0.5])
     """
 
     tokens: np.ndarray
     parents: np.ndarray
-    counts: np.ndarray
+    scores: np.ndarray | None = None
+    sources: np.ndarray | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "tokens", np.ascontiguousarray(self.tokens, dtype=np.int64))
+        tokens = np.ascontiguousarray(self.tokens, dtype=np.int64)
+        n = tokens.shape[0] if tokens.ndim == 1 else -1
+        scores = np.ones(max(n, 0)) if self.scores is None else self.scores
+        sources = np.zeros(max(n, 0), np.int16) if self.sources is None else self.sources
+        object.__setattr__(self, "tokens", tokens)
         object.__setattr__(self, "parents", np.ascontiguousarray(self.parents, dtype=np.int32))
-        object.__setattr__(self, "counts", np.ascontiguousarray(self.counts, dtype=np.int64))
+        object.__setattr__(self, "scores", np.ascontiguousarray(scores, dtype=np.float64))
+        object.__setattr__(self, "sources", np.ascontiguousarray(sources, dtype=np.int16))
         problem = self.check()
         if problem:
             raise ValueError(f"invalid DraftTree: {problem}")
 
     # ------------------------------------------------------------------ build
     @classmethod
-    def trusted(cls, tokens: np.ndarray, parents: np.ndarray, counts: np.ndarray) -> "DraftTree":
+    def trusted(cls, tokens: np.ndarray, parents: np.ndarray, scores: np.ndarray,
+                sources: np.ndarray | None = None) -> "DraftTree":
         """Wrap arrays already known to form a valid tree, skipping conversion and checks.
 
-        For hot paths whose producer guarantees the invariants (the native
-        trie's ``top``); the arrays must already be int64 / int32 / int64.
-        ``check()`` still tells whether they really do.
+        For hot paths whose producer guarantees the invariants (native tries);
+        the arrays must already be int64 / int32 / float64 / int16 (``sources``
+        None: all 0). ``check()`` still tells whether they really do.
         """
         tree = object.__new__(cls)
         object.__setattr__(tree, "tokens", tokens)
         object.__setattr__(tree, "parents", parents)
-        object.__setattr__(tree, "counts", counts)
+        object.__setattr__(tree, "scores", scores)
+        object.__setattr__(tree, "sources", np.zeros(len(tokens), np.int16) if sources is None else sources)
         return tree
 
     @classmethod
     def empty(cls) -> "DraftTree":
-        return cls(_EMPTY_I64, _EMPTY_I32, _EMPTY_I64)
+        return cls.trusted(_EMPTY_I64, _EMPTY_I32, _EMPTY_F64, _EMPTY_I16)
 
     @classmethod
-    def chain(cls, tokens: Sequence[int]) -> "DraftTree":
+    def chain(cls, tokens: Sequence[int], scores: Sequence[float] | None = None, source: int = 0) -> "DraftTree":
         """A single path: ``tokens[0]`` under the root, each next under the last."""
         n = len(tokens)
-        return cls(np.asarray(tokens, dtype=np.int64), np.arange(-1, n - 1, dtype=np.int32), np.ones(n, np.int64))
+        return cls(np.asarray(tokens, dtype=np.int64), np.arange(-1, n - 1, dtype=np.int32),
+                   None if scores is None else np.asarray(scores, np.float64), np.full(n, source, np.int16))
 
     @classmethod
-    def from_sequences(cls, sequences: Iterable[Sequence[int]], counts: Iterable[int] | None = None) -> "DraftTree":
-        """Merge candidate continuations into one trie, summing their counts.
+    def from_sequences(cls, sequences: Iterable[Sequence[int]], weights: Iterable[float] | None = None,
+                       source: int = 0) -> "DraftTree":
+        """Merge candidate continuations into one trie.
 
         Args:
             sequences: token sequences, each continuing the context.
-            counts: weight of each sequence (default 1 each).
+            weights: weight of each sequence (default 1 each).
+            source: the source id every node gets.
         Returns:
-            The trie; nodes appear in first-insertion order, so parents precede children.
+            The trie, each node scored with the share of the total weight whose
+            sequence passes through it (the empirical probability of its path);
+            nodes appear in first-insertion order, so parents precede children.
         """
         sequences = [list(s) for s in sequences]
-        weights = [1] * len(sequences) if counts is None else [int(c) for c in counts]
-        if len(weights) != len(sequences):
-            raise ValueError(f"{len(sequences)} sequences but {len(weights)} counts")
+        w = [1.0] * len(sequences) if weights is None else [float(c) for c in weights]
+        if len(w) != len(sequences):
+            raise ValueError(f"{len(sequences)} sequences but {len(w)} weights")
         index: dict[tuple[int, int], int] = {}  # (parent, token) -> node
         toks: list[int] = []
         pars: list[int] = []
-        cnts: list[int] = []
-        for seq, w in zip(sequences, weights):
+        mass: list[float] = []
+        for seq, weight in zip(sequences, w):
             node = -1
             for tok in seq:
                 key = (node, int(tok))
@@ -100,31 +120,18 @@ class DraftTree:
                     index[key] = child
                     toks.append(int(tok))
                     pars.append(node)
-                    cnts.append(0)
-                cnts[child] += w
+                    mass.append(0.0)
+                mass[child] += weight
                 node = child
-        return cls(np.array(toks, np.int64), np.array(pars, np.int32), np.array(cnts, np.int64))
+        total = sum(w) or 1.0
+        n = len(toks)
+        return cls(np.array(toks, np.int64), np.array(pars, np.int32), np.array(mass, np.float64) / total,
+                   np.full(n, source, np.int16))
 
     @classmethod
     def merge(cls, trees: Iterable["DraftTree"]) -> "DraftTree":
-        """One trie holding every node of every tree; counts of the same path add up."""
-        index: dict[tuple[int, int], int] = {}  # (merged parent, token) -> merged node
-        toks: list[int] = []
-        pars: list[int] = []
-        cnts: list[int] = []
-        for tree in trees:
-            where = [0] * len(tree)  # node of `tree` -> merged node
-            for i, (tok, par, cnt) in enumerate(zip(tree.tokens.tolist(), tree.parents.tolist(), tree.counts.tolist())):
-                key = (where[par] if par >= 0 else -1, tok)
-                node = index.get(key)
-                if node is None:
-                    node = index[key] = len(toks)
-                    toks.append(tok)
-                    pars.append(key[0])
-                    cnts.append(0)
-                cnts[node] += cnt
-                where[i] = node
-        return cls(np.array(toks, np.int64), np.array(pars, np.int32), np.array(cnts, np.int64))
+        """One trie holding every node of every tree (see ``merge_trees``)."""
+        return merge_trees(list(trees)).tree
 
     # -------------------------------------------------------------- queries
     def __len__(self) -> int:
@@ -175,48 +182,64 @@ class DraftTree:
             mask[i, i] = True
         return mask
 
-    def position_offsets(self) -> np.ndarray:
-        """Position of each node relative to the root token (the node's depth)."""
-        return self.depth
+    def path_scores(self) -> np.ndarray:
+        """``scores`` made monotone: each node's score capped by its parent's (so a child never outranks it)."""
+        s = self.scores.copy()
+        for i, p in enumerate(self.parents.tolist()):
+            if p >= 0 and s[i] > s[p]:
+                s[i] = s[p]
+        return s
 
     # -------------------------------------------------------------- reshape
-    def prune(self, budget: int) -> "DraftTree":
-        """Keep the ``budget`` best nodes, as a valid tree.
+    def best(self, budget: int, max_depth: int | None = None) -> np.ndarray:
+        """Indices (ascending) of the ``budget`` best nodes no deeper than ``max_depth``, ancestor-closed.
 
-        Nodes are ranked by the smallest count on their path (so a node never
-        outranks its ancestors), then by shallower depth, then by index.
+        Nodes rank by ``path_scores`` (so a node never outranks its ancestors),
+        then by shallower depth, then by index.
         """
         if budget < 0:
             raise ValueError(f"budget must be >= 0, got {budget}")
         n = len(self)
-        if n <= budget:
+        depth = self.depth
+        order = np.lexsort((np.arange(n), depth, -self.path_scores()))
+        if max_depth is not None:
+            order = order[depth[order] <= max_depth]
+        return np.sort(order[:budget])
+
+    def prune(self, budget: int) -> "DraftTree":
+        """Keep the ``budget`` best nodes (see ``best``), as a valid tree."""
+        if budget < 0:
+            raise ValueError(f"budget must be >= 0, got {budget}")
+        if len(self) <= budget:
             return self
-        support = self.counts.copy()
-        for i, p in enumerate(self.parents.tolist()):
-            if p >= 0:
-                support[i] = min(support[i], support[p])
-        order = np.lexsort((np.arange(n), self.depth, -support))[:budget]
-        return self.subset(order)
+        return self.subset(self.best(budget))
 
     def subset(self, nodes) -> "DraftTree":
         """The tree of ``nodes`` (which must include every ancestor of each), in index order.
 
         Example:
-            >>> DraftTree.from_sequences([[5, 6], [7]]).subset([2, 0])
-            DraftTree(tokens=[5, 7], parents=[-1, -1], counts=[1, 1])
+            >>> DraftTree.from_sequences([[5, 6], [7]]).subset([2, 0]).tokens.tolist()
+            [5, 7]
         """
         keep = np.sort(np.asarray(nodes, dtype=np.int64))  # index order keeps parents before children
         remap = np.full(len(self), -1, np.int64)
         remap[keep] = np.arange(len(keep))
         parents = self.parents[keep]
         new_parents = np.where(parents >= 0, remap[np.maximum(parents, 0)], -1)
-        return DraftTree(self.tokens[keep], new_parents, self.counts[keep])
+        return DraftTree(self.tokens[keep], new_parents, self.scores[keep], self.sources[keep])
+
+    def with_scores(self, scores: np.ndarray, source: int | None = None) -> "DraftTree":
+        """The same nodes with new scores (and, if given, one source id for all)."""
+        sources = self.sources if source is None else np.full(len(self), source, np.int16)
+        return DraftTree.trusted(self.tokens, self.parents, np.asarray(scores, np.float64), sources)
 
     def check(self) -> str:
         """Return "" if the arrays form a valid tree, else a description of the fault."""
         n = self.tokens.shape[0]
-        if self.tokens.ndim != 1 or self.parents.shape != (n,) or self.counts.shape != (n,):
-            return f"shapes differ: tokens {self.tokens.shape}, parents {self.parents.shape}, counts {self.counts.shape}"
+        if (self.tokens.ndim != 1 or self.parents.shape != (n,) or self.scores.shape != (n,)
+                or self.sources.shape != (n,)):
+            return (f"shapes differ: tokens {self.tokens.shape}, parents {self.parents.shape}, "
+                    f"scores {self.scores.shape}, sources {self.sources.shape}")
         if n and np.any(self.parents >= np.arange(n)):
             i = int(np.flatnonzero(self.parents >= np.arange(n))[0])
             return f"parents[{i}] = {int(self.parents[i])} is not < {i}"
@@ -224,7 +247,61 @@ class DraftTree:
             return "parents below -1"
         if n and np.any(self.tokens < 0):
             return "negative token id"
+        if n and not np.all(np.isfinite(self.scores)):
+            return "non-finite score"
         return ""
 
     def __repr__(self) -> str:
-        return f"DraftTree(tokens={self.tokens.tolist()}, parents={self.parents.tolist()}, counts={self.counts.tolist()})"
+        return (f"DraftTree(tokens={self.tokens.tolist()}, parents={self.parents.tolist()}, "
+                f"scores={[round(s, 4) for s in self.scores.tolist()]})")
+
+
+@dataclass(frozen=True)
+class Merged:
+    """Several trees merged into one.
+
+    Attributes:
+        tree: the merged trie; a path proposed by several trees keeps the highest
+            score, and the source of that score.
+        maps: for each input tree, int64 ``(len(tree_k),)``: the merged node of each of its nodes.
+    """
+
+    tree: DraftTree
+    maps: tuple[np.ndarray, ...]
+
+
+def merge_trees(trees: Sequence[DraftTree]) -> Merged:
+    """Merge ``trees`` into one trie, keeping the best score of each path.
+
+    Example:
+        >>> a = DraftTree.chain([1, 2], scores=[0.9, 0.5], source=1)
+        >>> b = DraftTree.chain([1, 3], scores=[0.6, 0.6], source=2)
+        >>> m = merge_trees([a, b])
+        >>> m.tree.tokens.tolist(), m.tree.scores.tolist(), m.tree.sources.tolist(), [x.tolist() for x in m.maps]
+        ([1, 2, 3], [0.9, 0.5, 0.6], [1, 1, 2], [[0, 1], [0, 2]])
+    """
+    index: dict[tuple[int, int], int] = {}  # (merged parent, token) -> merged node
+    toks: list[int] = []
+    pars: list[int] = []
+    scores: list[float] = []
+    srcs: list[int] = []
+    maps = []
+    for tree in trees:
+        where = np.zeros(len(tree), np.int64)
+        for i, (tok, par, sc, src) in enumerate(zip(tree.tokens.tolist(), tree.parents.tolist(),
+                                                    tree.scores.tolist(), tree.sources.tolist())):
+            key = (int(where[par]) if par >= 0 else -1, tok)
+            node = index.get(key)
+            if node is None:
+                node = index[key] = len(toks)
+                toks.append(tok)
+                pars.append(key[0])
+                scores.append(sc)
+                srcs.append(src)
+            elif sc > scores[node]:
+                scores[node], srcs[node] = sc, src
+            where[i] = node
+        maps.append(where)
+    merged = DraftTree(np.array(toks, np.int64), np.array(pars, np.int32), np.array(scores, np.float64),
+                       np.array(srcs, np.int16))
+    return Merged(merged, tuple(maps))

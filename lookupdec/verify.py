@@ -84,7 +84,12 @@ def longest_path(tree: DraftTree) -> DraftTree:
     """The tree's deepest root-to-leaf path as a chain (the first one on ties)."""
     if len(tree) == 0:
         return tree
-    return tree.subset(tree.path(int(np.argmax(tree.depth))))
+    return tree.subset(longest_path_nodes(tree))
+
+
+def longest_path_nodes(tree: DraftTree) -> list[int]:
+    """Node indices of the tree's deepest root-to-leaf path (the first one on ties)."""
+    return tree.path(int(np.argmax(tree.depth))) if len(tree) else []
 
 
 def clip_depth(tree: DraftTree, max_depth: int) -> DraftTree:
@@ -226,16 +231,16 @@ def sample_accept(tree: DraftTree, row_probs: Callable[[int], torch.Tensor], gen
 
 
 def main_path(tree: DraftTree) -> list[int]:
-    """Nodes on the tree's most likely path: from the root, the highest-count child each time (first on ties).
+    """Nodes on the tree's most likely path: from the root, the highest-scoring child each time (first on ties).
 
     Example:
-        >>> main_path(DraftTree.from_sequences([[5, 6], [7]], counts=[1, 3]))
+        >>> main_path(DraftTree(np.array([5, 6, 7]), np.array([-1, 0, -1]), np.array([0.2, 0.2, 0.6])))
         [2]
     """
     best: dict[int, int] = {}
-    counts = tree.counts.tolist()
+    scores = tree.scores.tolist()
     for i, p in enumerate(tree.parents.tolist()):
-        if p not in best or counts[i] > counts[best[p]]:
+        if p not in best or scores[i] > scores[best[p]]:
             best[p] = i
     out, node = [], -1
     while node in best:
@@ -332,10 +337,13 @@ class VerifyResult:
     Attributes:
         rows: the logit rows, computed on use (row 0 for the root, row ``1 + i`` for node ``i``).
         tree: the tree actually verified (the longest path under chain verification).
+        kept: for each node of ``tree``, its index in the tree passed to ``forward``
+            (None: the same tree, nothing cut).
     """
 
     rows: LazyLogits
     tree: DraftTree
+    kept: np.ndarray | None = None
 
     @property
     def logits(self) -> torch.Tensor:
@@ -415,8 +423,11 @@ class TreeVerifier:
 
         Afterwards the cache holds ``past + width`` rows; call ``commit`` next.
         """
-        if not self.tree_masks:
-            tree = longest_path(tree)
+        if not self.tree_masks and len(tree):
+            kept = np.asarray(longest_path_nodes(tree), np.int64)
+            if len(kept) < len(tree):
+                res = self.forward(cache, past, root, tree.subset(kept))
+                return VerifyResult(res.rows, res.tree, kept)
         n = len(tree)
         if self.fast is not None:
             return self._fast_forward(cache, past, root, tree)

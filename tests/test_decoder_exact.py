@@ -28,10 +28,14 @@ class OracleDrafter:
     def begin(self, prompt_ids):
         self.pos = 0  # tokens generated so far
 
-    def commit(self, new_ids, accepted):
+    def commit(self, outcome):
+
+        new_ids, accepted = outcome.new_tokens, outcome.n_accepted
         self.pos += len(new_ids)
 
-    def propose(self, budget):
+    def propose(self, request):
+
+        budget = request.budget
         seqs = []
         true = self.truth[self.pos:self.pos + self.depth]
         for _ in range(self.branches):
@@ -53,13 +57,17 @@ class RandomDrafter:
     def begin(self, prompt_ids):
         pass
 
-    def commit(self, new_ids, accepted):
+    def commit(self, outcome):
+
+        new_ids, accepted = outcome.new_tokens, outcome.n_accepted
         pass
 
-    def propose(self, budget):
+    def propose(self, request):
+
+        budget = request.budget
         n = int(self.rng.integers(0, self.size + 1))
         parents = [int(self.rng.integers(-1, i)) for i in range(n)]
-        return DraftTree(self.rng.integers(0, TINY_VOCAB, n), np.array(parents, np.int32), np.ones(n, np.int64))
+        return DraftTree(self.rng.integers(0, TINY_VOCAB, n), np.array(parents, np.int32))
 
 
 class ContextDrafter:
@@ -74,10 +82,14 @@ class ContextDrafter:
     def begin(self, prompt_ids):
         self.seq = list(prompt_ids)
 
-    def commit(self, new_ids, accepted):
+    def commit(self, outcome):
+
+        new_ids, accepted = outcome.new_tokens, outcome.n_accepted
         self.seq.extend(new_ids)
 
-    def propose(self, budget):
+    def propose(self, request):
+
+        budget = request.budget
         s, key = self.seq, self.seq[-2:]
         conts = [s[i + 2:i + 2 + self.depth] for i in range(len(s) - 2) if s[i:i + 2] == key]
         conts = [c for c in conts if c]

@@ -26,7 +26,8 @@ def assert_same(got: Lookup, ref) -> None:
     assert (got.match_len, got.occurrences, got.sampled) == (ref.match_len, ref.occurrences, ref.sampled)
     assert got.tree.tokens.tolist() == ref.tokens.tolist()
     assert got.tree.parents.tolist() == ref.parents.tolist()
-    assert got.tree.counts.tolist() == ref.counts.tolist()
+    assert got.counts.tolist() == ref.counts.tolist()
+    assert np.allclose(got.tree.scores, ref.counts / max(ref.sampled, 1))
 
 
 def random_docs(rng, n_docs, vocab, max_len=40):
@@ -49,7 +50,7 @@ def test_tiny_hand_computed_lookup(tmp_path):
     assert (r.match_len, r.occurrences, r.sampled) == (3, 3, 3)  # "1 2 3" occurs 3 times; "0 1 2 3" never
     # After "1 2 3": 4 twice (then 9 once, the first 4 ends its document), 5 once.
     assert r.tree.tokens.tolist() == [4, 5, 9] and r.tree.parents.tolist() == [-1, -1, 0]
-    assert r.tree.counts.tolist() == [2, 1, 1]
+    assert r.counts.tolist() == [2, 1, 1]
     assert idx.lookup([8, 8], max_n=4, min_n=1).match_len == 0  # no match: an empty tree, not None
     assert len(idx.lookup([8, 8]).tree) == 0
 
@@ -96,7 +97,7 @@ def test_shards_give_the_reference_lookup_across_shards(tmp_path, seed):
         assert (got.match_len, got.occurrences) == (whole.match_len, whole.occurrences)
         if got.occurrences <= kw["max_occurrences"]:  # every occurrence read: the same tree
             assert got.tree.tokens.tolist() == whole.tree.tokens.tolist()
-            assert got.tree.counts.tolist() == whole.tree.counts.tolist()
+            assert got.counts.tolist() == whole.counts.tolist()
 
 
 def test_document_longer_than_a_shard_is_cut(tmp_path):

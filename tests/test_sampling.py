@@ -132,10 +132,14 @@ class TopTokensDrafter:
     def begin(self, prompt_ids):
         pass
 
-    def commit(self, new_ids, accepted):
+    def commit(self, outcome):
+
+        new_ids, accepted = outcome.new_tokens, outcome.n_accepted
         pass
 
-    def propose(self, budget):
+    def propose(self, request):
+
+        budget = request.budget
         return self.tree
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lookupdec.drafters.base import NoDrafter
+from lookupdec.drafters.base import DraftRequest, NoDrafter
 from lookupdec.drafters.pld import PLDDrafter
 from lookupdec.tree import DraftTree
 
@@ -30,10 +30,14 @@ class Oracle:
     def begin(self, prompt_ids):
         self.rest = list(self.answers[tuple(prompt_ids)])
 
-    def propose(self, budget):
+    def propose(self, request):
+
+        budget = request.budget
         return DraftTree.chain(self.rest[:budget])
 
-    def commit(self, new_ids, accepted):
+    def commit(self, outcome):
+
+        new_ids, accepted = outcome.new_tokens, outcome.n_accepted
         assert self.rest[:len(new_ids)] == list(new_ids)
         self.rest = self.rest[len(new_ids):]
 
@@ -66,16 +70,18 @@ def test_pld_on_a_hand_computed_record():
     rec = sim.Record(3, "summarization", 0, (1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1, 2), (3, 4, 5, 6, 7, 8, 9))
     r = sim.simulate(lambda: PLDDrafter(min_n=2, init_depth=4, grow=2, max_depth=8), [rec])
     # Step 1: [1, 2] matches, [3, 4, 5, 6] accepted + bonus 7; depth grows to 6.
-    # Step 2: [6, 7] matches, drafts [8, 9, 0, 1, 2, 3]; [8, 9] accepted and the output ends.
+    # Step 2: [6, 7] matches; the draft [8, 9, 0, 1, 2, 3] is cut to the 2 tokens left,
+    # as the decoder cuts it; [8, 9] accepted and the output ends.
     assert (r.overall.steps, r.overall.tau) == (2, 3.5)
     assert r.histogram == (0, 0, 1, 0, 1)
-    # Mean draft size: (4 + 6) / 2.
-    assert r.overall.mean_draft == 5.0
+    # Mean draft size: (4 + 2) / 2.
+    assert r.overall.mean_draft == 3.0
 
 
 def test_over_budget_drafter_is_refused():
     class Greedy(Oracle):
-        def propose(self, budget):
+        def propose(self, request):
+            budget = request.budget
             return DraftTree.chain(self.rest[:budget + 1])
 
     answers = {r.prompt_ids: r.output_ids for r in RECORDS}
@@ -188,9 +194,9 @@ def test_transformers_pld_model_takes_the_earliest_occurrence():
     m = sim.TransformersPLDModel(num_tokens=10)
     m.begin([1, 2, 3, 9, 1, 2, 4, 9, 1, 2])
     # The last 2 tokens [1, 2] first occur at 0..1: draft from position 2, cut at the sequence end.
-    assert m.propose(64).tokens.tolist() == [3, 9, 1, 2, 4, 9, 1, 2]
+    assert m.propose(DraftRequest(64, 100)).tokens.tolist() == [3, 9, 1, 2, 4, 9, 1, 2]
     # The budget caps it too.
-    assert m.propose(3).tokens.tolist() == [3, 9, 1]
+    assert m.propose(DraftRequest(3, 100)).tokens.tolist() == [3, 9, 1]
 
 
 def _load_sweep():

@@ -4,14 +4,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lookupdec.tree import DraftTree
+from lookupdec.tree import DraftTree, merge_trees
 
 
-def test_from_sequences_builds_a_trie_with_summed_counts():
-    t = DraftTree.from_sequences([[5, 6, 7], [5, 8], [9]], counts=[2, 1, 4])
+def test_from_sequences_scores_each_node_with_its_share_of_the_weight():
+    t = DraftTree.from_sequences([[5, 6, 7], [5, 8], [9]], weights=[2, 1, 5], source=3)
     assert t.tokens.tolist() == [5, 6, 7, 8, 9]
     assert t.parents.tolist() == [-1, 0, 1, 0, -1]
-    assert t.counts.tolist() == [3, 2, 2, 1, 4]
+    # Weight 8 in all: [5] carries 3 of it, [5, 6] and [5, 6, 7] 2, [5, 8] 1, [9] 5.
+    assert t.scores.tolist() == [3 / 8, 2 / 8, 2 / 8, 1 / 8, 5 / 8]
+    assert t.sources.tolist() == [3] * 5
     assert t.depth.tolist() == [1, 2, 3, 2, 1]
 
 
@@ -28,22 +30,29 @@ def test_attention_mask_is_ancestors_and_self():
     rng = np.random.default_rng(0)
     for n in (1, 7, 30):
         parents = np.array([int(rng.integers(-1, i)) for i in range(n)], np.int32)
-        t = DraftTree(np.zeros(n, np.int64), parents, np.ones(n, np.int64))
+        t = DraftTree(np.zeros(n, np.int64), parents)
         m = t.attention_mask()
         for i in range(n):
             assert set(np.flatnonzero(m[i]).tolist()) == set(t.path(i))
 
 
-def test_merge_adds_counts_of_shared_paths():
-    a = DraftTree.from_sequences([[1, 2]])
-    b = DraftTree.from_sequences([[1, 3], [1, 2]])
-    m = DraftTree.merge([a, b])
-    assert m.tokens.tolist() == [1, 2, 3] and m.parents.tolist() == [-1, 0, 0] and m.counts.tolist() == [3, 2, 1]
+def test_merge_keeps_the_best_score_of_a_shared_path_and_its_source():
+    a = DraftTree.chain([1, 2], scores=[0.5, 0.4], source=1)
+    b = DraftTree.from_sequences([[1, 3], [1, 2], [1, 2]], source=2)  # [1]: 1.0, [1, 3]: 1/3, [1, 2]: 2/3
+    m = merge_trees([a, b])
+    assert m.tree.tokens.tolist() == [1, 2, 3] and m.tree.parents.tolist() == [-1, 0, 0]
+    assert m.tree.scores.tolist() == [1.0, 2 / 3, 1 / 3]
+    assert m.tree.sources.tolist() == [2, 2, 2]
+    # Each input node's merged node: a's [1, 2] and b's [1, 2] are the same path.
+    assert m.maps[0].tolist() == [0, 1] and m.maps[1].tolist() == [0, 2, 1]
+    c = DraftTree.chain([1, 2], scores=[0.9, 0.9], source=4)
+    # [1] stays b's (1.0 > 0.9); [1, 2] goes to c (0.9 > 2/3). Merged order: b's nodes 1, 3, 2.
+    assert merge_trees([b, c]).tree.sources.tolist() == [2, 2, 4]
     assert len(DraftTree.merge([])) == 0
 
 
 def test_prune_keeps_a_valid_tree_of_the_best_nodes():
-    t = DraftTree.from_sequences([[1, 2, 3], [4]], counts=[5, 1])
+    t = DraftTree.from_sequences([[1, 2, 3], [4]], weights=[5, 1])
     p = t.prune(2)
     assert p.tokens.tolist() == [1, 2] and p.parents.tolist() == [-1, 0]
     assert t.prune(10) is t and len(t.prune(0)) == 0
@@ -53,9 +62,23 @@ def test_prune_keeps_a_valid_tree_of_the_best_nodes():
     for _ in range(20):
         n = 25
         parents = np.array([int(rng.integers(-1, i)) for i in range(n)], np.int32)
-        tree = DraftTree(rng.integers(0, 50, n), parents, rng.integers(1, 9, n))
+        tree = DraftTree(rng.integers(0, 50, n), parents, rng.random(n))
         for b in (1, 5, 12):
-            assert tree.prune(b).check() == "" and len(tree.prune(b)) == b
+            kept = tree.best(b)
+            assert tree.prune(b).check() == "" and len(tree.prune(b)) == b == len(kept)
+            # Ancestor-closed, and no dropped node outranks a kept one on path score.
+            assert all(int(tree.parents[i]) < 0 or int(tree.parents[i]) in set(kept.tolist()) for i in kept)
+            ps = tree.path_scores()
+            dropped = np.setdiff1d(np.arange(n), kept)
+            assert ps[dropped].max() <= ps[kept].min()
+
+
+def test_best_respects_max_depth_and_path_scores_never_exceed_the_parent():
+    # A child scored above its parent is capped at the parent's score.
+    t = DraftTree(np.array([1, 2, 3]), np.array([-1, 0, 1]), np.array([0.5, 0.9, 0.1]))
+    assert t.path_scores().tolist() == [0.5, 0.5, 0.1]
+    assert t.best(3, max_depth=2).tolist() == [0, 1]
+    assert t.best(3, max_depth=0).tolist() == []
 
 
 def test_check_rejects_bad_arrays():
@@ -65,3 +88,5 @@ def test_check_rejects_bad_arrays():
         DraftTree(np.array([-3]), np.array([-1]), np.array([1]))
     with pytest.raises(ValueError, match="shapes"):
         DraftTree(np.array([1, 2]), np.array([-1]), np.array([1, 1]))
+    with pytest.raises(ValueError, match="non-finite"):
+        DraftTree(np.array([1]), np.array([-1]), np.array([np.nan]))

@@ -145,8 +145,8 @@ def _slow_main_path(tree):
         kids = [i for i in range(len(tree)) if int(tree.parents[i]) == node]
         if not kids:
             return path
-        best = max(int(tree.counts[i]) for i in kids)
-        node = next(i for i in kids if int(tree.counts[i]) == best)
+        best = max(float(tree.scores[i]) for i in kids)
+        node = next(i for i in kids if float(tree.scores[i]) == best)
         path.append(node)
 
 
@@ -154,7 +154,8 @@ def test_main_path_and_subtree_equal_slow_references():
     rng = np.random.default_rng(11)
     for n in (0, 1, 5, 17, 40):
         parents = np.array([int(rng.integers(-1, i)) for i in range(n)], np.int32)
-        tree = DraftTree(rng.integers(3, TINY_VOCAB, n), parents, rng.integers(1, 4, n))
+        # Scores from a few values, so sibling ties (first one wins) occur.
+        tree = DraftTree(rng.integers(3, TINY_VOCAB, n), parents, rng.integers(1, 4, n) / 4)
         assert main_path(tree) == _slow_main_path(tree)
         for u in range(n):
             assert subtree(tree, u) == [i for i in range(n) if u in tree.path(i)]

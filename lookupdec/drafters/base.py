@@ -1,23 +1,99 @@
-"""The drafter protocol every drafter implements.
+"""The drafter protocol (version 2) every drafting source implements.
 
 The decoder owns the token sequence. A drafter sees it through three calls:
 
 - ``begin(prompt_ids)``: a new sequence starts with these prompt tokens;
-- ``propose(budget)``: a DraftTree continuing the current sequence (whose last
-  token is the tree's root), with at most ``budget`` nodes; the empty tree when
-  nothing is worth verifying;
-- ``commit(new_ids, accepted)``: ``new_ids`` (the accepted draft tokens plus the
-  bonus token) were appended to the sequence; ``accepted`` of them came from
-  the draft, the feedback adaptive drafters use.
+- ``propose(request)``: a DraftTree continuing the current sequence (whose
+  last token is the tree's root), with at most ``request.budget`` nodes, none
+  deeper than ``request.max_depth``. Each node carries a score, the source's
+  calibrated estimate of the probability that the path to it is accepted, and
+  the source's id. The empty tree when nothing is worth verifying;
+- ``commit(outcome)``: what the verification of the step made of it:
+  ``outcome.accepted`` are the ids of the drafter's *own* proposed nodes that
+  were accepted (in the numbering of the tree it returned, never renumbered),
+  ``outcome.new_tokens`` the tokens appended to the sequence (accepted draft
+  tokens plus the bonus token), ``outcome.tree`` the tree actually verified.
 
-Drafters never call the model; those that need it (small LM, Lookahead) get
-an interface from the decoder.
+Scores, not raw counts, are what the decoder and ``auto`` compare across
+sources. Drafters never call the model; those that need it (small LM,
+Lookahead) get an interface from the decoder.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Protocol, Sequence, runtime_checkable
 
+import numpy as np
+
 from lookupdec.tree import DraftTree
+
+# Source ids carried by DraftTree.sources (0: unnamed, e.g. a caller's own drafter).
+SOURCES: dict[str, int] = {
+    "pld": 1,        # the prompt and the generated text
+    "llma": 2,       # reference documents passed with the request
+    "rest": 3,       # corpus datastores (suffix-array indexes)
+    "history": 4,    # earlier outputs
+    "lookahead": 5,  # n-grams from Jacobi iterations of the target
+    "recycle": 6,    # the target's own earlier top-k candidates
+    "draft": 7,      # a small draft model
+}
+SOURCE_NAMES: dict[int, str] = {v: k for k, v in SOURCES.items()} | {0: "other"}
+
+
+@dataclass(frozen=True)
+class DraftRequest:
+    """What the decoder asks of a drafter at one step.
+
+    Attributes:
+        budget: most nodes the tree may have.
+        max_depth: deepest useful node (the tokens still to generate minus the
+            bonus token); deeper nodes are cut before verification.
+
+    Example:
+        >>> DraftRequest(budget=16, max_depth=127).budget
+        16
+    """
+
+    budget: int
+    max_depth: int
+
+    def __post_init__(self) -> None:
+        if self.budget < 0 or self.max_depth < 0:
+            raise ValueError(f"budget and max_depth must be >= 0, got {self.budget}, {self.max_depth}")
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    """What became of one step's draft.
+
+    Attributes:
+        accepted: ids of the drafter's own nodes that were accepted, root to
+            leaf, in the numbering of the tree it proposed (empty if none).
+        new_tokens: tokens appended to the sequence this step (the accepted
+            draft tokens, then the bonus token; cut at EOS or the length limit).
+        tree: the tree that was verified (after pruning, merging or the
+            verifier's chain fallback; its own numbering).
+        origin: for each node of ``tree``, the id of the drafter's node it
+            verified, or -1 for nodes the drafter did not propose.
+
+    Example:
+        >>> StepOutcome((0,), (7, 9), DraftTree.chain([7]), np.array([0])).accepted
+        (0,)
+    """
+
+    accepted: tuple[int, ...]
+    new_tokens: tuple[int, ...]
+    tree: DraftTree = field(default_factory=DraftTree.empty)
+    origin: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+    @property
+    def n_accepted(self) -> int:
+        return len(self.accepted)
+
+    @classmethod
+    def plain(cls, new_tokens: Sequence[int]) -> "StepOutcome":
+        """A step that verified no draft (the prefill's first token, a plain step)."""
+        return cls((), tuple(int(t) for t in new_tokens))
 
 
 @runtime_checkable
@@ -26,9 +102,9 @@ class Drafter(Protocol):
 
     def begin(self, prompt_ids: Sequence[int]) -> None: ...
 
-    def propose(self, budget: int) -> DraftTree: ...
+    def propose(self, request: DraftRequest) -> DraftTree: ...
 
-    def commit(self, new_ids: Sequence[int], accepted: int) -> None: ...
+    def commit(self, outcome: StepOutcome) -> None: ...
 
 
 class NoDrafter:
@@ -39,8 +115,8 @@ class NoDrafter:
     def begin(self, prompt_ids: Sequence[int]) -> None:
         pass
 
-    def propose(self, budget: int) -> DraftTree:
+    def propose(self, request: DraftRequest) -> DraftTree:
         return DraftTree.empty()
 
-    def commit(self, new_ids: Sequence[int], accepted: int) -> None:
+    def commit(self, outcome: StepOutcome) -> None:
         pass

@@ -25,6 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+from lookupdec.drafters.base import SOURCES, DraftRequest, StepOutcome
+from lookupdec.drafters.calibrate import Calibration, NodeScorer, conditional
 from lookupdec.index.live import LiveIndex
 from lookupdec.tree import DraftTree
 
@@ -87,8 +89,22 @@ class PLDConfig:
                              f"{self.fallback_width}, {self.fallback_depth}")
 
 
+@dataclass(frozen=True)
+class ContextDraft:
+    """Continuations of the longest earlier match of the sequence's suffix.
+
+    Attributes:
+        match_len: tokens matched (0: no match, and an empty tree).
+        tree: the continuations merged; each node scored with the share of the
+            merged occurrences that continue with its path.
+    """
+
+    match_len: int
+    tree: DraftTree
+
+
 def lookup_tree(index: LiveIndex, depth: int, width: int, max_occurrences: int,
-                max_n: int | None = None, min_n: int | None = None) -> DraftTree:
+                max_n: int | None = None, min_n: int | None = None) -> ContextDraft:
     """The draft for the index's current sequence: continuations of its longest earlier match.
 
     Args:
@@ -99,25 +115,28 @@ def lookup_tree(index: LiveIndex, depth: int, width: int, max_occurrences: int,
         max_n, min_n: match length bounds (default: the index's).
 
     Returns:
-        A DraftTree of at most ``width`` nodes whose counts say how many of the
-        merged occurrences continue with each path; empty when nothing matched.
+        A ContextDraft whose tree has at most ``width`` nodes; empty when nothing matched.
 
     Example:
         >>> idx = LiveIndex(max_n=4, min_n=2)
         >>> idx.extend([1, 2, 3, 1, 2, 4, 1, 2])
-        >>> lookup_tree(idx, depth=2, width=8, max_occurrences=4)
-        DraftTree(tokens=[4, 1, 3, 1], parents=[-1, 0, -1, 2], counts=[1, 1, 1, 1])
+        >>> d = lookup_tree(idx, depth=2, width=8, max_occurrences=4)
+        >>> d.match_len, d.tree.tokens.tolist(), d.tree.parents.tolist(), d.tree.scores.tolist()
+        (2, [4, 1, 3, 1], [-1, 0, -1, 2], [0.5, 0.5, 0.5, 0.5])
     """
     if depth < 1 or width < 1:
-        return DraftTree.empty()
+        return _NO_DRAFT
     m = index.match(max_occurrences, max_n=max_n, min_n=min_n)
     if not m.starts:
-        return DraftTree.empty()
+        return _NO_DRAFT
     conts = [index.continuation(s, depth) for s in m.starts]
     if len(conts) == 1:
-        return DraftTree.chain(conts[0][:width])
+        return ContextDraft(m.length, DraftTree.chain(conts[0][:width]))
     # Most recent first: on equal support, prune keeps the earlier-inserted nodes.
-    return DraftTree.from_sequences(conts).prune(width)
+    return ContextDraft(m.length, DraftTree.from_sequences(conts).prune(width))
+
+
+_NO_DRAFT = ContextDraft(0, DraftTree.empty())
 
 
 class PLDDrafter:
@@ -125,6 +144,7 @@ class PLDDrafter:
 
     Args:
         config: a :class:`PLDConfig`; or its fields as keyword settings.
+        calibration: the shared calibration rates (a private one when None).
 
     Raises:
         TypeError: when both a config and keyword settings are given.
@@ -133,16 +153,18 @@ class PLDDrafter:
     Example:
         >>> d = PLDDrafter(min_n=2, max_n=4, init_depth=4)
         >>> d.begin([5, 6, 7, 8, 5, 6])
-        >>> d.propose(budget=16).tokens.tolist()
+        >>> d.propose(DraftRequest(budget=16, max_depth=100)).tokens.tolist()
         [7, 8, 5, 6]
     """
 
     name = "pld"
 
-    def __init__(self, config: PLDConfig | None = None, **settings) -> None:
+    def __init__(self, config: PLDConfig | None = None, *, calibration: Calibration | None = None,
+                 **settings) -> None:
         if config is not None and settings:
             raise TypeError("pass either a PLDConfig or keyword settings, not both")
         self.config = config if config is not None else PLDConfig(**settings)
+        self._scorer = NodeScorer(self.name, calibration)
         c = self.config
         # The fallback needs the 1-token matches indexed too.
         self._index = LiveIndex(max_n=c.max_n, min_n=1 if c.fallback_width else c.min_n)
@@ -159,19 +181,21 @@ class PLDDrafter:
         self._depth = self.config.init_depth
         self._drafted = 0
 
-    def propose(self, budget: int) -> DraftTree:
-        """A tree of at most ``min(budget, max_width)`` nodes; empty when nothing matched."""
+    def propose(self, request: DraftRequest) -> DraftTree:
+        """A tree of at most ``min(request.budget, max_width)`` nodes, scored; empty when nothing matched."""
         c = self.config
-        budget = int(budget)
-        tree = lookup_tree(self._index, self._depth, min(budget, c.max_width), c.max_occurrences, min_n=c.min_n)
-        self._drafted = int(tree.depth.max()) if len(tree) else 0
-        if not len(tree) and c.fallback_width and c.min_n > 1:
-            tree = lookup_tree(self._index, c.fallback_depth, min(budget, c.fallback_width), c.max_occurrences,
-                               max_n=c.min_n - 1, min_n=1)
-        return tree
+        budget = int(request.budget)
+        depth = min(self._depth, request.max_depth)
+        d = lookup_tree(self._index, depth, min(budget, c.max_width), c.max_occurrences, min_n=c.min_n)
+        self._drafted = int(d.tree.depth.max()) if len(d.tree) else 0
+        if not len(d.tree) and c.fallback_width and c.min_n > 1:
+            d = lookup_tree(self._index, min(c.fallback_depth, request.max_depth), min(budget, c.fallback_width),
+                            c.max_occurrences, max_n=c.min_n - 1, min_n=1)
+        return self._scorer.score(d.tree, conditional(d.tree), d.match_len, SOURCES[self.name])
 
-    def commit(self, new_ids: Sequence[int], accepted: int) -> None:
+    def commit(self, outcome: StepOutcome) -> None:
         c = self.config
+        accepted = outcome.n_accepted
         if self._drafted:
             if accepted >= self._drafted:
                 self._depth = min(c.max_depth, self._depth + c.grow)
@@ -180,4 +204,5 @@ class PLDDrafter:
                 # one that would have been accepted in full, plus one to probe.
                 self._depth = max(c.min_depth, min(self._depth, accepted + 1))
         self._drafted = 0
-        self._index.extend(new_ids)
+        self._scorer.learn(outcome.new_tokens)
+        self._index.extend(outcome.new_tokens)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -47,15 +47,18 @@ class Lookup:
         match_len: length of the longest context suffix found (0: no match).
         occurrences: how often that suffix occurs in the whole index.
         sampled: occurrences whose continuations were read (<= max_occurrences).
-        tree: the continuations as a draft tree; ``tree.counts[i]`` is how many
-            sampled occurrences continue with the path to node ``i``. Empty when
-            there is no match.
+        tree: the continuations as a draft tree, each node scored with the share
+            of the sampled occurrences that continue with its path
+            (``counts / sampled``). Empty when there is no match.
+        counts: int64 ``(len(tree),)``: how many sampled occurrences continue
+            with the path to each node.
     """
 
     match_len: int
     occurrences: int
     sampled: int
     tree: DraftTree
+    counts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
 
 @dataclass(frozen=True)
@@ -194,7 +197,8 @@ class SuffixIndex:
         # 4. The best nodes as a tree.
         tokens, parents, node_counts = trie.top(budget)
         # The native trie guarantees the tree invariants (tests check it with `check()`).
-        return Lookup(best, int(sum(counts)), int(sampled), DraftTree.trusted(tokens, parents, node_counts))
+        tree = DraftTree.trusted(tokens, parents, node_counts / float(max(sampled, 1)))
+        return Lookup(best, int(sum(counts)), int(sampled), tree, node_counts)
 
     def _trie(self, nodes: int):
         from lookupdec import _native

@@ -1,0 +1,221 @@
+"""The verifier's cost curve: what one verify forward of w rows costs on this hardware.
+
+``auto`` sizes its tree by expected tokens per second, so it needs c(w), the
+time of one forward over w rows (the root plus w - 1 draft rows) on top of a
+KV cache of ``past`` rows, for this model, dtype, device, backend and thread
+count. The curve is measured on first use (a few seconds for a small model),
+cached on disk as JSON under ``cache_root()/costs/<key>.json``, and measured
+again on request (``Decoder.cost_curve(remeasure=True)``, ``lookupdec
+cost-curve --remeasure``).
+
+c(w, past) = c(w) + slope(w) * (past - base_past): ``c(w)`` is measured at
+``base_past`` rows for every width, ``slope`` (attention over the cache grows
+with it) at two widths and interpolated between them.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+WIDTHS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)
+FORMAT = 1  # bump when measurements from older versions must not be reused
+
+
+@dataclass(frozen=True)
+class CostCurve:
+    """Verify-forward time against width (and past length), by linear interpolation.
+
+    Attributes:
+        widths: measured widths, increasing from 1.
+        ms: median ms of one forward at each width with ``base_past`` cached rows.
+        base_past: cached rows during the measurement of ``ms``.
+        slope_ms: extra ms per cached row at each width (0 when not measured).
+        device: what it was measured on (CPU model and vector ISA, or GPU name).
+        key: the cache key (model, dtype, device, backend, threads, versions).
+
+    Example:
+        >>> c = CostCurve((1, 16), (30.0, 45.0), 500, (0.0, 0.0), "cpu", "k")
+        >>> c.ms_at(1), c.ms_at(9), c.ms_at(32)
+        (30.0, 38.0, 61.0)
+    """
+
+    widths: tuple[int, ...]
+    ms: tuple[float, ...]
+    base_past: int
+    slope_ms: tuple[float, ...]
+    device: str
+    key: str
+
+    def __post_init__(self) -> None:
+        w = list(self.widths)
+        if len(w) < 2 or w[0] != 1 or any(b <= a for a, b in zip(w, w[1:])):
+            raise ValueError(f"cost curve widths must increase from 1 with at least 2 points, got {w}")
+        if len(self.ms) != len(w) or len(self.slope_ms) != len(w):
+            raise ValueError("cost curve needs one ms and one slope per width")
+        if not all(np.isfinite(self.ms)) or min(self.ms) <= 0:
+            raise ValueError(f"cost curve times must be positive, got {self.ms}")
+
+    def ms_at(self, width: int, past: int | None = None) -> float:
+        """Modelled ms of one forward of ``width`` rows over ``past`` cached rows (default: ``base_past``).
+
+        Beyond the last width the last slope continues.
+        """
+        xs, ys = self.widths, self.ms
+        if width <= xs[-1]:
+            base = float(np.interp(width, xs, ys))
+            slope = float(np.interp(width, xs, self.slope_ms))
+        else:
+            base = ys[-1] + (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]) * (width - xs[-1])
+            slope = self.slope_ms[-1]
+        if past is not None:
+            base += slope * (past - self.base_past)
+        return max(base, 1e-6)
+
+    def table(self, past: int | None = None, max_width: int | None = None) -> np.ndarray:
+        """``t[w]`` = ``ms_at(w, past)`` for w in 0..max_width (``t[0]`` unused)."""
+        top = max_width or self.widths[-1]
+        return np.array([np.inf] + [self.ms_at(w, past) for w in range(1, top + 1)])
+
+    def to_json(self) -> str:
+        return json.dumps({"format": FORMAT, **asdict(self)}, indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> "CostCurve":
+        """Raises ValueError for a file of another format or with bad fields."""
+        try:
+            d = json.loads(text)
+            if d.pop("format", None) != FORMAT:
+                raise ValueError("another format version")
+            return cls(tuple(int(w) for w in d["widths"]), tuple(float(m) for m in d["ms"]), int(d["base_past"]),
+                       tuple(float(s) for s in d["slope_ms"]), str(d["device"]), str(d["key"]))
+        except (KeyError, TypeError, json.JSONDecodeError) as exc:
+            raise ValueError(f"not a cost curve: {exc}") from None
+
+
+def device_description(device) -> str:
+    """The CPU model and its widest vector ISA, or the GPU's name."""
+    import torch
+
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        return f"cuda: {torch.cuda.get_device_name(dev)}"
+    model, flags = "", set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name") and not model:
+                    model = line.split(":", 1)[1].strip()
+                elif line.startswith(("flags", "Features")) and not flags:
+                    flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    model = model or platform.processor() or "unknown CPU"
+    isa = next((name for flag, name in (("avx512f", "AVX-512"), ("avx2", "AVX2"), ("avx", "AVX"), ("asimd", "NEON"))
+                if flag in flags), "no AVX")
+    return f"cpu: {model}, {isa}, {os.cpu_count()} logical CPUs"
+
+
+def curve_key(model, backend: str, threads: int) -> str:
+    """What a measured curve is valid for: model (config and size), dtype, device, backend, threads, versions."""
+    import torch
+
+    param = next(model.parameters())
+    n_params = sum(p.numel() for p in model.parameters())
+    config = model.config.to_json_string(use_diff=False) if hasattr(model.config, "to_json_string") else repr(model.config)
+    ident = "|".join([config, str(n_params), str(param.dtype), device_description(param.device), backend,
+                      str(threads), torch.__version__, str(FORMAT)])
+    return hashlib.sha256(ident.encode()).hexdigest()[:20]
+
+
+def measure(verifier, *, widths: Sequence[int] = WIDTHS, past: int = 256, far_past: int = 1024, repeats: int = 5,
+            warmup: int = 2, key: str = "", seed: int = 0) -> CostCurve:
+    """Time verify forwards of ``verifier`` at each width.
+
+    Each forward runs a tree of ``w - 1`` random nodes (a few branches of 6, as
+    lookup drafts look) on ``past`` cached rows of random tokens; the cache is cut
+    back after each. ``slope_ms`` comes from the widths 1 and the largest at
+    ``far_past`` rows. Medians of ``repeats`` after ``warmup`` forwards.
+
+    Returns:
+        A CostCurve.
+    """
+    import torch
+
+    from lookupdec.tree import DraftTree
+
+    rng = np.random.default_rng(seed)
+    vocab = int(verifier.model.config.get_text_config(decoder=True).vocab_size)
+    low = min(3, vocab - 1)
+    widths = sorted({int(w) for w in widths} | {1})
+
+    def tree_of(w: int) -> DraftTree:
+        if w <= 1:
+            return DraftTree.empty()
+        seqs = [rng.integers(low, vocab, 6).tolist() for _ in range((w - 1 + 5) // 6)]
+        return DraftTree.from_sequences(seqs).prune(w - 1)
+
+    def timed(cache, p: int, tree: DraftTree) -> float:
+        ts = []
+        for i in range(warmup + repeats):
+            t = time.perf_counter()
+            verifier.forward(cache, p, 7 % vocab, tree)
+            if verifier.device.type == "cuda":
+                torch.cuda.synchronize(verifier.device)
+            if i >= warmup:
+                ts.append(time.perf_counter() - t)
+            cache.crop(p)
+        return statistics.median(ts) * 1e3
+
+    def at(p: int, ws: Sequence[int]) -> list[float]:
+        cache = verifier.new_cache(p + max(ws) + 8)
+        with torch.inference_mode():
+            verifier.prefill(cache, rng.integers(low, vocab, p + 1).tolist())
+            return [timed(cache, p + 1, tree_of(w)) for w in ws]
+
+    base = at(past, widths)
+    ends = [widths[0], widths[-1]]
+    far = at(far_past, ends)
+    slopes_at_ends = [max((f - b) / (far_past - past), 0.0) for f, b in zip(far, [base[0], base[-1]])]
+    slopes = [float(np.interp(w, ends, slopes_at_ends)) for w in widths]
+    return CostCurve(tuple(widths), tuple(base), past + 1, tuple(slopes), device_description(verifier.device), key)
+
+
+def cached_curve(verifier, threads: int, *, remeasure: bool = False, cache_dir: Path | None = None,
+                 **measure_kw) -> CostCurve:
+    """The cost curve for this verifier's model, dtype, device, backend and threads: from disk, or measured.
+
+    Args:
+        verifier: a ``lookupdec.verify.TreeVerifier``.
+        threads: torch's intra-op thread count (part of the key).
+        remeasure: measure even if a cached curve exists (and replace it).
+        cache_dir: where curves are kept (default ``cache_root()/costs``).
+    Returns:
+        The CostCurve. A cache directory that cannot be written only loses the cache.
+    """
+    from lookupdec.tokenizer import cache_root
+
+    key = curve_key(verifier.model, verifier.backend, threads)
+    path = (cache_dir or cache_root() / "costs") / f"{key}.json"
+    if not remeasure:
+        try:
+            return CostCurve.from_json(path.read_text())
+        except (OSError, ValueError):
+            pass
+    curve = measure(verifier, key=key, **measure_kw)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(curve.to_json())
+        os.replace(tmp, path)
+    except OSError:
+        pass
+    return curve

@@ -1,0 +1,147 @@
+"""``auto``: every available source drafts, one scored tree is verified.
+
+Each step every source (the live context always; reference documents, corpus
+datastores and earlier outputs when given) proposes a tree scored with its own
+calibrated acceptance probabilities. The trees are merged into one trie (a
+path proposed by several sources keeps its best score), and the subtree to
+verify is chosen from the verifier's cost curve: the one with the best
+expected tokens per millisecond at the current cache length, or nothing when
+no tree beats a plain step (``lookupdec.drafters.select``). After
+verification each source learns which of *its* nodes were accepted.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+
+from lookupdec.costs import CostCurve
+from lookupdec.drafters.base import DraftRequest, Drafter, StepOutcome
+from lookupdec.drafters.calibrate import Calibration
+from lookupdec.drafters.select import DEFAULT_MARGIN, select_nodes
+from lookupdec.tree import DraftTree, merge_trees
+
+# Most nodes each source proposes: candidates for the selection, which keeps far fewer.
+SOURCE_BUDGET = 48
+
+
+def context_source(calibration: Calibration | None) -> Drafter:
+    """The live-context source as ``auto`` runs it: PLD with a fixed deep draft and a wide fallback.
+
+    Scores, not PLD's adaptive depth, decide how much of it is verified.
+    """
+    from lookupdec.drafters.pld import PLDConfig, PLDDrafter
+
+    cfg = PLDConfig(max_width=SOURCE_BUDGET, max_occurrences=8, min_depth=16, init_depth=16, max_depth=16, grow=0,
+                    fallback_width=8, fallback_depth=6)
+    return PLDDrafter(cfg, calibration=calibration)
+
+
+class AutoDrafter:
+    """Merges every available source into one tree sized by the cost curve.
+
+    Args:
+        references: token-id lists of documents passed with the request (LLMA).
+        indexes: opened corpus datastores (REST).
+        history: a store of earlier outputs.
+        calibration: shared acceptance rates (a private one when None).
+        cost: the verifier's CostCurve, or a callable returning it (called on
+            the first ``begin``); None prices every width alike, so any tree
+            with positive scores is drafted in full.
+        sources: drafters to use instead of the ones built from the inputs above.
+        margin: see ``lookupdec.drafters.select.DEFAULT_MARGIN``.
+
+    Example:
+        >>> d = AutoDrafter(cost=CostCurve((1, 64), (30.0, 31.0), 0, (0.0, 0.0), "cpu", ""))
+        >>> d.begin([5, 6, 7, 8, 5, 6, 7, 8, 5, 6])
+        >>> len(d.propose(DraftRequest(budget=16, max_depth=20))) > 0
+        True
+    """
+
+    name = "auto"
+
+    def __init__(self, *, references: Sequence[Sequence[int]] | None = None, indexes: Sequence | None = None,
+                 history=None, calibration: Calibration | None = None,
+                 cost: CostCurve | Callable[[], CostCurve] | None = None,
+                 sources: Sequence[Drafter] | None = None, margin: float = DEFAULT_MARGIN) -> None:
+        self.calibration = calibration if calibration is not None else Calibration()
+        if sources is None:
+            sources = [context_source(self.calibration)]
+            if references:
+                from lookupdec.drafters.llma import LLMADrafter
+
+                sources.append(LLMADrafter(references, calibration=self.calibration))
+            if indexes:
+                from lookupdec.drafters.rest import RESTDrafter
+
+                sources.append(RESTDrafter(indexes, calibration=self.calibration))
+            if history is not None:
+                from lookupdec.drafters.history import HistoryDrafter
+
+                sources.append(HistoryDrafter(history, calibration=self.calibration))
+        self.sources = list(sources)
+        self._cost = cost
+        self._table: np.ndarray | None = None
+        self._table_past = -1
+        self.margin = float(margin)
+        self._past = 0
+        self._last: tuple[list[DraftTree], tuple[np.ndarray, ...], np.ndarray] | None = None
+
+    @property
+    def cost(self) -> CostCurve | None:
+        if callable(self._cost) and not isinstance(self._cost, CostCurve):
+            self._cost = self._cost()
+        return self._cost
+
+    def begin(self, prompt_ids: Sequence[int]) -> None:
+        for s in self.sources:
+            s.begin(prompt_ids)
+        self._past = len(prompt_ids)
+        self._last = None
+        _ = self.cost  # measure (or load) the curve before the first step, not inside it
+
+    def _costs(self, budget: int) -> np.ndarray:
+        # Re-tabulate when the cache has grown by 64 rows: the past moves the curve slowly.
+        if self._table is None or len(self._table) < budget + 2 or abs(self._past - self._table_past) >= 64:
+            curve = self.cost
+            top = max(budget + 1, 2)
+            if curve is None:
+                self._table = np.concatenate([[np.inf], np.ones(top)])
+            else:
+                self._table = curve.table(self._past, top)
+            self._table_past = self._past
+        return self._table
+
+    def propose(self, request: DraftRequest) -> DraftTree:
+        sub = DraftRequest(min(request.budget, SOURCE_BUDGET), request.max_depth)
+        trees = [s.propose(sub) for s in self.sources]
+        merged = merge_trees(trees)
+        sel = select_nodes(merged.tree, self._costs(request.budget), request.budget, request.max_depth, self.margin)
+        self._last = (trees, merged.maps, sel.nodes)
+        return merged.tree.subset(sel.nodes) if len(sel.nodes) < len(merged.tree) else merged.tree
+
+    def commit(self, outcome: StepOutcome) -> None:
+        new = outcome.new_tokens
+        self._past += len(new)
+        if self._last is None:
+            for s in self.sources:
+                s.commit(StepOutcome((), new))
+            return
+        trees, maps, chosen = self._last
+        self._last = None
+        # Auto's node a is merged node chosen[a]; accepted merged nodes, root to leaf.
+        accepted_merged = [int(chosen[a]) for a in outcome.accepted]
+        for s, tree, where in zip(self.sources, trees, maps):
+            own = []
+            for m in accepted_merged:
+                hits = np.flatnonzero(where == m)
+                if not len(hits):
+                    break  # the accepted path leaves this source's tree
+                own.append(int(hits[0]))
+            origin = np.full(len(outcome.tree), -1, np.int64)
+            verified = outcome.origin if len(outcome.origin) else np.arange(len(outcome.tree))
+            for v, a in enumerate(verified.tolist()):
+                if a >= 0:
+                    hits = np.flatnonzero(where == chosen[a])
+                    origin[v] = int(hits[0]) if len(hits) else -1
+            s.commit(StepOutcome(tuple(own), new, outcome.tree, origin))

@@ -1,0 +1,185 @@
+"""Online calibration: turn each source's raw estimates into acceptance probabilities.
+
+A source knows its own evidence (how many earlier occurrences continue with a
+token, how long the match was) but not how often such evidence is right for
+this model. ``Calibration`` learns that from what the verifier accepts:
+
+- A node's *conditional* acceptance is the probability that it is accepted
+  given that its parent was (or that it hangs under the root). Its path score
+  is the product of the conditionals along the path, so it never exceeds its
+  parent's.
+- Each conditional is looked up by a key ``(source, raw bucket, match-length
+  bucket, depth bucket)``: a Beta-style running rate, shrunk toward the rate of
+  the coarser key ``(source, raw bucket, match-length bucket)``, which is in
+  turn shrunk toward the source's prior guess. A few dozen outcomes move a
+  bucket; the prior only matters at the start.
+- After a step, every proposed node whose parent path was confirmed by the new
+  tokens is an observation: a hit if its token is the one that followed. This
+  uses nodes that were pruned before verification too (greedy decoding
+  reveals what the target chose at each confirmed position).
+
+A Decoder keeps one Calibration for all its generations, so the rates carry
+over from one request to the next, as a server would learn them.
+"""
+from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+from lookupdec.tree import DraftTree
+
+# Bucket edges: a value v falls in bucket bisect_right(EDGES, v).
+RAW_EDGES = (0.15, 0.35, 0.6, 0.85, 0.999)
+MATCH_EDGES = (2, 3, 4, 6, 8, 12, 16)
+DEPTH_EDGES = (2, 3, 4, 6, 8, 12)
+
+
+def bucket(edges: Sequence[float], value: float) -> int:
+    return bisect_right(edges, value)
+
+
+@dataclass
+class Calibration:
+    """Running acceptance rates by key, with two levels of shrinkage.
+
+    Args:
+        prior_weight: pseudo-observations of the prior (and of the coarse rate
+            inside a fine key): small values learn fast, large values are steady.
+
+    Example:
+        >>> cal = Calibration()
+        >>> key = ("pld", 4, 2, 0)
+        >>> round(cal.rate(key, prior=0.5), 3)
+        0.5
+        >>> for _ in range(40): cal.observe(key, True)
+        >>> cal.rate(key, prior=0.5) > 0.9
+        True
+    """
+
+    prior_weight: float = 4.0
+    _fine: dict[tuple, list[float]] = field(default_factory=dict)
+    _coarse: dict[tuple, list[float]] = field(default_factory=dict)
+
+    def rate(self, key: tuple, prior: float) -> float:
+        """The calibrated probability for ``key`` (its last field is the depth bucket)."""
+        w = self.prior_weight
+        hc, tc = self._coarse.get(key[:-1], (0.0, 0.0))
+        coarse = (hc + w * prior) / (tc + w)
+        hf, tf = self._fine.get(key, (0.0, 0.0))
+        return (hf + w * coarse) / (tf + w)
+
+    def observe(self, key: tuple, hit: bool) -> None:
+        for table, k in ((self._fine, key), (self._coarse, key[:-1])):
+            s = table.get(k)
+            if s is None:
+                s = table[k] = [0.0, 0.0]
+            s[0] += 1.0 if hit else 0.0
+            s[1] += 1.0
+
+    def observations(self, source: str) -> int:
+        """Outcomes seen for ``source`` so far."""
+        return int(sum(t for k, (_, t) in self._coarse.items() if k[0] == source))
+
+
+def lookup_prior(raw: float, match_len: int, depth: int) -> float:
+    """A starting guess for lookup sources: the raw share, discounted for short matches and depth."""
+    return float(raw) * min(0.9, 0.35 + 0.1 * match_len) * (0.92 ** (depth - 1))
+
+
+@dataclass
+class _Pending:
+    tokens: list[int]
+    parents: list[int]
+    depth: list[int]
+    keys: list[tuple]
+
+
+class NodeScorer:
+    """One source's bridge to the shared Calibration: scores its trees, learns from outcomes.
+
+    Args:
+        source: the source's name (``SOURCES`` key), the first field of every key.
+        calibration: the shared rates (a private one when None).
+        prior: ``prior(raw, match_len, depth)``, the source's guess before any outcome.
+
+    Example:
+        >>> s = NodeScorer("pld", Calibration())
+        >>> t = s.score(DraftTree.chain([5, 6]), raw=np.array([1.0, 1.0]), match_len=3, source_id=1)
+        >>> bool(t.scores[0] >= t.scores[1] > 0)
+        True
+        >>> s.learn((5, 7))      # node 0 hit, node 1 missed
+    """
+
+    def __init__(self, source: str, calibration: Calibration | None = None,
+                 prior: Callable[[float, int, int], float] = lookup_prior) -> None:
+        self.source = source
+        self.calibration = calibration if calibration is not None else Calibration()
+        self.prior = prior
+        self._pending: _Pending | None = None
+
+    def score(self, tree: DraftTree, raw: np.ndarray, match_len: int | Sequence[int], source_id: int) -> DraftTree:
+        """``tree`` with calibrated path scores; remembered until ``learn``.
+
+        Args:
+            tree: the proposal (its own scores are ignored).
+            raw: ``(n,)`` the source's raw conditional estimate per node (e.g.
+                the share of the parent's occurrences that continue with it).
+            match_len: the match length behind the proposal (one for all, or per node).
+            source_id: stamped on every node.
+        """
+        n = len(tree)
+        if n == 0:
+            self._pending = None
+            return tree
+        parents = tree.parents.tolist()
+        tokens = tree.tokens.tolist()
+        lens = [int(match_len)] * n if np.ndim(match_len) == 0 else [int(m) for m in match_len]
+        cal, src, prior = self.calibration, self.source, self.prior
+        depth = [0] * n
+        keys: list[tuple] = [()] * n
+        scores = np.empty(n)
+        for i, p in enumerate(parents):
+            d = 1 if p < 0 else depth[p] + 1
+            depth[i] = d
+            r = float(raw[i])
+            key = (src, bucket(RAW_EDGES, r), bucket(MATCH_EDGES, lens[i]), bucket(DEPTH_EDGES, d))
+            keys[i] = key
+            c = cal.rate(key, prior(r, lens[i], d))
+            scores[i] = c if p < 0 else scores[p] * c
+        self._pending = _Pending(tokens, parents, depth, keys)
+        return DraftTree.trusted(tree.tokens, tree.parents, scores, np.full(n, source_id, np.int16))
+
+    def learn(self, new_tokens: Sequence[int]) -> None:
+        """Record the outcome of the last scored tree against the tokens that followed."""
+        pend, self._pending = self._pending, None
+        if pend is None or not new_tokens:
+            return
+        new = list(new_tokens)
+        confirmed = [False] * len(pend.tokens)  # path to the node equals the new tokens
+        cal = self.calibration
+        for i, (tok, p, d) in enumerate(zip(pend.tokens, pend.parents, pend.depth)):
+            if d > len(new) or (p >= 0 and not confirmed[p]):
+                continue
+            hit = tok == new[d - 1]
+            confirmed[i] = hit
+            cal.observe(pend.keys[i], hit)
+
+
+def conditional(tree: DraftTree) -> np.ndarray:
+    """Each node's score divided by its parent's (root children: their own score).
+
+    For a tree scored with shares of occurrences (``from_sequences``) this is
+    the share of the parent's occurrences that continue with the node.
+
+    Example:
+        >>> conditional(DraftTree.from_sequences([[1, 2], [1, 3], [4]])).tolist()
+        [0.6666666666666666, 0.5, 0.5, 0.3333333333333333]
+    """
+    s = tree.scores
+    if len(tree) == 0:
+        return s.copy()
+    parent_s = np.where(tree.parents >= 0, s[np.maximum(tree.parents, 0)], 1.0)
+    return np.divide(s, parent_s, out=np.zeros_like(s), where=parent_s > 0)

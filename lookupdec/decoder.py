@@ -195,14 +195,7 @@ class Decoder:
         if isinstance(max_new_tokens, bool) or int(max_new_tokens) != max_new_tokens or max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
         stops = [stop] if isinstance(stop, str) else list(stop or [])
-        prompt_ids = self.encode(prompt, chat_template)
-        limit = self.loaded.max_context
-        if len(prompt_ids) + max_new_tokens > limit:
-            raise ContextTooLongError(
-                f"the prompt has {len(prompt_ids)} tokens and max_new_tokens is {max_new_tokens}: "
-                f"{len(prompt_ids) + max_new_tokens} > the model's context of {limit} tokens; "
-                f"shorten the prompt or set max_new_tokens to at most {max(limit - len(prompt_ids), 0)}"
-            )
+        prompt_ids = self.prepare(prompt, max_new_tokens, chat_template)
         if drafter is None:
             ref_ids = self._reference_ids(references)
             # Datastores belong to the decoder: methods that do not draft from them simply do not get them.
@@ -222,6 +215,23 @@ class Decoder:
             else:
                 generator.manual_seed(int(seed))
         return self._run(prompt_ids, drafter, method_name, int(max_new_tokens), params, generator, stops, on_text)
+
+    def prepare(self, prompt, max_new_tokens: int, chat_template: bool = True) -> list[int]:
+        """The prompt's token ids, checked to fit the context with ``max_new_tokens`` more.
+
+        Raises:
+            ContextTooLongError: naming both lengths and the largest max_new_tokens that fits.
+            TypeError, ValueError: a prompt of none of the accepted forms, or an empty one.
+        """
+        prompt_ids = self.encode(prompt, chat_template)
+        limit = self.loaded.max_context
+        if len(prompt_ids) + max_new_tokens > limit:
+            raise ContextTooLongError(
+                f"the prompt has {len(prompt_ids)} tokens and max_new_tokens is {max_new_tokens}: "
+                f"{len(prompt_ids) + max_new_tokens} > the model's context of {limit} tokens; "
+                f"shorten the prompt or set max_new_tokens to at most {max(limit - len(prompt_ids), 0)}"
+            )
+        return prompt_ids
 
     def _reference_ids(self, references) -> list[list[int]] | None:
         if references is None:

@@ -1,6 +1,7 @@
 """The drafting methods by name, and how a drafter is made for one request.
 
-A method is a drafter class, imported on first use. Its constructor takes
+A method is a drafter class (or a function returning a drafter), imported on
+first use. Its constructor takes
 the request's inputs it uses as keyword arguments:
 
 - user inputs: ``references`` (token-id lists of documents passed with the
@@ -22,6 +23,8 @@ from typing import Any
 METHODS: dict[str, str] = {
     "ar": "lookupdec.drafters.base:NoDrafter",
     "pld": "lookupdec.drafters.pld:PLDDrafter",
+    "llma": "lookupdec.drafters.auto:llma_method",
+    "rest": "lookupdec.drafters.auto:rest_method",
     "auto": "lookupdec.drafters.auto:AutoDrafter",
 }
 
@@ -66,7 +69,7 @@ def make_drafter(method: str, **context: Any):
         >>> make_drafter("pld", references=[[1, 2]])
         Traceback (most recent call last):
         ...
-        ValueError: method 'pld' does not use references; use one of: auto
+        ValueError: method 'pld' does not use references; use one of: auto, llma
     """
     cls = method_class(method)
     params = inspect.signature(cls).parameters

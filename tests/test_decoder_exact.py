@@ -29,12 +29,9 @@ class OracleDrafter:
         self.pos = 0  # tokens generated so far
 
     def commit(self, outcome):
-
-        new_ids, accepted = outcome.new_tokens, outcome.n_accepted
-        self.pos += len(new_ids)
+        self.pos += len(outcome.new_tokens)
 
     def propose(self, request):
-
         budget = request.budget
         seqs = []
         true = self.truth[self.pos:self.pos + self.depth]
@@ -58,13 +55,9 @@ class RandomDrafter:
         pass
 
     def commit(self, outcome):
-
-        new_ids, accepted = outcome.new_tokens, outcome.n_accepted
         pass
 
     def propose(self, request):
-
-        budget = request.budget
         n = int(self.rng.integers(0, self.size + 1))
         parents = [int(self.rng.integers(-1, i)) for i in range(n)]
         return DraftTree(self.rng.integers(0, TINY_VOCAB, n), np.array(parents, np.int32))
@@ -83,12 +76,9 @@ class ContextDrafter:
         self.seq = list(prompt_ids)
 
     def commit(self, outcome):
-
-        new_ids, accepted = outcome.new_tokens, outcome.n_accepted
-        self.seq.extend(new_ids)
+        self.seq.extend(outcome.new_tokens)
 
     def propose(self, request):
-
         budget = request.budget
         s, key = self.seq, self.seq[-2:]
         conts = [s[i + 2:i + 2 + self.depth] for i in range(len(s) - 2) if s[i:i + 2] == key]

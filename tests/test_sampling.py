@@ -133,13 +133,9 @@ class TopTokensDrafter:
         pass
 
     def commit(self, outcome):
-
-        new_ids, accepted = outcome.new_tokens, outcome.n_accepted
         pass
 
     def propose(self, request):
-
-        budget = request.budget
         return self.tree
 
 

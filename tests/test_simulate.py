@@ -31,15 +31,13 @@ class Oracle:
         self.rest = list(self.answers[tuple(prompt_ids)])
 
     def propose(self, request):
-
         budget = request.budget
         return DraftTree.chain(self.rest[:budget])
 
     def commit(self, outcome):
-
-        new_ids, accepted = outcome.new_tokens, outcome.n_accepted
-        assert self.rest[:len(new_ids)] == list(new_ids)
-        self.rest = self.rest[len(new_ids):]
+        new = list(outcome.new_tokens)
+        assert self.rest[:len(new)] == new
+        self.rest = self.rest[len(new):]
 
 
 RECORDS = [

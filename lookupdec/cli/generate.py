@@ -1,47 +1,77 @@
-"""`lookupdec generate`: parse options, call ``Decoder.generate``, print."""
+"""`lookupdec generate` and `lookupdec cost-curve`: parse options, call the library, print."""
 from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass
 
 import click
 
-from lookupdec.decoder import METHODS  # a plain dict module-level import; torch is imported lazily
+from lookupdec.methods import METHODS  # a plain dict; torch is imported lazily
 
 
-def _read_prompts(prompt, prompt_file, input_path):
+@dataclass(frozen=True)
+class Request:
+    """One prompt to generate for, with its own reference documents."""
+
+    prompt: object
+    references: tuple[str, ...] = ()
+
+
+def _read_text(path: str, what: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise click.ClickException(f"cannot read {what} {path!r}: {exc}")
+
+
+def _record(rec, where: str) -> Request:
+    refs = ()
+    if isinstance(rec, dict):
+        raw_refs = rec.get("references", [])
+        if not isinstance(raw_refs, list) or not all(isinstance(r, str) for r in raw_refs):
+            raise click.ClickException(f"{where}: \"references\" must be a list of strings")
+        refs = tuple(raw_refs)
+        rec = rec.get("messages", rec.get("prompt"))
+    if not isinstance(rec, (str, list)) or not rec:
+        raise click.ClickException(f"{where}: expected a string or an object with \"prompt\" or \"messages\"")
+    return Request(rec, refs)
+
+
+def read_requests(prompt, prompt_file, input_path) -> list[Request]:
+    """The prompts of one invocation, all read and checked before any model work."""
     given = [x is not None for x in (prompt, prompt_file, input_path)]
     if sum(given) != 1:
         raise click.UsageError("give exactly one of --prompt, --prompt-file or --input")
     if prompt is not None:
-        return [prompt]
+        return [Request(prompt)]
     if prompt_file is not None:
+        return [Request(_read_text(prompt_file, "--prompt-file"))]
+    out = []
+    text = _read_text(input_path, "--input")
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
         try:
-            with open(prompt_file, encoding="utf-8") as f:
-                return [f.read()]
-        except (OSError, UnicodeDecodeError) as exc:
-            raise click.ClickException(f"cannot read --prompt-file {prompt_file!r}: {exc}")
-    prompts = []
-    try:
-        with open(input_path, encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise click.ClickException(f"{input_path}:{lineno}: not valid JSON ({exc.msg})")
-                if isinstance(rec, dict):
-                    rec = rec.get("messages", rec.get("prompt"))
-                if not isinstance(rec, (str, list)) or not rec:
-                    raise click.ClickException(
-                        f"{input_path}:{lineno}: expected a string or an object with \"prompt\" or \"messages\"")
-                prompts.append(rec)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise click.ClickException(f"cannot read --input {input_path!r}: {exc}")
-    if not prompts:
+            rec = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise click.ClickException(f"{input_path}:{lineno}: not valid JSON ({exc.msg})")
+        out.append(_record(rec, f"{input_path}:{lineno}"))
+    if not out:
         raise click.ClickException(f"--input {input_path!r} holds no prompts")
-    return prompts
+    return out
+
+
+def _json_row(res) -> str:
+    return json.dumps({
+        "text": res.text, "token_ids": list(res.token_ids), "new_tokens": res.new_tokens,
+        "steps": res.steps, "mean_accepted": round(res.mean_accepted, 4),
+        "tokens_per_s": round(res.tokens_per_s, 3), "elapsed_s": round(res.elapsed_s, 4),
+        "prompt_tokens": res.prompt_tokens, "method": res.method, "stop_reason": res.stop_reason,
+        "accepted_per_step": [s.accepted for s in res.step_stats],
+        "accepted_by_source": res.accepted_by_source,
+    }, ensure_ascii=False)
 
 
 @click.command("generate")
@@ -49,43 +79,87 @@ def _read_prompts(prompt, prompt_file, input_path):
 @click.option("--prompt", default=None, help="The prompt text.")
 @click.option("--prompt-file", type=click.Path(dir_okay=False), default=None, help="Read the prompt from a file.")
 @click.option("--input", "input_path", type=click.Path(dir_okay=False), default=None,
-              help="JSONL: one prompt per line (a string, or an object with \"prompt\" or \"messages\").")
-@click.option("--method", type=click.Choice(sorted(METHODS)), default="pld", show_default=True)
+              help="JSONL: one prompt per line (a string, or an object with \"prompt\" or \"messages\", "
+                   "and optionally \"references\": a list of document strings).")
+@click.option("--method", type=click.Choice(sorted(METHODS)), default="auto", show_default=True,
+              help="auto: every available source in one tree sized by the cost curve; pld: the prompt and the "
+                   "output; llma: --reference documents; rest: --index datastores; ar: no drafting.")
+@click.option("--reference", "references", multiple=True, type=click.Path(dir_okay=False),
+              help="A document to draft from (a text file; repeatable), for every prompt.")
+@click.option("--index", "indexes", multiple=True, type=click.Path(file_okay=False),
+              help="A datastore built with `lookupdec build-index` (repeatable).")
 @click.option("--max-new-tokens", type=click.IntRange(min=0), default=128, show_default=True)
 @click.option("--temperature", type=click.FloatRange(min=0.0), default=0.0, show_default=True, help="0 = greedy.")
-@click.option("--top-p", type=float, default=1.0, show_default=True)
+@click.option("--top-p", type=click.FloatRange(min=0.0, max=1.0, min_open=True), default=1.0, show_default=True)
 @click.option("--top-k", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--seed", type=int, default=None)
 @click.option("--stop", multiple=True, help="Stop string (repeatable).")
+@click.option("--draft-budget", type=click.IntRange(min=0, max=1024), default=None,
+              help="Most draft nodes verified per step [default: 64; auto verifies what pays within it].")
+@click.option("--device", default=None, help="torch device, e.g. cpu or cuda:0 [default: CUDA if available].")
+@click.option("--hf-kernels", is_flag=True,
+              help="Run transformers' own forward and kernels (outputs then equal transformers' generate() "
+                   "token for token; slower on CPU).")
 @click.option("--no-chat-template", is_flag=True, help="Use the prompt text as-is.")
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per prompt instead of streaming text.")
-def generate_cmd(model, prompt, prompt_file, input_path, method, max_new_tokens, temperature, top_p, top_k, seed, stop,
-                 no_chat_template, dtype, as_json) -> None:
+def generate_cmd(model, prompt, prompt_file, input_path, method, references, indexes, max_new_tokens, temperature,
+                 top_p, top_k, seed, stop, draft_budget, device, hf_kernels, no_chat_template, dtype, as_json) -> None:
     """Generate text with lossless speculative decoding."""
-    prompts = _read_prompts(prompt, prompt_file, input_path)
+    requests = read_requests(prompt, prompt_file, input_path)
+    shared_refs = tuple(_read_text(p, "--reference") for p in references)
+    from lookupdec.decoder import DEFAULT_DRAFT_BUDGET, Decoder
+    from lookupdec.errors import LookupdecError
+
+    try:
+        dec = Decoder(model, dtype=dtype, device=device, fast_kernels=not hf_kernels, index=list(indexes) or None,
+                      draft_budget=DEFAULT_DRAFT_BUDGET if draft_budget is None else draft_budget)
+        # Every prompt is checked before the first is generated: no partial output for a bad later one.
+        for i, req in enumerate(requests):
+            try:
+                dec.prepare(req.prompt, max_new_tokens, not no_chat_template)
+            except (LookupdecError, ValueError, TypeError) as exc:
+                where = f"prompt {i + 1}: " if len(requests) > 1 else ""
+                raise click.ClickException(f"{where}{exc}")
+        for req in requests:
+            on_text = None if as_json else (lambda s: (sys.stdout.write(s), sys.stdout.flush()))
+            refs = list(shared_refs + req.references) or None
+            res = dec.generate(req.prompt, method=method, max_new_tokens=max_new_tokens, temperature=temperature,
+                               top_p=top_p, top_k=top_k, seed=seed, stop=list(stop) or None, references=refs,
+                               chat_template=not no_chat_template, on_text=on_text)
+            if as_json:
+                click.echo(_json_row(res))
+            else:
+                click.echo("")
+                by_src = ", ".join(f"{k} {v}" for k, v in sorted(res.accepted_by_source.items()))
+                click.echo(f"[{res.method}] {res.new_tokens} new tokens, {res.steps} steps, "
+                           f"{res.mean_accepted:.2f} tokens/step, {res.tokens_per_s:.1f} tokens/s "
+                           f"(stop: {res.stop_reason}{'; accepted from ' + by_src if by_src else ''})", err=True)
+    except (LookupdecError, ValueError, TypeError, RuntimeError) as exc:
+        raise click.ClickException(str(exc))
+
+
+@click.command("cost-curve")
+@click.option("--model", default=None, help="As for generate [default: the embedded model].")
+@click.option("--device", default=None, help="torch device [default: CUDA if available].")
+@click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32", show_default=True)
+@click.option("--hf-kernels", is_flag=True, help="The curve of transformers' own forward.")
+@click.option("--remeasure", is_flag=True, help="Measure again and replace the cached curve.")
+@click.option("--json", "as_json", is_flag=True, help="Print the curve as JSON.")
+def cost_curve_cmd(model, device, dtype, hf_kernels, remeasure, as_json) -> None:
+    """Show (or measure) the verify cost curve `auto` sizes its trees by."""
     from lookupdec.decoder import Decoder
     from lookupdec.errors import LookupdecError
 
     try:
-        dec = Decoder(model, dtype=dtype)
-        for p in prompts:
-            on_text = None if as_json else (lambda s: (sys.stdout.write(s), sys.stdout.flush()))
-            res = dec.generate(p, method=method, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
-                               top_k=top_k, seed=seed, stop=list(stop) or None, chat_template=not no_chat_template,
-                               on_text=on_text)
-            if as_json:
-                click.echo(json.dumps({
-                    "text": res.text, "token_ids": list(res.token_ids), "new_tokens": res.new_tokens,
-                    "steps": res.steps, "mean_accepted": round(res.mean_accepted, 4),
-                    "tokens_per_s": round(res.tokens_per_s, 3), "elapsed_s": round(res.elapsed_s, 4),
-                    "prompt_tokens": res.prompt_tokens, "method": res.method, "stop_reason": res.stop_reason,
-                    "accepted_per_step": [s.accepted for s in res.step_stats],
-                }, ensure_ascii=False))
-            else:
-                click.echo("")
-                click.echo(f"[{res.method}] {res.new_tokens} new tokens, {res.steps} steps, "
-                           f"{res.mean_accepted:.2f} tokens/step, {res.tokens_per_s:.1f} tokens/s "
-                           f"(stop: {res.stop_reason})", err=True)
-    except (LookupdecError, ValueError, TypeError) as exc:
+        dec = Decoder(model, dtype=dtype, device=device, fast_kernels=not hf_kernels)
+        curve = dec.cost_curve(remeasure=remeasure)
+    except (LookupdecError, ValueError, TypeError, RuntimeError) as exc:
         raise click.ClickException(str(exc))
+    if as_json:
+        click.echo(curve.to_json())
+        return
+    click.echo(f"{curve.device}; backend {dec.verifier.backend}; {curve.base_past} cached rows; key {curve.key}")
+    click.echo(f"{'width':>6} {'ms':>8} {'x c(1)':>7} {'ms per 1k past rows':>20}")
+    for w, ms, slope in zip(curve.widths, curve.ms, curve.slope_ms):
+        click.echo(f"{w:>6} {ms:>8.2f} {ms / curve.ms[0]:>7.2f} {slope * 1000:>20.2f}")

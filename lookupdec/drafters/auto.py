@@ -50,6 +50,7 @@ class AutoDrafter:
             with positive scores is drafted in full.
         sources: drafters to use instead of the ones built from the inputs above.
         margin: see ``lookupdec.drafters.select.DEFAULT_MARGIN``.
+        name: the method name reported in results.
 
     Example:
         >>> d = AutoDrafter(cost=CostCurve((1, 64), (30.0, 31.0), 0, (0.0, 0.0), "cpu", ""))
@@ -63,7 +64,9 @@ class AutoDrafter:
     def __init__(self, *, references: Sequence[Sequence[int]] | None = None, indexes: Sequence | None = None,
                  history=None, calibration: Calibration | None = None,
                  cost: CostCurve | Callable[[], CostCurve] | None = None,
-                 sources: Sequence[Drafter] | None = None, margin: float = DEFAULT_MARGIN) -> None:
+                 sources: Sequence[Drafter] | None = None, margin: float = DEFAULT_MARGIN,
+                 name: str = "auto") -> None:
+        self.name = name
         self.calibration = calibration if calibration is not None else Calibration()
         if sources is None:
             sources = [context_source(self.calibration)]
@@ -145,3 +148,29 @@ class AutoDrafter:
                     hits = np.flatnonzero(where == chosen[a])
                     origin[v] = int(hits[0]) if len(hits) else -1
             s.commit(StepOutcome(tuple(own), new, outcome.tree, origin))
+
+
+def llma_method(*, references: Sequence[Sequence[int]], calibration: Calibration | None = None,
+                cost: CostCurve | Callable[[], CostCurve] | None = None) -> AutoDrafter:
+    """Method ``llma``: reference documents alone, sized by the cost curve as ``auto`` sizes its tree.
+
+    Raises:
+        ValueError: no references.
+    """
+    from lookupdec.drafters.llma import LLMADrafter
+
+    return AutoDrafter(sources=[LLMADrafter(references, calibration=calibration)], calibration=calibration,
+                       cost=cost, name="llma")
+
+
+def rest_method(*, indexes: Sequence, calibration: Calibration | None = None,
+                cost: CostCurve | Callable[[], CostCurve] | None = None) -> AutoDrafter:
+    """Method ``rest``: corpus datastores alone, sized by the cost curve as ``auto`` sizes its tree.
+
+    Raises:
+        ValueError: no index.
+    """
+    from lookupdec.drafters.rest import RESTDrafter
+
+    return AutoDrafter(sources=[RESTDrafter(indexes, calibration=calibration)], calibration=calibration,
+                       cost=cost, name="rest")

@@ -16,7 +16,7 @@ EOS_ID = 2
 
 
 def char_tokenizer():
-    """A character-level fast tokenizer: ids 0-2 are <unk> <s> </s>, then printable ASCII."""
+    """A character-level fast tokenizer: ids 0-2 are <unk> <s> </s>, then printable ASCII, then fillers up to 128."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -25,6 +25,9 @@ def char_tokenizer():
     for c in chars:
         vocab[c] = len(vocab)
     assert len(vocab) <= TINY_VOCAB
+    # Ids the models can emit but no character maps to: the tokenizer's vocabulary is the model's.
+    for k in range(len(vocab), TINY_VOCAB):
+        vocab[f"<x{k}>"] = k
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Split(Regex("[\\s\\S]"), behavior="isolated")
     tok.decoder = decoders.Fuse()

@@ -150,7 +150,7 @@ class AutoDrafter:
             s.commit(StepOutcome(tuple(own), new, outcome.tree, origin))
 
 
-def llma_method(*, references: Sequence[Sequence[int]], calibration: Calibration | None = None,
+def llma_method(*, references: Sequence[Sequence[int]] | None = None, calibration: Calibration | None = None,
                 cost: CostCurve | Callable[[], CostCurve] | None = None) -> AutoDrafter:
     """Method ``llma``: reference documents alone, sized by the cost curve as ``auto`` sizes its tree.
 
@@ -159,11 +159,11 @@ def llma_method(*, references: Sequence[Sequence[int]], calibration: Calibration
     """
     from lookupdec.drafters.llma import LLMADrafter
 
-    return AutoDrafter(sources=[LLMADrafter(references, calibration=calibration)], calibration=calibration,
+    return AutoDrafter(sources=[LLMADrafter(references or (), calibration=calibration)], calibration=calibration,
                        cost=cost, name="llma")
 
 
-def rest_method(*, indexes: Sequence, calibration: Calibration | None = None,
+def rest_method(*, indexes: Sequence | None = None, calibration: Calibration | None = None,
                 cost: CostCurve | Callable[[], CostCurve] | None = None) -> AutoDrafter:
     """Method ``rest``: corpus datastores alone, sized by the cost curve as ``auto`` sizes its tree.
 
@@ -172,5 +172,5 @@ def rest_method(*, indexes: Sequence, calibration: Calibration | None = None,
     """
     from lookupdec.drafters.rest import RESTDrafter
 
-    return AutoDrafter(sources=[RESTDrafter(indexes, calibration=calibration)], calibration=calibration,
+    return AutoDrafter(sources=[RESTDrafter(indexes or (), calibration=calibration)], calibration=calibration,
                        cost=cost, name="rest")

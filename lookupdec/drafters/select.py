@@ -63,7 +63,9 @@ def select_nodes(tree: DraftTree, cost_ms: np.ndarray, budget: int, max_depth: i
     c1 = float(cost_ms[1])
     if limit <= 0:
         return Selection(np.zeros(0, np.int64), 1.0, c1, 1.0)
-    order = tree.best(limit, max_depth)          # ancestor-closed, best first within index order
+    order = tree.best(limit, max_depth)          # ancestor-closed, in index order
+    if not len(order):
+        return Selection(np.zeros(0, np.int64), 1.0, c1, 1.0)
     scores = tree.path_scores()
     depth = tree.depth
     ranked = order[np.lexsort((order, depth[order], -scores[order]))]

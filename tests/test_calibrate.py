@@ -1,0 +1,58 @@
+"""Calibration: raw estimates become acceptance probabilities learned from outcomes."""
+from __future__ import annotations
+
+import numpy as np
+
+from lookupdec.drafters.calibrate import Calibration, NodeScorer, conditional
+from lookupdec.tree import DraftTree
+
+
+def test_path_scores_are_products_of_conditionals_and_never_exceed_the_parent():
+    s = NodeScorer("pld", Calibration(), prior=lambda raw, m, d: 0.8 * raw)
+    tree = DraftTree.from_sequences([[5, 6, 7], [5, 8]])
+    scored = s.score(tree, conditional(tree), match_len=3, source_id=1)
+    c = conditional(tree)  # [1.0, 0.5, 1.0, 0.5]
+    expected = [0.8 * c[0], 0.8 * c[0] * 0.8 * c[1], 0.8 * c[0] * 0.8 * c[1] * 0.8 * c[2], 0.8 * c[0] * 0.8 * c[3]]
+    assert np.allclose(scored.scores, expected)
+    assert scored.sources.tolist() == [1] * 4
+    assert all(scored.scores[i] <= scored.scores[p] for i, p in enumerate(scored.parents.tolist()) if p >= 0)
+
+
+def test_outcomes_move_the_rates_of_their_own_keys_only():
+    cal = Calibration()
+    s = NodeScorer("rest", cal, prior=lambda raw, m, d: 0.5)
+    chain = DraftTree.chain([5, 6, 7])
+    for _ in range(60):
+        s.score(chain, np.ones(3), match_len=4, source_id=3)
+        s.learn((5, 6, 9))  # the first two nodes are right every time, the third never
+    t = s.score(chain, np.ones(3), match_len=4, source_id=3)
+    cond = [t.scores[0], t.scores[1] / t.scores[0], t.scores[2] / t.scores[1]]
+    assert cond[0] > 0.9 and cond[1] > 0.9 and cond[2] < 0.1
+    # Another source shares the Calibration but not the rates; a fresh key starts near its prior.
+    other = NodeScorer("llma", cal, prior=lambda raw, m, d: 0.5)
+    t2 = other.score(chain, np.ones(3), match_len=4, source_id=2)
+    assert abs(t2.scores[0] - 0.5) < 1e-9
+    assert cal.observations("rest") == 180 and cal.observations("llma") == 0
+
+
+def test_only_nodes_under_a_confirmed_parent_are_observed():
+    cal = Calibration()
+    s = NodeScorer("pld", cal, prior=lambda raw, m, d: 0.5)
+    tree = DraftTree.from_sequences([[5, 6], [7, 8]])   # 5 -> 6, 7 -> 8
+    s.score(tree, np.ones(4), match_len=2, source_id=1)
+    s.learn((5, 9))   # 5 right, 6 wrong (9 followed), 7 wrong; 8 is under a wrong node: not observed
+    assert cal.observations("pld") == 3
+    # A node deeper than the new tokens reach is not observed either.
+    s.score(DraftTree.chain([1, 2, 3]), np.ones(3), match_len=2, source_id=1)
+    s.learn((1,))
+    assert cal.observations("pld") == 4
+
+
+def test_shrinkage_toward_the_coarse_rate_then_the_prior():
+    cal = Calibration(prior_weight=4.0)
+    fine, coarse = ("pld", 4, 2, 1), ("pld", 4, 2, 3)  # same raw and match buckets, other depth buckets
+    for _ in range(12):
+        cal.observe(fine, True)
+    # The fine key learned most; a sibling depth bucket borrows from the shared coarse rate.
+    assert cal.rate(fine, 0.2) > cal.rate(coarse, 0.2) > 0.2
+    assert abs(Calibration().rate(fine, 0.2) - 0.2) < 1e-12

@@ -14,6 +14,7 @@ Usage::
     python benchmarks/simulate.py RECORDS.jsonl --drafter pld -s min_n=1 -s max_width=16
     python benchmarks/simulate.py A.jsonl B.jsonl --cost hf          # transformers' cost curve
     python benchmarks/simulate.py A.jsonl --cost 1:34.3,16:40,64:90  # a measured curve of your own
+    python benchmarks/simulate.py A.jsonl --drafter auto --index datastore/sample/stdlib.index --cost avx2
 
 Library::
 
@@ -42,13 +43,14 @@ from lookupdec.tree import DraftTree  # noqa: E402
 
 @dataclass(frozen=True)
 class Record:
-    """One recorded greedy generation."""
+    """One recorded greedy generation (``references``: token ids of the documents in its prompt)."""
 
     question_id: int
     task: str
     turn: int
     prompt_ids: tuple[int, ...]
     output_ids: tuple[int, ...]
+    references: tuple[tuple[int, ...], ...] = ()
 
 
 def load_records(path: str | Path) -> list[Record]:
@@ -65,7 +67,8 @@ def load_records(path: str | Path) -> list[Record]:
             r = json.loads(line)
             try:
                 out.append(Record(int(r["question_id"]), str(r["task"]), int(r.get("turn", 0)),
-                                  tuple(r["prompt_ids"]), tuple(r["output_ids"])))
+                                  tuple(r["prompt_ids"]), tuple(r["output_ids"]),
+                                  tuple(tuple(d) for d in r.get("references", ()))))
             except KeyError as e:
                 raise ValueError(f"{path}:{lineno}: record lacks field {e}; re-record with record_outputs.py") from None
     return out
@@ -136,6 +139,14 @@ class VerifyCost:
         except ValueError:
             raise ValueError(f"cost points must look like '1:34.3,8:48.3', got {text!r}") from None
         return cls(pts)
+
+    def curve(self):
+        """The same points as a ``lookupdec.costs.CostCurve`` (what ``auto`` sizes its trees by; no past slope)."""
+        from lookupdec.costs import CostCurve
+
+        pts = self.points if self.points[0][0] == 1 else ((1, self.points[0][1]),) + self.points
+        return CostCurve(tuple(int(w) for w, _ in pts), tuple(float(m) for _, m in pts), 0, (0.0,) * len(pts),
+                         "simulated", "simulated")
 
     def ms(self, width: int) -> float:
         xs = [p[0] for p in self.points]
@@ -234,7 +245,7 @@ def _stats(records: int, tokens: int, steps: int, drafted: int, cost_ms: float, 
                      tokens * cost1 / cost_ms if cost_ms else 0.0)
 
 
-def simulate(drafter_factory: Callable[[], Drafter], records: Iterable[Record], *, budget: int = 64,
+def simulate(drafter_factory: Callable[..., Drafter], records: Iterable[Record], *, budget: int = 64,
              cost: VerifyCost | None = None) -> SimResult:
     """Replay ``records`` through fresh drafters and measure acceptance.
 
@@ -245,7 +256,9 @@ def simulate(drafter_factory: Callable[[], Drafter], records: Iterable[Record], 
     drafter's ``commit`` gets the accepted nodes and the new tokens.
 
     Args:
-        drafter_factory: returns a drafter; called once per record, so state never leaks between records.
+        drafter_factory: returns a drafter for a record (called with the record, or with no
+            argument if it takes none), once per record: state kept across records (a
+            shared calibration, a history store) is the factory's choice.
         records: recorded generations (``load_records``).
         budget: node budget offered to ``propose`` each step.
         cost: verify-time model for ``est_speedup`` (default :class:`VerifyCost`).
@@ -268,8 +281,9 @@ def simulate(drafter_factory: Callable[[], Drafter], records: Iterable[Record], 
     # task -> [records, tokens, steps, drafted nodes, modelled ms]
     acc: dict[str, list[float]] = {}
     cost_cache: dict[int, float] = {}
+    takes_record = _takes_an_argument(drafter_factory)
     for rec in records:
-        drafter = drafter_factory()
+        drafter = drafter_factory(rec) if takes_record else drafter_factory()
         drafter.begin(rec.prompt_ids)
         out = rec.output_ids
         pos = steps = drafted = 0
@@ -303,6 +317,16 @@ def simulate(drafter_factory: Callable[[], Drafter], records: Iterable[Record], 
     tot = [sum(a[i] for a in acc.values()) for i in range(5)]
     overall = _stats(int(tot[0]), int(tot[1]), int(tot[2]), int(tot[3]), tot[4], cost1)
     return SimResult(overall, by_task, tuple(hist), time.perf_counter() - t0)
+
+
+def _takes_an_argument(fn) -> bool:
+    import inspect
+
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL) for p in params)
 
 
 # ------------------------------------------------------------------ drafters by name
@@ -384,28 +408,49 @@ def _parse_value(text: str):
     return {"true": True, "false": False}.get(text.lower(), text)
 
 
-def drafter_factory(name: str, settings: Mapping[str, object],
-                    records: Sequence[Record] = ()) -> Callable[[], Drafter]:
+def drafter_factory(name: str, settings: Mapping[str, object], records: Sequence[Record] = (),
+                    cost: VerifyCost | None = None, indexes: Sequence = ()) -> Callable[[Record], Drafter]:
     """A factory for the drafter called ``name`` with keyword ``settings``.
 
     ``records`` are needed by ``copy-oracle`` only (it reads the answers).
+    ``auto``, ``llma`` and ``rest`` share one calibration over all records, in
+    order, as a server's decoder would, and size their trees by ``cost``;
+    ``indexes`` are the opened datastores of ``rest`` and ``auto``.
 
     Raises:
-        ValueError: for an unknown drafter name.
+        ValueError: for an unknown drafter name, or ``rest`` without an index.
     """
     if name == "ar":
-        return NoDrafter
+        return lambda rec: NoDrafter()
     if name == "hf-pld":
-        return lambda: TransformersPLDModel(**settings)
+        return lambda rec: TransformersPLDModel(**settings)
     if name == "copy-oracle":
         answers = {r.prompt_ids: r.output_ids for r in records}
-        return lambda: CopyOracle(answers)
+        return lambda rec: CopyOracle(answers)
     if name == "pld":
         from lookupdec.drafters.pld import PLDConfig, PLDDrafter
 
         config = PLDConfig(**settings)  # validate once, not per record
-        return lambda: PLDDrafter(config)
-    raise ValueError(f"unknown drafter {name!r}; expected 'ar', 'pld', 'hf-pld' or 'copy-oracle'")
+        return lambda rec: PLDDrafter(config)
+    if name in ("auto", "llma", "rest"):
+        from lookupdec.drafters.auto import AutoDrafter, llma_method, rest_method
+        from lookupdec.drafters.calibrate import Calibration
+
+        if name == "rest" and not indexes:
+            raise ValueError("drafter 'rest' needs --index DIR")
+        calibration = Calibration()
+        curve = (cost or VerifyCost()).curve()
+
+        def make(rec: Record) -> Drafter:
+            refs = [list(d) for d in rec.references] or None
+            if name == "llma":  # nothing to draft from without documents
+                return llma_method(references=refs, calibration=calibration, cost=curve) if refs else NoDrafter()
+            if name == "rest":
+                return rest_method(indexes=indexes, calibration=calibration, cost=curve)
+            return AutoDrafter(references=refs, indexes=list(indexes) or None, calibration=calibration, cost=curve,
+                               **settings)
+        return make
+    raise ValueError(f"unknown drafter {name!r}; expected one of ar, pld, llma, rest, auto, hf-pld, copy-oracle")
 
 
 def format_table(res: SimResult, title: str) -> str:
@@ -424,7 +469,11 @@ def format_table(res: SimResult, title: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Replay recorded greedy outputs through a drafter (no model).")
     ap.add_argument("records", type=Path, nargs="+", help="JSONL files from benchmarks/record_outputs.py (concatenated)")
-    ap.add_argument("--drafter", default="pld", help="'pld', 'ar', 'hf-pld' (a model of transformers' prompt lookup) or 'copy-oracle' (the bound for copy drafters)")
+    ap.add_argument("--drafter", default="pld",
+                    help="'pld', 'ar', 'llma', 'rest', 'auto', 'hf-pld' (a model of transformers' prompt lookup) "
+                         "or 'copy-oracle' (the bound for copy drafters)")
+    ap.add_argument("--index", action="append", default=[], metavar="DIR",
+                    help="a datastore for 'rest' and 'auto' (repeatable)")
     ap.add_argument("-s", "--set", action="append", default=[], metavar="KEY=VALUE",
                     help="drafter setting, e.g. -s max_width=16 (repeatable)")
     ap.add_argument("--budget", type=int, default=64, help="node budget offered to the drafter each step")
@@ -445,7 +494,11 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         ap.error(str(e))
     records = [r for path in args.records for r in load_records(path)]
-    res = simulate(drafter_factory(args.drafter, settings, records), records, budget=args.budget, cost=cost)
+    from lookupdec.index import open_index
+
+    indexes = [open_index(p) for p in args.index]
+    res = simulate(drafter_factory(args.drafter, settings, records, cost, indexes), records, budget=args.budget,
+                   cost=cost)
     desc = " ".join(f"{k}={v}" for k, v in settings.items()) or "defaults"
     print(format_table(res, f"{args.drafter} ({desc}), {len(records)} records, budget {args.budget}, "
                             f"cost {args.cost}"))

@@ -222,3 +222,35 @@ def test_sweep_halves_alternate_questions_and_keep_turns_together(tmp_path, caps
     out = capsys.readouterr().out
     # One row per grid point, each with the fixed setting.
     assert out.count("| max_width=4 fallback_width=") == 2
+
+
+def test_records_carry_references_and_llma_replays_from_them(tmp_path):
+    out = list(range(100, 140))
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps({"question_id": 1, "task": "rag", "turn": 0, "prompt_ids": [1, 2, 3],
+                                "output_ids": out, "references": [[7, 8] + out + [9]]}) + "\n")
+    recs = sim.load_records(path)
+    assert recs[0].references == ((7, 8, *out, 9),)
+    flat = sim.VerifyCost(((1, 10.0), (64, 10.5)))
+    llma = sim.simulate(sim.drafter_factory("llma", {}, recs, flat), recs)
+    pld = sim.simulate(sim.drafter_factory("pld", {}, recs, flat), recs)
+    # The answer is in the reference: llma copies it in a few steps; pld has nothing to copy from.
+    assert llma.overall.steps <= 8 and pld.overall.steps == len(out)
+    # Without references llma drafts nothing.
+    bare = [sim.Record(1, "qa", 0, (1, 2, 3), tuple(out))]
+    assert sim.simulate(sim.drafter_factory("llma", {}, bare, flat), bare).overall.steps == len(out)
+
+
+def test_auto_trees_follow_the_cost_curve():
+    # Random text over 12 symbols: short matches everywhere, rarely right, so what a
+    # tree is worth depends on what its rows cost.
+    rng = np.random.default_rng(0)
+    recs = [sim.Record(i, "qa", 0, tuple(rng.integers(3, 15, 300).tolist()), tuple(rng.integers(3, 15, 120).tolist()))
+            for i in range(6)]
+    flat = sim.VerifyCost(((1, 10.0), (64, 10.5)))      # wide trees nearly free
+    steep = sim.VerifyCost(((1, 10.0), (64, 330.0)))    # each row costs half a plain step
+    wide = sim.simulate(sim.drafter_factory("auto", {}, recs, flat), recs, cost=flat)
+    narrow = sim.simulate(sim.drafter_factory("auto", {}, recs, steep), recs, cost=steep)
+    assert wide.overall.mean_draft > 4 * max(narrow.overall.mean_draft, 0.5)
+    # Under either curve auto's modelled speed is at least a plain step's: it drafts what pays.
+    assert wide.overall.est_speedup > 1.0 and narrow.overall.est_speedup >= 0.99

@@ -16,10 +16,11 @@ from .metrics import OVERALL, accept_histograms, summarize
 from .plots import plot_accept_hist, plot_speedup
 from .report import markdown_table, ordered_methods, write_json
 from .runner import ChatCodec, HFChatCodec, RunConfig, run_benchmark
-from .tasks import load_questions
+from .tasks import SPEC_BENCH_TASKS, load_questions
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_QUESTIONS = REPO.parent / "shared" / "data" / "spec_bench_question.jsonl"
+DEFAULT_CODE_QUESTIONS = REPO / "benchmarks" / "data" / "code_questions.jsonl"
 DEFAULT_OUT = REPO / "benchmarks" / "out"
 # The baseline of the main table; speedups are also given against REFERENCE_METHOD.
 BASELINE = "hf"
@@ -53,8 +54,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--per-category", type=int, default=None, metavar="N",
                     help="first N questions of each of the 13 categories (default: all 480)")
     ap.add_argument("--tasks", default=None,
-                    help="comma list of tasks to run (mt_bench,translation,summarization,qa,math_reasoning,rag); "
-                         "default: all six")
+                    help="comma list of tasks to run (mt_bench,translation,summarization,qa,math_reasoning,rag, "
+                         "and code: the code workload); default: Spec-Bench's six")
+    ap.add_argument("--code-questions", type=Path, default=DEFAULT_CODE_QUESTIONS,
+                    help="question file of the code task")
+    ap.add_argument("--index", action="append", default=[], metavar="DIR",
+                    help="a datastore (lookupdec build-index) for rest and auto (repeatable)")
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--methods", default="all",
                     help=f"comma list from {','.join(list(PEER_METHODS) + list(LOOKUPDEC_METHODS))}; "
@@ -149,7 +154,7 @@ def load_setup(args: argparse.Namespace, names: Sequence[str]) -> Setup:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    decoder = Decoder(args.model, dtype="float32")
+    decoder = Decoder(args.model, dtype="float32", index=list(args.index) or None)
     peer = load_model(args.model, dtype="float32") if any(n in PEER_METHODS for n in names) else None
     return build_setup(decoder, peer, names)
 
@@ -169,9 +174,18 @@ def main(argv: Sequence[str] | None = None,
     try:
         if available is None:
             available = known_method_names(decoder_method_names())
+            if not args.index:  # rest drafts from datastores only
+                if "rest" in [s.strip() for s in args.methods.split(",")]:
+                    raise ValueError("method 'rest' needs a datastore: pass --index DIR")
+                available = [n for n in available if n != "rest"]
         names = choose_methods(args.methods, available)
-        tasks = None if args.tasks is None else [t.strip() for t in args.tasks.split(",") if t.strip()]
-        questions = load_questions(args.questions, args.per_category, tasks)
+        tasks = list(SPEC_BENCH_TASKS) if args.tasks is None else [t.strip() for t in args.tasks.split(",") if t.strip()]
+        questions = load_questions(args.questions, args.per_category, [t for t in tasks if t != "code"] or None) \
+            if any(t != "code" for t in tasks) else []
+        if "code" in tasks:
+            questions += load_questions(args.code_questions, args.per_category, ["code"])
+        if not questions:
+            raise ValueError("no questions selected")
         config = RunConfig(args.max_new_tokens, args.repeats, args.warmup_tokens)
     except (ValueError, FileNotFoundError) as exc:
         print(f"spec_bench: error: {exc}", file=sys.stderr)
@@ -183,6 +197,7 @@ def main(argv: Sequence[str] | None = None,
     run_config = {
         "argv": list(sys.argv[1:] if argv is None else argv),
         "questions": str(args.questions), "per_category": args.per_category, "tasks": args.tasks,
+        "indexes": [str(p) for p in args.index],
         "n_questions": len(questions), "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
         "warmup_tokens": args.warmup_tokens, "methods": list(env.methods), "reference": REFERENCE_METHOD,
         "eos_ids": list(env.eos_ids), **env.info,

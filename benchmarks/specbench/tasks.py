@@ -1,9 +1,10 @@
-"""Spec-Bench's questions and its six tasks.
+"""Spec-Bench's questions and its six tasks, and the harness's code workload.
 
 The question file holds one JSON object per line: ``question_id``,
 ``category`` and ``turns`` (one or two user messages). Spec-Bench reports six
 tasks; its eight MT-bench categories form the first one, every other category
-is a task of its own.
+is a task of its own. The code workload (category and task ``code``) has a
+question file of its own in the same format.
 """
 from __future__ import annotations
 
@@ -16,7 +17,10 @@ from typing import Sequence
 # Spec-Bench groups these eight MT-bench categories into the task "mt_bench".
 MT_BENCH_CATEGORIES = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
 # The six tasks in Spec-Bench's reporting order.
-TASKS = ("mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag")
+SPEC_BENCH_TASKS = ("mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag")
+# Every task the harness knows: Spec-Bench's, then the code workload (benchmarks/data/code_questions.jsonl:
+# writing and editing Python, prompts not taken from any indexed corpus).
+TASKS = SPEC_BENCH_TASKS + ("code",)
 # Short column headers for the Markdown table, in TASKS order.
 TASK_TITLES = {
     "mt_bench": "MT-bench",
@@ -25,6 +29,7 @@ TASK_TITLES = {
     "qa": "QA",
     "math_reasoning": "Math",
     "rag": "RAG",
+    "code": "Code",
 }
 
 
@@ -59,7 +64,7 @@ def task_of(category: str) -> str:
     if category in MT_BENCH_CATEGORIES:
         return "mt_bench"
     if category in TASKS and category != "mt_bench":
-        return category
+        return category  # the category names its task (translation, ..., rag, code)
     raise ValueError(
         f"unknown Spec-Bench category {category!r}; expected one of {MT_BENCH_CATEGORIES + TASKS[1:]}"
     )

@@ -419,3 +419,4 @@ cdef class ContinuationTrie:
         if res < 0:
             _raise_status(<int>res)
         return tok, par, cnt
+include "live.pxi"

@@ -1,11 +1,13 @@
-"""LiveIndex agrees with the whole-sequence scan, step by step, and pins the edge cases."""
+"""The native LiveIndex agrees with the slow oracles (tests/oracles/live.py), step by step, and pins the edge cases."""
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
-from lookupdec.index.live import LiveIndex, LiveMatch, continuation_reference, match_reference
+from lookupdec.index.live import LiveIndex, LiveMatch
+from lookupdec.tree import DraftTree
+from tests.oracles.live import PyLiveIndex, continuation_reference, match_reference
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -17,16 +19,79 @@ def test_incremental_matches_reference_on_random_sequences(seed):
     k = int(rng.integers(1, 6))
     seq = rng.integers(0, vocab, size=int(rng.integers(0, 120))).tolist()
     idx = LiveIndex(max_n=max_n, min_n=min_n)
+    py = PyLiveIndex(max_n=max_n, min_n=min_n)
     pos = 0
     while pos < len(seq):  # append in chunks of varying size, as commits do
         step = int(rng.integers(1, 5))
         idx.extend(seq[pos:pos + step])
+        py.extend(seq[pos:pos + step])
         pos = min(pos + step, len(seq))
         assert idx.match(k) == match_reference(seq[:pos], max_n, min_n, k), (seed, pos)
         m = idx.match(k)
+        assert m == py.match(k)
         for s in m.starts:
             for depth in (1, 4, 9):
                 assert idx.continuation(s, depth) == continuation_reference(seq[:pos], s, depth)
+
+
+def draft_reference(py: PyLiveIndex, k: int, depth: int, width: int, **bounds):
+    """What LiveIndex.draft computes, from the oracle: the continuations merged into a trie, then pruned."""
+    m = py.match(k, **bounds)
+    if not m.starts:
+        return 0, [], [], []
+    t = DraftTree.from_sequences([py.continuation(s, depth) for s in m.starts]).prune(width)
+    return m.length, t.tokens.tolist(), t.parents.tolist(), np.rint(t.scores * len(m.starts)).astype(int).tolist()
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_draft_trie_equals_merging_and_pruning_the_oracles_continuations(seed):
+    rng = np.random.default_rng(100 + seed)
+    vocab = int(rng.integers(1, 6))
+    min_n = int(rng.integers(1, 3))
+    max_n = min_n + int(rng.integers(0, 6))
+    seq = rng.integers(0, vocab, size=int(rng.integers(2, 300))).tolist()
+    if seed % 5 == 0:
+        seq = (seq[:7] * 60)[:len(seq)]  # periodic: continuations run into the suffix
+    idx, py = LiveIndex(max_n, min_n), PyLiveIndex(max_n, min_n)
+    idx.extend(seq)
+    py.extend(seq)
+    for k, depth, width in [(1, 1, 1), (8, 4, 12), (3, 12, 5), (16, 16, 64), (8, 1, 3)]:
+        d = idx.draft(k, depth, width)
+        got = (d.length, d.tokens.tolist(), d.parents.tolist(), d.counts.tolist())
+        assert got == draft_reference(py, k, depth, width), (seed, k, depth, width)
+        if max_n > min_n:  # a narrower query (the PLD fallback's)
+            lo = hi = min_n
+            d = idx.draft(k, depth, width, max_n=hi, min_n=lo)
+            got = (d.length, d.tokens.tolist(), d.parents.tolist(), d.counts.tolist())
+            assert got == draft_reference(py, k, depth, width, max_n=hi, min_n=lo)
+
+
+def test_long_sequences_and_adversarial_ones_match_the_oracle():
+    rng = np.random.default_rng(7)
+    natural = rng.zipf(1.3, 5000) % 3000
+    for seq in (natural.tolist(), [4] * 3000, ([1, 2, 3] * 1000), rng.integers(0, 2, 3000).tolist()):
+        idx, py = LiveIndex(8, 1), PyLiveIndex(8, 1)
+        idx.extend(seq[:-50])
+        py.extend(seq[:-50])
+        for t in seq[-50:]:  # one token at a time, as decoding appends
+            idx.append(t)
+            py.append(t)
+            assert idx.match(8) == py.match(8)
+            assert idx.match(8, max_n=3, min_n=2) == py.match(8, max_n=3, min_n=2)
+
+
+def test_memory_is_at_most_16_bytes_per_token():
+    idx = LiveIndex(8, 1)
+    idx.extend(np.random.default_rng(0).integers(0, 49152, 32000))
+    assert idx.nbytes <= 16 * 32000
+
+
+def test_token_ids_out_of_range_are_refused():
+    idx = LiveIndex(4, 1)
+    for bad in ([-1], [2**31], [1, -5]):
+        with pytest.raises(ValueError, match="outside"):
+            idx.extend(bad)
+    assert len(idx) == 0
 
 
 def test_narrower_query_bounds_match_reference():

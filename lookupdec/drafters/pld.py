@@ -124,16 +124,11 @@ def lookup_tree(index: LiveIndex, depth: int, width: int, max_occurrences: int,
         >>> d.match_len, d.tree.tokens.tolist(), d.tree.parents.tolist(), d.tree.scores.tolist()
         (2, [4, 1, 3, 1], [-1, 0, -1, 2], [0.5, 0.5, 0.5, 0.5])
     """
-    if depth < 1 or width < 1:
+    d = index.draft(max_occurrences, depth, width, max_n=max_n, min_n=min_n)
+    if not d.length:
         return _NO_DRAFT
-    m = index.match(max_occurrences, max_n=max_n, min_n=min_n)
-    if not m.starts:
-        return _NO_DRAFT
-    conts = [index.continuation(s, depth) for s in m.starts]
-    if len(conts) == 1:
-        return ContextDraft(m.length, DraftTree.chain(conts[0][:width]))
-    # Most recent first: on equal support, prune keeps the earlier-inserted nodes.
-    return ContextDraft(m.length, DraftTree.from_sequences(conts).prune(width))
+    # Most recent first: on equal counts the earlier-inserted (more recent) nodes rank first.
+    return ContextDraft(d.length, DraftTree(d.tokens, d.parents, d.counts / d.occurrences))
 
 
 _NO_DRAFT = ContextDraft(0, DraftTree.empty())

@@ -98,9 +98,16 @@ class Decoder:
             against the model's tokenizer here, before any generation.
         cost_curve: the verifier's ``CostCurve`` for ``auto``; None = measured
             on first use and cached on disk (``lookupdec.costs``).
+        history: a store of earlier outputs (a directory, created if needed, or an
+            open ``HistoryStore``): every finished generation is added to it, and
+            ``history`` and ``auto`` draft from it.
+        history_budget: most tokens the history keeps (default
+            ``lookupdec.index.history.DEFAULT_BUDGET_TOKENS``; oldest dropped first).
 
     Raises:
-        IndexFormatError, TokenizerMismatchError: an index that cannot serve this model.
+        IndexFormatError, TokenizerMismatchError: an index or history store that
+            cannot serve this model.
+        HistoryError: the history directory cannot be created or written.
         ModelLoadError: the model cannot be loaded.
 
     Example:
@@ -110,7 +117,7 @@ class Decoder:
 
     def __init__(self, model=None, *, dtype: str = "float32", device: str | None = None, fast_kernels: bool = True,
                  tree_masks: bool | None = None, draft_budget: int = DEFAULT_DRAFT_BUDGET, index=None,
-                 cost_curve=None) -> None:
+                 cost_curve=None, history=None, history_budget: int | None = None) -> None:
         import torch
 
         from lookupdec.drafters.calibrate import Calibration
@@ -125,6 +132,7 @@ class Decoder:
         for idx in indexes:
             idx.check_tokenizer(self.tokenizer, self.loaded.name)
         self.indexes = indexes
+        self.history = _open_history(history, self.tokenizer, history_budget)
         self.fast_kernels = bool(fast_kernels) and fast_kernels_available(self.loaded.model)
         # Fast kernels: the lean forward for Llama-family models; other models
         # keep transformers' forward with prepacked linear weights.
@@ -198,10 +206,12 @@ class Decoder:
         prompt_ids = self.prepare(prompt, max_new_tokens, chat_template)
         if drafter is None:
             ref_ids = self._reference_ids(references)
-            # Datastores belong to the decoder: methods that do not draft from them simply do not get them.
-            indexes = self.indexes if "indexes" in method_inputs(method) else None
-            drafter = make_drafter(method, references=ref_ids, indexes=indexes, calibration=self.calibration,
-                                   cost=self.cost_curve, vocab_size=self.vocab_size)
+            # Datastores and the history belong to the decoder: methods that do not
+            # draft from them simply do not get them.
+            uses = method_inputs(method)
+            drafter = make_drafter(method, references=ref_ids, indexes=self.indexes if "indexes" in uses else None,
+                                   history=self.history if "history" in uses else None,
+                                   calibration=self.calibration, cost=self.cost_curve, vocab_size=self.vocab_size)
             method_name = method
         else:
             if references:
@@ -214,7 +224,10 @@ class Decoder:
                 generator.seed()
             else:
                 generator.manual_seed(int(seed))
-        return self._run(prompt_ids, drafter, method_name, int(max_new_tokens), params, generator, stops, on_text)
+        result = self._run(prompt_ids, drafter, method_name, int(max_new_tokens), params, generator, stops, on_text)
+        if self.history is not None and result.token_ids:
+            self.history.append(result.token_ids)  # remembered whatever produced it
+        return result
 
     def prepare(self, prompt, max_new_tokens: int, chat_template: bool = True) -> list[int]:
         """The prompt's token ids, checked to fit the context with ``max_new_tokens`` more.
@@ -377,6 +390,17 @@ class Decoder:
             step_stats=tuple(stats),
             accepted_by_source=by_source,
         )
+
+
+def _open_history(history, tokenizer, budget: int | None):
+    """``history`` (None, a directory, or an open HistoryStore) as an open store."""
+    if history is None:
+        return None
+    from lookupdec.index.history import DEFAULT_BUDGET_TOKENS, HistoryStore, open_history
+
+    if isinstance(history, HistoryStore):
+        return history
+    return open_history(history, tokenizer=tokenizer, budget_tokens=budget or DEFAULT_BUDGET_TOKENS)
 
 
 def _open_indexes(index) -> list:

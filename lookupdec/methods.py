@@ -25,6 +25,7 @@ METHODS: dict[str, str] = {
     "pld": "lookupdec.drafters.pld:PLDDrafter",
     "llma": "lookupdec.drafters.auto:llma_method",
     "rest": "lookupdec.drafters.auto:rest_method",
+    "history": "lookupdec.drafters.auto:history_method",
     "auto": "lookupdec.drafters.auto:AutoDrafter",
 }
 

@@ -83,11 +83,17 @@ def _json_row(res) -> str:
                    "and optionally \"references\": a list of document strings).")
 @click.option("--method", type=click.Choice(sorted(METHODS)), default="auto", show_default=True,
               help="auto: every available source in one tree sized by the cost curve; pld: the prompt and the "
-                   "output; llma: --reference documents; rest: --index datastores; ar: no drafting.")
+                   "output; llma: --reference documents; rest: --index datastores; history: --history; "
+                   "ar: no drafting.")
 @click.option("--reference", "references", multiple=True, type=click.Path(dir_okay=False),
               help="A document to draft from (a text file; repeatable), for every prompt.")
 @click.option("--index", "indexes", multiple=True, type=click.Path(file_okay=False),
               help="A datastore built with `lookupdec build-index` (repeatable).")
+@click.option("--history", default=None, type=click.Path(),
+              help="A store of earlier outputs (created if needed): each generation is added, auto and history "
+                   "draft from it.")
+@click.option("--history-budget", type=click.IntRange(min=1), default=None, metavar="TOKENS",
+              help="Most tokens the history keeps, oldest dropped first [default: 50,000,000].")
 @click.option("--max-new-tokens", type=click.IntRange(min=0), default=128, show_default=True)
 @click.option("--temperature", type=click.FloatRange(min=0.0), default=0.0, show_default=True, help="0 = greedy.")
 @click.option("--top-p", type=click.FloatRange(min=0.0, max=1.0, min_open=True), default=1.0, show_default=True)
@@ -103,8 +109,9 @@ def _json_row(res) -> str:
 @click.option("--no-chat-template", is_flag=True, help="Use the prompt text as-is.")
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per prompt instead of streaming text.")
-def generate_cmd(model, prompt, prompt_file, input_path, method, references, indexes, max_new_tokens, temperature,
-                 top_p, top_k, seed, stop, draft_budget, device, hf_kernels, no_chat_template, dtype, as_json) -> None:
+def generate_cmd(model, prompt, prompt_file, input_path, method, references, indexes, history, history_budget,
+                 max_new_tokens, temperature, top_p, top_k, seed, stop, draft_budget, device, hf_kernels,
+                 no_chat_template, dtype, as_json) -> None:
     """Generate text with lossless speculative decoding."""
     requests = read_requests(prompt, prompt_file, input_path)
     shared_refs = tuple(_read_text(p, "--reference") for p in references)
@@ -112,8 +119,15 @@ def generate_cmd(model, prompt, prompt_file, input_path, method, references, ind
     from lookupdec.errors import LookupdecError
 
     try:
+        if history is not None:
+            from lookupdec.index.history import check_history_path
+
+            check_history_path(history)  # path problems before the model loads
+        elif history_budget is not None:
+            raise click.UsageError("--history-budget needs --history DIR")
         dec = Decoder(model, dtype=dtype, device=device, fast_kernels=not hf_kernels, index=list(indexes) or None,
-                      draft_budget=DEFAULT_DRAFT_BUDGET if draft_budget is None else draft_budget)
+                      draft_budget=DEFAULT_DRAFT_BUDGET if draft_budget is None else draft_budget, history=history,
+                      history_budget=history_budget)
         # Every prompt is checked before the first is generated: no partial output for a bad later one.
         for i, req in enumerate(requests):
             try:

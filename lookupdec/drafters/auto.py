@@ -163,6 +163,19 @@ def llma_method(*, references: Sequence[Sequence[int]] | None = None, calibratio
                        cost=cost, name="llma")
 
 
+def history_method(*, history=None, calibration: Calibration | None = None,
+                   cost: CostCurve | Callable[[], CostCurve] | None = None) -> AutoDrafter:
+    """Method ``history``: remembered outputs alone, sized by the cost curve as ``auto`` sizes its tree.
+
+    Raises:
+        ValueError: no history store.
+    """
+    from lookupdec.drafters.history import HistoryDrafter
+
+    return AutoDrafter(sources=[HistoryDrafter(history, calibration=calibration)], calibration=calibration,
+                       cost=cost, name="history")
+
+
 def rest_method(*, indexes: Sequence | None = None, calibration: Calibration | None = None,
                 cost: CostCurve | Callable[[], CostCurve] | None = None) -> AutoDrafter:
     """Method ``rest``: corpus datastores alone, sized by the cost curve as ``auto`` sizes its tree.

@@ -319,6 +319,30 @@ def simulate(drafter_factory: Callable[..., Drafter], records: Iterable[Record],
     return SimResult(overall, by_task, tuple(hist), time.perf_counter() - t0)
 
 
+class _ReplayHistory:
+    """A history store as a server's would be during a replay: each record's output is
+    remembered when the next record starts (records replay in order), served from memory."""
+
+    def __init__(self) -> None:
+        self._outputs: list[list[int]] = []
+        self._last: Record | None = None
+        self._indexes: list = []
+
+    def remember_previous(self, rec: Record) -> None:
+        if self._last is not None:
+            from lookupdec.index.memory import memory_index
+
+            self._outputs.append(list(self._last.output_ids))
+            self._indexes = [memory_index(self._outputs)]
+        self._last = rec
+
+    def refresh(self) -> None:
+        pass
+
+    def indexes(self) -> list:
+        return self._indexes
+
+
 def _takes_an_argument(fn) -> bool:
     import inspect
 
@@ -413,9 +437,11 @@ def drafter_factory(name: str, settings: Mapping[str, object], records: Sequence
     """A factory for the drafter called ``name`` with keyword ``settings``.
 
     ``records`` are needed by ``copy-oracle`` only (it reads the answers).
-    ``auto``, ``llma`` and ``rest`` share one calibration over all records, in
-    order, as a server's decoder would, and size their trees by ``cost``;
-    ``indexes`` are the opened datastores of ``rest`` and ``auto``.
+    ``auto``, ``llma``, ``rest`` and ``history`` share one calibration over all
+    records, in order, as a server's decoder would, and size their trees by
+    ``cost``; ``history`` and ``auto`` draft from the outputs of the records
+    replayed before (the history a server would have); ``indexes`` are the
+    opened datastores of ``rest`` and ``auto``.
 
     Raises:
         ValueError: for an unknown drafter name, or ``rest`` without an index.
@@ -432,25 +458,31 @@ def drafter_factory(name: str, settings: Mapping[str, object], records: Sequence
 
         config = PLDConfig(**settings)  # validate once, not per record
         return lambda rec: PLDDrafter(config)
-    if name in ("auto", "llma", "rest"):
-        from lookupdec.drafters.auto import AutoDrafter, llma_method, rest_method
+    if name in ("auto", "llma", "rest", "history"):
+        from lookupdec.drafters.auto import AutoDrafter, history_method, llma_method, rest_method
         from lookupdec.drafters.calibrate import Calibration
 
         if name == "rest" and not indexes:
             raise ValueError("drafter 'rest' needs --index DIR")
         calibration = Calibration()
         curve = (cost or VerifyCost()).curve()
+        store = _ReplayHistory() if name in ("history", "auto") else None
 
         def make(rec: Record) -> Drafter:
             refs = [list(d) for d in rec.references] or None
+            if store is not None:
+                store.remember_previous(rec)
             if name == "llma":  # nothing to draft from without documents
                 return llma_method(references=refs, calibration=calibration, cost=curve) if refs else NoDrafter()
             if name == "rest":
                 return rest_method(indexes=indexes, calibration=calibration, cost=curve)
-            return AutoDrafter(references=refs, indexes=list(indexes) or None, calibration=calibration, cost=curve,
-                               **settings)
+            if name == "history":
+                return history_method(history=store, calibration=calibration, cost=curve)
+            return AutoDrafter(references=refs, indexes=list(indexes) or None, history=store,
+                               calibration=calibration, cost=curve, **settings)
         return make
-    raise ValueError(f"unknown drafter {name!r}; expected one of ar, pld, llma, rest, auto, hf-pld, copy-oracle")
+    raise ValueError(f"unknown drafter {name!r}; expected one of ar, pld, llma, rest, history, auto, hf-pld, "
+                     "copy-oracle")
 
 
 def format_table(res: SimResult, title: str) -> str:
@@ -470,8 +502,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Replay recorded greedy outputs through a drafter (no model).")
     ap.add_argument("records", type=Path, nargs="+", help="JSONL files from benchmarks/record_outputs.py (concatenated)")
     ap.add_argument("--drafter", default="pld",
-                    help="'pld', 'ar', 'llma', 'rest', 'auto', 'hf-pld' (a model of transformers' prompt lookup) "
-                         "or 'copy-oracle' (the bound for copy drafters)")
+                    help="'pld', 'ar', 'llma', 'rest', 'history' (earlier records' outputs), 'auto' (every source, "
+                         "history included), 'hf-pld' (a model of transformers' prompt lookup) or 'copy-oracle' "
+                         "(the bound for copy drafters)")
     ap.add_argument("--index", action="append", default=[], metavar="DIR",
                     help="a datastore for 'rest' and 'auto' (repeatable)")
     ap.add_argument("-s", "--set", action="append", default=[], metavar="KEY=VALUE",

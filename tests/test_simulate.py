@@ -254,3 +254,14 @@ def test_auto_trees_follow_the_cost_curve():
     assert wide.overall.mean_draft > 4 * max(narrow.overall.mean_draft, 0.5)
     # Under either curve auto's modelled speed is at least a plain step's: it drafts what pays.
     assert wide.overall.est_speedup > 1.0 and narrow.overall.est_speedup >= 0.99
+
+
+def test_history_replays_earlier_records_outputs_in_order():
+    out = tuple(range(200, 260))
+    recs = [sim.Record(i, "qa", 0, (1, 2, i), out) for i in range(3)]  # three requests with the same answer
+    flat = sim.VerifyCost(((1, 10.0), (64, 10.5)))
+    r = sim.simulate(sim.drafter_factory("history", {}, recs, flat), recs, cost=flat)
+    steps = [sim.simulate(sim.drafter_factory("history", {}, recs[:k], flat), recs[:k], cost=flat).overall.steps
+             for k in (1, 2, 3)]
+    # The first request has no history to draft from; later ones copy the remembered answer.
+    assert steps[0] == len(out) and steps[1] - steps[0] < 10 and r.overall.steps == steps[2]

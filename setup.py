@@ -13,6 +13,8 @@ extensions = [
     Extension(
         "lookupdec._native",
         sources=["ext/_native.pyx", *sorted(glob.glob("ext/csrc/*.c"))],
+        # Rebuild when a header or an included .pxi changes, not only a .c file.
+        depends=[*sorted(glob.glob("ext/csrc/*.h")), *sorted(glob.glob("ext/*.pxi"))],
         include_dirs=["ext/csrc", np.get_include()],
         extra_compile_args=["-O3", "-std=c11"],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],

@@ -8,7 +8,7 @@ values are invalid. Suffix arrays are int32 below 2^31 tokens, int64 above.
 The algorithms live in ext/csrc/ (plain C over buffers); this module checks
 buffers, releases the GIL around the C calls and maps C status codes to
 Python exceptions. Slow, obvious references for every function here live in
-``lookupdec.index.reference``.
+``tests/oracles/``.
 """
 import numpy as np
 

@@ -9,7 +9,7 @@ import pytest
 from lookupdec.errors import CorpusError, IndexFormatError
 from lookupdec.index import IndexSummary, Lookup, build_index, build_index_from_tokens, open_index
 from lookupdec.index.manifest import FORMAT_NAME, FORMAT_VERSION
-from lookupdec.index.reference import lookup_shards_reference
+from tests.oracles.index import lookup_shards_reference
 from lookupdec.tokenizer import tokenizer_fingerprint
 from tests.index_fixtures import ids, leftovers, tiny_tokenizer, write_jsonl
 

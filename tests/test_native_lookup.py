@@ -1,16 +1,12 @@
 """match() and ContinuationTrie in lookupdec._native against the slow
-references in lookupdec.index.reference, and tiny hand-computed cases that
+references in tests/oracles/index.py, and tiny hand-computed cases that
 pin each lookup rule."""
 import numpy as np
 import pytest
 
 from lookupdec import _native as N
-from lookupdec.index.reference import (
-    lookup_reference,
-    lookup_shards_reference,
-    match_reference,
-    split_occurrences,
-)
+from lookupdec.index.shares import split_occurrences
+from tests.oracles.index import lookup_reference, lookup_shards_reference, match_reference
 
 
 def arr(values):

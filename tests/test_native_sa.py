@@ -1,10 +1,10 @@
 """Suffix-array construction and checking in lookupdec._native against the
-slow reference (lookupdec.index.reference), on random and adversarial inputs."""
+slow reference (tests/oracles/index.py), on random and adversarial inputs."""
 import numpy as np
 import pytest
 
 from lookupdec import _native as N
-from lookupdec.index.reference import suffix_array_reference
+from tests.oracles.index import suffix_array_reference
 
 MAX_ID = 2**31 - 1
 

@@ -3,9 +3,15 @@
 
 /* Extends the common prefix of suffix s and pattern P[0..L) from d. Sets
  * *sign to 0 when all L tokens match, -1 when the suffix sorts before P (a
- * smaller token, or the text ends), +1 otherwise. Returns the prefix length. */
+ * smaller token, or the text ends), +1 otherwise. Returns the prefix length.
+ * A suffix-array value outside [0, n) (a damaged file) reads as an empty
+ * suffix: the search stays inside T and its answer is merely wrong. */
 static inline int64_t FN(extend)(const int32_t *T, int64_t n, int64_t s, const int32_t *P,
                                  int64_t L, int64_t d, int *sign) {
+    if (s < 0 || s >= n) {
+        *sign = -1;
+        return 0;
+    }
     while (d < L && s + d < n && T[s + d] == P[d]) ++d;
     if (d == L) *sign = 0;
     else if (s + d == n || T[s + d] < P[d]) *sign = -1;
@@ -91,14 +97,17 @@ static int64_t FN(add)(lk_trie *t, const int32_t *T, int64_t n, const SX *sa, in
     for (i = 0; i < K; ++i) {
         if (i + ahead < K) {
             int64_t jn = lo + (int64_t)(((unsigned __int128)(i + ahead) * (uint64_t)cnt) / (uint64_t)K);
-            __builtin_prefetch(T + (int64_t)sa[jn] + match_len);
+            int64_t sn = (int64_t)sa[jn];
+            if (sn >= 0 && sn < n) __builtin_prefetch(T + sn);
         }
         int64_t j = lo + (int64_t)(((unsigned __int128)i * (uint64_t)cnt) / (uint64_t)K);
-        int64_t s = (int64_t)sa[j] + match_len, d = 0;
-        int64_t lim = n - s < depth ? n - s : depth;
+        int64_t sj = (int64_t)sa[j], d = 0;
+        /* A suffix-array value outside [0, n) (a damaged file) contributes nothing. */
+        int64_t s = sj >= 0 && sj < n ? sj + match_len : n;
+        int64_t lim = s >= n ? 0 : (n - s < depth ? n - s : depth);
         for (; d < lim; ++d) {
             int32_t c = T[s + d];
-            if (c == LK_SEP) break;
+            if (c < 0) break;  /* the separator, or a damaged (negative) token, ends a read */
             int32_t node;
             if (d < plen && path_tok[d] == c) {
                 node = path_node[d];

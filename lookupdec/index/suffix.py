@@ -11,7 +11,7 @@ A lookup fans out over the shards:
    match of that length take part, and ``occurrences`` is their total count;
 3. the ``max_occurrences`` samples are shared among those shards in proportion
    to their counts, evenly spread inside each shard's suffix-array range (the
-   rule of :func:`lookupdec.index.reference.lookup_shards_reference`); the
+   rule of :func:`lookupdec.index.shares.split_occurrences`); the
    ``depth`` tokens after each sampled occurrence (stopping at a document's end)
    are counted into one trie;
 4. the ``budget`` best nodes of the trie become the :class:`DraftTree`.
@@ -29,9 +29,7 @@ import numpy as np
 
 from lookupdec.errors import IndexFormatError, TokenizerMismatchError
 from lookupdec.index.manifest import SEP, ArrayFile, Manifest, read_manifest
-# The cross-shard sharing rule is policy, not a hot loop: the reference's own function
-# is used, so the two can never disagree on it.
-from lookupdec.index.reference import split_occurrences
+from lookupdec.index.shares import split_occurrences
 from lookupdec.tree import DraftTree
 
 _MAX_TOKEN = 2**31 - 1
@@ -78,7 +76,11 @@ def open_index(path: str | os.PathLike, *, verify: bool = False) -> "SuffixIndex
         A :class:`SuffixIndex`.
     Raises:
         IndexFormatError: the directory, manifest or an array file is missing,
-            truncated, corrupted, or of another format version.
+            truncated, corrupted, or of another format version. Without
+            ``verify`` only cheap structural checks run (sizes, the final
+            separator, a sample of suffix-array entries); a lookup on a damaged
+            index that passes them still reads nothing outside its arrays and
+            returns only token ids inside the index's vocabulary.
 
     Example:
         >>> idx = open_index("chats.index")                         # doctest: +SKIP
@@ -89,7 +91,9 @@ def open_index(path: str | os.PathLike, *, verify: bool = False) -> "SuffixIndex
     manifest = read_manifest(path)
     shards = []
     for entry in manifest.shards:
-        shards.append(_Shard(_map(path, entry.tokens), _map(path, entry.sa)))
+        shard = _Shard(_map(path, entry.tokens), _map(path, entry.sa))
+        _check_structure(path, entry, shard)
+        shards.append(shard)
     index = SuffixIndex(path, manifest, shards)
     if verify:
         index.verify()
@@ -107,6 +111,9 @@ class SuffixIndex:
         self._manifest = manifest
         self._shards = list(shards)
         self._local = threading.local()
+        vocab = manifest.tokenizer.vocab_size if manifest.tokenizer else 0
+        # Token ids a lookup may return: the vocabulary's (a damaged file may hold others).
+        self._token_limit = vocab if vocab > 0 else _MAX_TOKEN + 1
 
     # ------------------------------------------------------------ properties
     @property
@@ -196,6 +203,8 @@ class SuffixIndex:
                 sampled += trie.add(shard.tokens, shard.sa, lo, hi, best, quota, depth)
         # 4. The best nodes as a tree.
         tokens, parents, node_counts = trie.top(budget)
+        if tokens.size and int(tokens.max()) >= self._token_limit:
+            tokens, parents, node_counts = _drop_out_of_vocabulary(tokens, parents, node_counts, self._token_limit)
         # The native trie guarantees the tree invariants (tests check it with `check()`).
         tree = DraftTree.trusted(tokens, parents, node_counts / float(max(sampled, 1)))
         return Lookup(best, int(sum(counts)), int(sampled), tree, node_counts)
@@ -271,6 +280,35 @@ class SuffixIndex:
 
 
 _NO_MATCH = Lookup(0, 0, 0, DraftTree.empty())
+_SA_SAMPLES = 64  # suffix-array entries open_index checks per shard
+
+
+def _check_structure(root: Path, entry, shard: _Shard) -> None:
+    """What open_index can check in microseconds: the final separator and a sample of the suffix array."""
+    n = shard.tokens.size
+    if n == 0:
+        return
+    if int(shard.tokens[-1]) != SEP:
+        raise IndexFormatError(f"{root / entry.tokens.file} does not end with a document separator: the file is "
+                               f"damaged; {_REBUILD}")
+    picks = np.unique(np.linspace(0, n - 1, min(n, _SA_SAMPLES)).astype(np.int64))
+    sample = shard.sa[picks]
+    if int(sample.min()) < 0 or int(sample.max()) >= n:
+        raise IndexFormatError(f"{root / entry.sa.file} holds positions outside [0, {n}): the file is damaged; "
+                               f"{_REBUILD}")
+
+
+def _drop_out_of_vocabulary(tokens: np.ndarray, parents: np.ndarray, counts: np.ndarray, limit: int):
+    """The nodes whose path holds only ids below ``limit`` (a damaged index can hold others)."""
+    keep = np.zeros(tokens.size, bool)
+    for i in range(tokens.size):  # parents come first
+        p = int(parents[i])
+        keep[i] = tokens[i] < limit and (p < 0 or keep[p])
+    idx = np.flatnonzero(keep)
+    remap = np.full(tokens.size, -1, np.int32)
+    remap[idx] = np.arange(idx.size, dtype=np.int32)
+    new_parents = np.where(parents[idx] >= 0, remap[np.maximum(parents[idx], 0)], -1).astype(np.int32)
+    return tokens[idx], new_parents, counts[idx]
 
 
 def _check_params(max_n: int, min_n: int, max_occurrences: int, depth: int, budget: int) -> None:

@@ -16,6 +16,8 @@ from typing import Sequence
 
 import numpy as np
 
+from lookupdec.index.shares import split_occurrences  # the policy itself (not under test here)
+
 SEP = -1
 
 
@@ -175,30 +177,6 @@ def lookup_reference(tokens, sa, context, max_n: int, min_n: int, max_occurrence
     """
     return lookup_shards_reference([(tokens, sa)], context, max_n, min_n, max_occurrences,
                                    depth, budget)
-
-
-def split_occurrences(counts: Sequence[int], max_occurrences: int) -> list[int]:
-    """Splits an occurrence budget across shards in proportion to their counts.
-
-    If sum(counts) <= max_occurrences every shard gets its count. Otherwise
-    shard s gets floor(M * c_s / C) (M = max_occurrences, C = sum(counts)),
-    and the M - sum(floors) left over go one each to the shards with the
-    largest remainders (M * c_s) mod C, ties to the lower shard index (the
-    largest-remainder method; no shard gets more than its count).
-
-    Example:
-        >>> split_occurrences([6, 3, 1], 5)
-        [3, 2, 0]
-    """
-    total = sum(counts)
-    if total <= max_occurrences:
-        return list(counts)
-    quotas = [(max_occurrences * c) // total for c in counts]
-    left = max_occurrences - sum(quotas)
-    order = sorted(range(len(counts)), key=lambda s: (-((max_occurrences * counts[s]) % total), s))
-    for s in order[:left]:
-        quotas[s] += 1
-    return quotas
 
 
 def lookup_shards_reference(shards, context, max_n: int, min_n: int, max_occurrences: int,

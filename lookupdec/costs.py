@@ -150,12 +150,18 @@ def measure(verifier, *, widths: Sequence[int] = WIDTHS, past: int = 256, far_pa
     """
     import torch
 
+    from lookupdec.kvcache import keep_rows
+    from lookupdec.models import max_context_of
     from lookupdec.tree import DraftTree
 
     rng = np.random.default_rng(seed)
     vocab = int(verifier.model.config.get_text_config(decoder=True).vocab_size)
     low = min(3, vocab - 1)
     widths = sorted({int(w) for w in widths} | {1})
+    # Stay inside the model's context: the longest forward ends at far_past + 1 + max width.
+    room = max_context_of(verifier.model) - widths[-1] - 2
+    far_past = max(2, min(far_past, room))
+    past = max(1, min(past, far_past // 2))
 
     def tree_of(w: int) -> DraftTree:
         if w <= 1:
@@ -172,7 +178,7 @@ def measure(verifier, *, widths: Sequence[int] = WIDTHS, past: int = 256, far_pa
                 torch.cuda.synchronize(verifier.device)
             if i >= warmup:
                 ts.append(time.perf_counter() - t)
-            cache.crop(p)
+            keep_rows(cache, p, [])  # back to p rows
         return statistics.median(ts) * 1e3
 
     def at(p: int, ws: Sequence[int]) -> list[float]:

@@ -17,7 +17,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from lookupdec.drafters.base import SOURCE_NAMES, DraftRequest, StepOutcome
-from lookupdec.errors import ContextTooLongError, DraftError
+from lookupdec.errors import ContextTooLongError, DraftError, ModelLoadError
 from lookupdec.methods import METHODS, make_drafter, method_inputs  # noqa: F401  (METHODS: re-exported for callers)
 from lookupdec.models import LoadedModel, encode_prompt, load_model
 from lookupdec.results import GenerationResult, StepStats
@@ -108,7 +108,8 @@ class Decoder:
         IndexFormatError, TokenizerMismatchError: an index or history store that
             cannot serve this model.
         HistoryError: the history directory cannot be created or written.
-        ModelLoadError: the model cannot be loaded.
+        ModelLoadError: the model cannot be loaded, or its layers keep a recurrent
+            state (Mamba, linear attention, ...), which verification cannot roll back.
 
     Example:
         >>> dec = Decoder()                                         # doctest: +SKIP
@@ -129,6 +130,13 @@ class Decoder:
         self.draft_budget = int(draft_budget)
         indexes = _open_indexes(index)  # file errors before the model loads
         self.loaded = model if isinstance(model, LoadedModel) else load_model(model, dtype=dtype, device=device)
+        from lookupdec.kvcache import unsupported_attention
+
+        reason = unsupported_attention(self.loaded.model.config)
+        if reason:
+            raise ModelLoadError(f"model {self.loaded.name!r} cannot be decoded with lookupdec: {reason}, so a "
+                                 "rejected draft cannot be undone; use a model with (full or sliding-window) "
+                                 "attention layers")
         for idx in indexes:
             idx.check_tokenizer(self.tokenizer, self.loaded.name)
         self.indexes = indexes

@@ -75,6 +75,37 @@ class BufferedLayer(DynamicLayer):
             self.values = self._vbuf[:, :, :0]
 
 
+# Attention kinds whose keys and values are rows of a KV cache that can be kept or
+# dropped one by one (a sliding window is applied by the mask, over a full cache).
+ROW_ATTENTION = ("full_attention", "sliding_attention")
+# Families whose layers keep a recurrent state instead (or beside) a KV cache.
+RECURRENT_MODEL_TYPES = ("mamba", "mamba2", "falcon_mamba", "rwkv", "recurrent_gemma", "jamba", "zamba", "zamba2",
+                         "bamba", "falcon_h1", "granitemoehybrid", "nemotron_h", "lfm2", "qwen3_next", "xlstm",
+                         "minimax", "plamo2")
+
+
+def unsupported_attention(config) -> str:
+    """Why lookupdec cannot verify drafts on a model ("" when it can).
+
+    Verification appends draft rows to the KV cache and drops the rejected
+    ones; layers with a recurrent state (Mamba, linear attention, RWKV, ...)
+    fold every row into that state, so a rejected draft cannot be undone.
+
+    Example:
+        >>> from transformers import LlamaConfig
+        >>> unsupported_attention(LlamaConfig(num_hidden_layers=2))
+        ''
+    """
+    text = config.get_text_config(decoder=True)
+    model_type = getattr(text, "model_type", "") or ""
+    if model_type in RECURRENT_MODEL_TYPES:
+        return f"model_type {model_type!r} keeps a recurrent state in (some of) its layers"
+    kinds = sorted({t for t in (getattr(text, "layer_types", None) or ()) if t not in ROW_ATTENTION})
+    if kinds:
+        return f"its layers include {', '.join(kinds)}, which keep a recurrent state instead of cache rows"
+    return ""
+
+
 def all_full_attention(config) -> bool:
     """True when every decoder layer is plain full attention (no sliding window, no linear attention)."""
     text = config.get_text_config(decoder=True)
@@ -87,13 +118,14 @@ def all_full_attention(config) -> bool:
 def new_cache(config, capacity: int) -> DynamicCache:
     """A cache for one sequence of up to ``capacity`` rows (it grows if needed).
 
-    Models whose layers are all full attention get ``BufferedLayer`` layers;
-    others (sliding windows, linear attention) get transformers' own layers.
+    Every layer is a ``BufferedLayer`` that keeps every row, sliding-window
+    layers included: transformers applies a layer's window through the
+    attention mask (from the positions), so keeping older rows changes no
+    output, and it lets a step drop the rows of rejected drafts, which a
+    window-sized layer would already have pushed its older rows out for.
     """
-    if all_full_attention(config):
-        n_layers = config.get_text_config(decoder=True).num_hidden_layers
-        return BufferedCache([BufferedLayer(capacity) for _ in range(n_layers)])
-    return DynamicCache(config=config)
+    n_layers = config.get_text_config(decoder=True).num_hidden_layers
+    return BufferedCache([BufferedLayer(capacity) for _ in range(n_layers)])
 
 
 class BufferedCache(DynamicCache):

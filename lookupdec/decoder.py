@@ -242,9 +242,14 @@ class Decoder:
 
         Raises:
             ContextTooLongError: naming both lengths and the largest max_new_tokens that fits.
-            TypeError, ValueError: a prompt of none of the accepted forms, or an empty one.
+            TypeError, ValueError: a prompt of none of the accepted forms, an empty one,
+                or a token id outside the vocabulary.
         """
         prompt_ids = self.encode(prompt, chat_template)
+        bad = next(((i, t) for i, t in enumerate(prompt_ids) if not 0 <= t < self.vocab_size), None)
+        if bad is not None:
+            raise ValueError(f"prompt token id {bad[1]} (position {bad[0]}) is outside the model's vocabulary "
+                             f"[0, {self.vocab_size}); token-id prompts must come from this model's tokenizer")
         limit = self.loaded.max_context
         if len(prompt_ids) + max_new_tokens > limit:
             raise ContextTooLongError(

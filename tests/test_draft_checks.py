@@ -76,3 +76,28 @@ def test_oversized_and_too_deep_trees_are_cut_and_accepted_ids_map_back():
     assert all(s.draft_size <= 3 for s in out.step_stats) and out.steps <= 4
     # Accepted ids are the drafter's own numbering (the truth chain is nodes 1..), naming the right tokens.
     assert len(seen) >= 6 and all(i >= 1 and tok == want for i, tok, want in seen)
+
+
+@pytest.mark.parametrize("bad", [[5, TINY_VOCAB], [-1, 5], [5, 2**40]])
+def test_token_id_prompts_outside_the_vocabulary_are_refused(bad):
+    dec = Decoder(tiny_loaded(0))
+    with pytest.raises(ValueError, match=f"prompt token id {bad[0] if bad[0] < 0 else bad[1]}.*outside"):
+        dec.generate(bad, max_new_tokens=4)
+
+
+def test_cli_token_id_prompts_are_checked_before_generating(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from lookupdec.cli import main
+    from tests.conftest import char_tokenizer, tiny_model
+
+    d = tmp_path / "m"
+    tiny_model(0).save_pretrained(d)
+    char_tokenizer().save_pretrained(d)
+    inp = tmp_path / "in.jsonl"
+    inp.write_text(json.dumps([5, 6, 7]) + "\n" + json.dumps([5, 999]) + "\n")
+    r = CliRunner().invoke(main, ["generate", "--model", str(d), "--input", str(inp), "--json", "--max-new-tokens", "4"])
+    assert r.exit_code != 0 and "prompt 2" in r.output and "999" in r.output and "vocabulary" in r.output
+    assert "Traceback" not in r.output and "{" not in r.stdout  # nothing generated for prompt 1 either

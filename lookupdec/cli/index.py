@@ -30,7 +30,7 @@ def build_index_cmd(corpus, output, tokenizer, text_field, shard_tokens, overwri
             shard_tokens=shard_tokens or DEFAULT_SHARD_TOKENS, overwrite=overwrite,
             skip_invalid=skip_invalid, progress=not quiet,
         )
-    except LookupdecError as exc:
+    except (LookupdecError, ValueError, TypeError) as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(describe_summary(summary))
 

@@ -4,10 +4,12 @@ Layout and manifest: see :mod:`lookupdec.index.manifest`. How a build stays
 safe and bounded:
 
 - **Nothing half-written.** Everything is written into a hidden temporary
-  sibling directory; the manifest goes in last and the directory is renamed
-  to its final name only when complete. Any failure (including Ctrl-C)
-  removes the temporary directory. ``overwrite=True`` moves the old index
-  aside, renames the new one in, then deletes the old one.
+  sibling directory (:mod:`lookupdec.index.outdir`); the manifest goes in last
+  and the directory is renamed to its final name only when complete. Any
+  failure (including Ctrl-C) removes the temporary directory; one left by a
+  killed build is removed by the next build into the same place.
+  ``overwrite=True`` moves the old index aside, renames the new one in, then
+  deletes the old one.
 - **Bounded memory.** Documents stream into the current shard's token file on
   disk; when the next document would not fit in ``shard_tokens`` entries, the
   shard is closed, memory-mapped, its suffix array built and written, and both
@@ -22,10 +24,8 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import os
-import secrets
 import shutil
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +33,7 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from lookupdec.errors import CorpusError, IndexFormatError
+from lookupdec.errors import CorpusError, LookupdecError
 from lookupdec.index.manifest import (
     MANIFEST_NAME,
     SEP,
@@ -43,6 +43,7 @@ from lookupdec.index.manifest import (
     TokenizerRecord,
     write_manifest,
 )
+from lookupdec.index.outdir import install, make_temp, memory_failure, os_failure, prepare_out
 
 #: Default shard size in token-array entries (tokens + one separator per document):
 #: 100M entries = 400 MB of tokens + 400 MB of int32 suffix array per shard, so a
@@ -117,7 +118,10 @@ def build_index(
     Raises:
         CorpusError: a missing, unreadable, malformed or empty corpus.
         IndexFormatError: ``out_dir`` exists (without ``overwrite``) or is not an index.
+        BuildError: the output cannot be written (permissions, a full disk) or the
+            shard does not fit in memory; the message names the fix.
         ModelLoadError: the tokenizer cannot be found.
+        ValueError: an empty ``text_field`` or an invalid ``shard_tokens``.
 
     Example:
         >>> s = build_index(["chats.jsonl"], "chats.index")      # doctest: +SKIP
@@ -126,8 +130,11 @@ def build_index(
     """
     from lookupdec.index.corpus import CorpusReader, batched_texts, encode_texts, prepare_tokenizer
 
-    out = _check_out_dir(out_dir, overwrite)
+    out = prepare_out(out_dir, overwrite)
     _check_shard_tokens(shard_tokens)
+    if not isinstance(text_field, str) or not text_field.strip():
+        raise ValueError(f"text_field must name a JSON field or table column, got {text_field!r}; "
+                         "pass e.g. --text-field text")
     reader = CorpusReader(sources, text_field=text_field, skip_invalid=skip_invalid)  # checks files exist
     loaded = _resolve_tokenizer(tokenizer)
     tok = prepare_tokenizer(loaded.tokenizer)
@@ -187,7 +194,7 @@ def build_index_from_tokens(
         >>> build_index_from_tokens([[5, 6, 7], [5, 6, 9]], "tiny.index").tokens   # doctest: +SKIP
         6
     """
-    out = _check_out_dir(out_dir, overwrite)
+    out = prepare_out(out_dir, overwrite)
     _check_shard_tokens(shard_tokens)
     record = None if tokenizer is None else _tokenizer_record(tokenizer)
     params = {"shard_tokens": shard_tokens, "sources": ["<token arrays>"]}
@@ -201,10 +208,7 @@ def _build(docs: Iterator, out: Path, *, tokenizer: TokenizerRecord | None, shar
     from lookupdec import __version__
 
     t_start = time.perf_counter()
-    # A hidden sibling on the same filesystem, so the final rename is atomic. os.mkdir
-    # (unlike mkdtemp's 0700) gives the usual permissions, which the index keeps.
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
-    os.mkdir(tmp)
+    tmp = make_temp(out)  # a hidden sibling on the same filesystem, so the final rename is atomic
     bar = _progress_bar(progress)
     writer = _ShardWriter(tmp, shard_tokens)
     try:
@@ -233,10 +237,14 @@ def _build(docs: Iterator, out: Path, *, tokenizer: TokenizerRecord | None, shar
             created=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         )
         manifest_bytes = write_manifest(tmp, manifest)
-        _install(tmp, out, overwrite)
-    except BaseException:  # Ctrl-C included: leave nothing behind
+        install(tmp, out, overwrite)
+    except BaseException as exc:  # Ctrl-C included: leave nothing behind
         writer.abort()
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, MemoryError):
+            raise memory_failure(shard_tokens) from None
+        if isinstance(exc, OSError) and not isinstance(exc, LookupdecError):
+            raise os_failure(exc, out) from None
         raise
     finally:
         bar.close()
@@ -351,61 +359,6 @@ _SEP_ARRAY = np.array([SEP], dtype=np.int32)
 
 
 # ------------------------------------------------------------------ helpers
-def _check_out_dir(out_dir: str | os.PathLike, overwrite: bool) -> Path:
-    out = Path(out_dir).expanduser().absolute()
-    if not out.parent.is_dir():
-        raise IndexFormatError(f"cannot create {out}: its parent directory {out.parent} does not exist")
-    if out.exists() or out.is_symlink():
-        if not overwrite:
-            raise IndexFormatError(f"{out} already exists; choose another output directory or pass overwrite=True (--overwrite)")
-        if not _looks_like_index(out):
-            raise IndexFormatError(
-                f"{out} exists and is not a lookupdec index (or an empty directory); refusing to replace it "
-                "even with overwrite, so nothing else is deleted: remove it yourself or choose another directory"
-            )
-    return out
-
-
-def _looks_like_index(path: Path) -> bool:
-    """True for an empty directory or one holding only index files (safe to replace)."""
-    if path.is_symlink() or not path.is_dir():
-        return False
-    names = [p.name for p in path.iterdir()]
-    return all(n == MANIFEST_NAME or n.startswith("shard-") for n in names)
-
-
-def _install(tmp: Path, out: Path, overwrite: bool) -> None:
-    """Rename the finished ``tmp`` to ``out``; with ``overwrite``, swap out an existing index."""
-    if out.exists():
-        if not overwrite or not _looks_like_index(out):  # re-checked: it may have appeared meanwhile
-            raise IndexFormatError(f"{out} appeared during the build; nothing was replaced (pass overwrite=True to replace it)")
-        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
-        os.rename(out, old / "index")
-        try:
-            os.rename(tmp, out)
-        except BaseException:
-            os.rename(old / "index", out)  # put the old index back
-            shutil.rmtree(old, ignore_errors=True)
-            raise
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.rename(tmp, out)
-    _fsync_dir(out.parent)
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass  # some filesystems cannot fsync a directory; the rename itself is still atomic
-    finally:
-        os.close(fd)
-
-
 def _check_shard_tokens(shard_tokens: int) -> None:
     if isinstance(shard_tokens, bool) or not isinstance(shard_tokens, (int, np.integer)) or shard_tokens < 2:
         raise ValueError(f"shard_tokens must be an integer >= 2 (tokens + separators per shard), got {shard_tokens!r}")

@@ -39,8 +39,14 @@ def char_tokenizer():
     return hf
 
 
-def tiny_model(seed: int = 0, *, layers: int = 2, attn: str = "sdpa", max_positions: int = 256):
-    """A random Llama: 2 layers, hidden 64, 4 heads (2 KV heads), vocab 128."""
+def tiny_model(seed: int = 0, *, layers: int = 2, attn: str = "sdpa", max_positions: int = 256, scale: float = 4.0):
+    """A random Llama: 2 layers, hidden 64, 4 heads (2 KV heads), vocab 128.
+
+    ``scale`` multiplies the weight matrices: the default 4 makes greedy
+    choices decisive and outputs repetitive (drafts match often); ``scale=1``
+    keeps transformers' own initialisation, with its near-ties between the top
+    two logits (where rounding that depends on the width could flip an argmax).
+    """
     from transformers import LlamaConfig, LlamaForCausalLM
 
     cfg = LlamaConfig(vocab_size=TINY_VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
@@ -49,12 +55,11 @@ def tiny_model(seed: int = 0, *, layers: int = 2, attn: str = "sdpa", max_positi
                       attn_implementation=attn)
     torch.manual_seed(seed)
     model = LlamaForCausalLM(cfg).eval()
-    # Larger weights than the default init make the random model's greedy
-    # choices decisive (few near-ties) and its outputs repetitive, so drafts match.
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() == 2:
-                p.mul_(4.0)
+    if scale != 1.0:
+        with torch.no_grad():
+            for p in model.parameters():
+                if p.dim() == 2:
+                    p.mul_(scale)
     return model
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
+import torch  # noqa: E402  (imported, not importorskip: a broken torch must fail, never skip)
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))

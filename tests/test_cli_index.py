@@ -138,8 +138,16 @@ def test_wrong_tokenizer_message_names_both(tmp_path, tok_path, corpus):
         idx.check_tokenizer(tiny_tokenizer(WORDS + ["more"]), "bigger")
 
 
-def test_help_is_instant_and_lists_options():
+def test_help_lists_options_and_imports_no_torch():
     r = run("build-index", "--help")
     assert r.exit_code == 0
     for opt in ("--output", "--tokenizer", "--text-field", "--shard-tokens", "--overwrite", "--skip-invalid"):
         assert opt in r.output
+    # --help stays light: the CLI imports torch only inside the commands that need it.
+    code = ("import sys\nfrom lookupdec.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "for cmd in ('generate', 'build-index', 'cost-curve'):\n    try:\n        main([cmd, '--help'])\n"
+            "    except SystemExit:\n        pass\nassert 'torch' not in sys.modules, 'torch was imported'\n")
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)

@@ -76,11 +76,20 @@ def test_embedded_model_greedy_pld_equals_ar_and_transformers(real_loaded):
     prompts = ["Repeat exactly: the cat sat on the mat, the cat sat on the mat.",
                "Write a Python function that returns the sum of a list."]
     plain = Decoder(real_loaded, fast_kernels=False)
+    fast = Decoder(real_loaded, fast_kernels=True)
+    accepted = 0
     for p in prompts:
         ids = plain.encode(p)
         with torch.no_grad():
             ref = real_loaded.model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
                                              max_new_tokens=32, do_sample=False, top_p=None, top_k=None, temperature=None)
         ref_ids = tuple(ref[0, len(ids):].tolist())
-        ar = plain.generate(p, method="ar", max_new_tokens=32)
-        assert ar.token_ids == ref_ids
+        # transformers' kernels: ar and pld both equal transformers' greedy generate().
+        assert plain.generate(p, method="ar", max_new_tokens=32).token_ids == ref_ids
+        pld = plain.generate(p, method="pld", max_new_tokens=32)
+        assert pld.token_ids == ref_ids
+        # The fast kernels: pld equals ar run with the same kernels.
+        fast_ar = fast.generate(p, method="ar", max_new_tokens=32)
+        assert fast.generate(p, method="pld", max_new_tokens=32).token_ids == fast_ar.token_ids
+        accepted += sum(s.accepted for s in pld.step_stats)
+    assert accepted > 0  # pld really drafted and had drafts accepted (the first prompt repeats itself)

@@ -15,7 +15,7 @@ from lookupdec.decoder import Decoder
 from lookupdec.sampling import SamplingParams, sample, target_probs
 from lookupdec.tree import DraftTree
 from lookupdec.verify import Acceptance, sample_accept
-from tests.conftest import tiny_loaded
+from tests.conftest import TINY_VOCAB, tiny_loaded
 
 
 def chi_square(counts: np.ndarray, probs: np.ndarray) -> tuple[float, int]:
@@ -97,15 +97,15 @@ def test_first_two_tokens_follow_the_target(params):
     assert_matches(counts.ravel(), exact.ravel())
 
 
-def test_a_broken_acceptance_rule_is_caught():
-    """Accepting the first child whenever p(x) > 0 (a classic bug) fails the same check."""
-    params = SamplingParams(1.0)
-    p1, _ = _setup(params)
+def test_the_check_catches_sampling_from_a_slightly_wrong_distribution():
+    """The same library acceptance, fed rows at temperature 0.8 instead of 1.0: the chi-square check
+    used above must reject it (it has the power to see a real error)."""
+    p1, p2 = _setup(SamplingParams(1.0))
+    q1, q2 = _setup(SamplingParams(0.8))
     gen = torch.Generator().manual_seed(5)
     counts = np.zeros(V)
     for _ in range(20_000):
-        first = int(TREE.tokens[0]) if torch.rand((), generator=gen) < 0.9 else sample(p1, gen)
-        counts[first] += 1
+        counts[sample_accept(TREE, _rows(q1, q2), gen).tokens[0]] += 1
     stat, df = chi_square(counts, p1.numpy())
     assert stat > df + 6 * np.sqrt(2 * df)
 
@@ -139,32 +139,53 @@ class TopTokensDrafter:
         return self.tree
 
 
-def test_end_to_end_second_token_distribution_matches_plain_sampling():
-    """The 2nd generated token's marginal with speculation equals the exact
-    marginal sum_x p1(x) p2[x](y) computed from the model (2,000 seeded draws)."""
-    lm = tiny_loaded(7)
-    dec = Decoder(lm, fast_kernels=False)
-    params = SamplingParams(1.0, top_k=8, top_p=0.95)
-    prompt = [10, 11, 12]
+def _exact_marginals(lm, prompt, params, depth):
+    """Exact laws of the first ``depth`` generated tokens' marginals, by enumerating the support."""
     with torch.no_grad():
-        p1 = target_probs(lm.model(torch.tensor([prompt])).logits[0, -1], params)
-        support = torch.nonzero(p1).flatten().tolist()
-        p2 = {x: target_probs(lm.model(torch.tensor([prompt + [x]])).logits[0, -1], params) for x in support}
-    exact2 = sum(p1[x] * p2[x] for x in support).numpy()
-    top1 = torch.topk(p1, 3).indices.tolist()
-    # After the prefill token t1 the drafter proposes the likely continuations of t1 (any t1: same tree).
-    seqs = [[y, z] for y in top1 for z in top1[:2]]
-    drafter = TopTokensDrafter(seqs)
-    counts1, counts2 = np.zeros(p1.shape[0]), np.zeros(p1.shape[0])
-    accepted = 0
+        def probs(ctx):
+            return target_probs(lm.model(torch.tensor([ctx])).logits[0, -1], params)
+
+        layer = {(): 1.0}
+        marginals = []
+        for _ in range(depth):
+            nxt: dict[tuple, float] = {}
+            m = torch.zeros(TINY_VOCAB, dtype=torch.float64)
+            for path, w in layer.items():
+                p = probs(prompt + list(path)).double()
+                m += w * p
+                for x in torch.nonzero(p).flatten().tolist():
+                    nxt[path + (x,)] = w * float(p[x])
+            marginals.append(m.numpy())
+            layer = nxt
+    return marginals
+
+
+@pytest.mark.parametrize("backend", ["hf", "fast", "chain"])
+def test_end_to_end_token_distributions_match_plain_sampling(backend):
+    """The first three generated tokens' marginals with speculation equal the exact marginals computed
+    from the model (2,000 seeded draws), through transformers' forward, the fast forward, and the chain
+    fallback; the drafted tree is three deep, so a step can accept two nodes before its bonus token."""
+    lm = tiny_loaded(7)
+    dec = Decoder(lm, fast_kernels=backend == "fast", tree_masks=False if backend == "chain" else None)
+    assert dec.verifier.backend == ("fast" if backend == "fast" else "hf")
+    params = SamplingParams(1.0, top_k=4, top_p=0.95)
+    prompt = [10, 11, 12]
+    exact = _exact_marginals(lm, prompt, params, 3)
+    top = np.argsort(-exact[1])[:3].tolist()
+    # After the prefill token the drafter proposes likely continuations, three deep, several branches.
+    drafter = TopTokensDrafter([[y, z, w] for y in top for z in top[:2] for w in top[:2]])
+    counts = [np.zeros(TINY_VOCAB) for _ in range(3)]
+    accepted = deep = 0
     for seed in range(2_000):
-        out = dec.generate(prompt, max_new_tokens=3, temperature=1.0, top_k=8, top_p=0.95, seed=seed, drafter=drafter)
-        counts1[out.token_ids[0]] += 1
-        counts2[out.token_ids[1]] += 1
-        accepted += out.step_stats[1].accepted  # step 1 drafts the 2nd token
-    assert accepted > 200  # speculation was really exercised
-    assert_matches(counts1, p1.numpy())
-    assert_matches(counts2, exact2)
+        out = dec.generate(prompt, max_new_tokens=4, temperature=1.0, top_k=4, top_p=0.95, seed=seed,
+                           drafter=drafter)
+        for k in range(3):
+            counts[k][out.token_ids[k]] += 1
+        accepted += out.step_stats[1].accepted  # step 1 drafts the 2nd token on
+        deep += out.step_stats[1].accepted >= 2
+    assert accepted > 200 and deep > 20  # speculation, two levels deep included, was really exercised
+    for k in range(3):
+        assert_matches(counts[k], exact[k])
 
 
 def test_same_seed_same_output_and_ar_equals_itself():

@@ -87,9 +87,13 @@ class Decoder:
         device: torch device; None = CUDA when available, else CPU.
         fast_kernels: CPU float32 only (ignored elsewhere): Llama-family
             models run the lean forward of ``lookupdec.fast_forward``, others
-            transformers' forward with linear weights prepacked for oneDNN.
-            Greedy output then equals our ``ar`` with the same kernels; turn
-            off to match transformers' kernels (and its ``generate()``) exactly.
+            transformers' forward with linear weights prepacked for oneDNN
+            (only for a model loaded here: a model passed in is never
+            changed). Greedy output then equals our ``ar`` with the same
+            kernels; turn off to match transformers' kernels (and its
+            ``generate()``) exactly. With a model loaded here, the fast
+            forward keeps the only copy of its linear weights, so
+            ``decoder.model``'s own forward is not usable then.
         tree_masks: None = from the model's attention implementation; False
             forces chain verification.
         draft_budget: most tree nodes verified per step.
@@ -142,11 +146,17 @@ class Decoder:
         self.indexes = indexes
         self.history = _open_history(history, self.tokenizer, history_budget)
         self.fast_kernels = bool(fast_kernels) and fast_kernels_available(self.loaded.model)
-        # Fast kernels: the lean forward for Llama-family models; other models
-        # keep transformers' forward with prepacked linear weights.
-        self.verifier = TreeVerifier(self.loaded.model, tree_masks=tree_masks, fast=self.fast_kernels)
+        # A model the caller passed in is never changed; one loaded here is ours to repack.
+        owned = not isinstance(model, LoadedModel)
+        # Fast kernels: the lean forward for Llama-family models (which then holds the only
+        # copy of an owned model's linear weights); other models keep transformers'
+        # forward, with linear weights prepacked for oneDNN when the model is ours.
+        self.verifier = TreeVerifier(self.loaded.model, tree_masks=tree_masks, fast=self.fast_kernels, release=owned)
         if self.fast_kernels and self.verifier.backend == "hf":
-            pack_linears(self.loaded.model)
+            if owned:
+                pack_linears(self.loaded.model)
+            else:
+                self.fast_kernels = False
         self.vocab_size = int(self.loaded.model.config.get_text_config(decoder=True).vocab_size)
         # Acceptance rates learned from every generation of this decoder (see drafters/calibrate.py).
         self.calibration = Calibration()

@@ -122,6 +122,15 @@ class _Linear:
         return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
 
 
+def _release(linear) -> None:
+    """Drop an ``nn.Linear``'s weight (and bias) storage; its packed copy serves the fast forward."""
+    import torch.nn as nn
+
+    linear.weight = nn.Parameter(torch.empty(0), requires_grad=False)
+    if getattr(linear, "bias", None) is not None:
+        linear.bias = nn.Parameter(torch.empty(0), requires_grad=False)
+
+
 def _cat_bias(biases: Sequence[torch.Tensor | None], sizes: Sequence[int]) -> torch.Tensor | None:
     if all(b is None for b in biases):
         return None
@@ -143,7 +152,12 @@ class FastForward:
 
     Args:
         model: a transformers causal LM for which ``supports_fast_forward`` holds.
-            Its weights are copied (fused and prepacked); the model is not changed.
+            Its weights are copied (fused and prepacked).
+        release: free the model's own copy of each linear weight once it is
+            packed (layer by layer, so packing never holds two copies of the
+            model): for a model nobody else uses, as when the Decoder loaded it.
+            The model's own forward then no longer works. False (the default)
+            leaves the model unchanged.
     Raises:
         ValueError: the model does not qualify (the message says why).
 
@@ -154,7 +168,7 @@ class FastForward:
         torch.Size([1, vocab])
     """
 
-    def __init__(self, model) -> None:
+    def __init__(self, model, *, release: bool = False) -> None:
         reason = fast_forward_unsupported_reason(model)
         if reason:
             raise ValueError(f"the fast forward does not support this model: {reason}; use transformers' forward")
@@ -175,9 +189,12 @@ class FastForward:
         w, b = _dense_linear(model.lm_head)
         self.lm_head = _Linear(w, b)
         self.vocab = w.shape[0]
+        if release and model.lm_head.weight is not inner.embed_tokens.weight:  # a tied head is the embedding
+            _release(model.lm_head)
         self._rotary = inner.rotary_emb
         self._cos = self._sin_signed = torch.empty(0)
-        self._ensure_positions(int(getattr(cfg, "max_position_embeddings", 2048) or 2048))
+        # Rotary tables grow with the positions a forward uses (see _ensure_positions).
+        self._ensure_positions(min(int(getattr(cfg, "max_position_embeddings", 2048) or 2048), 1024))
         q_size, kv_size = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
         self.layers: list[_Layer] = []
         for layer in inner.layers:
@@ -192,6 +209,9 @@ class FastForward:
                 gate_up=_Linear(torch.cat([wg, wu]), _cat_bias([bg, bu], [self.intermediate, self.intermediate])),
                 down=_Linear(*_dense_linear(m.down_proj)),
             ))
+            if release:
+                for lin in (a.q_proj, a.k_proj, a.v_proj, a.o_proj, m.gate_proj, m.up_proj, m.down_proj):
+                    _release(lin)
 
     def _ensure_positions(self, n: int) -> None:
         """Make the cos/sin tables cover positions ``0..n-1``.

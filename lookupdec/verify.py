@@ -368,19 +368,22 @@ class TreeVerifier:
             the width, so padding only adds work).
         fast: use the lean CPU forward (``lookupdec.fast_forward``) when the
             model qualifies; otherwise (and when False) transformers' forward.
+        release: let the fast forward free the model's own linear weights once
+            packed (only for a model nothing else uses; see ``FastForward``).
 
     Attributes:
         backend: "fast" or "hf", the forward actually used.
     """
 
-    def __init__(self, model, *, tree_masks: bool | None = None, pad_multiple: int | None = None, fast: bool = False) -> None:
+    def __init__(self, model, *, tree_masks: bool | None = None, pad_multiple: int | None = None, fast: bool = False,
+                 release: bool = False) -> None:
         self.model = model
         self.fast = None
         if fast:
             from lookupdec.fast_forward import FastForward, supports_fast_forward
 
             if supports_fast_forward(model):
-                self.fast = FastForward(model)
+                self.fast = FastForward(model, release=release)
         self.backend = "hf" if self.fast is None else "fast"
         if tree_masks is None:
             # The fast forward takes a float bias on every supported model.
@@ -391,8 +394,8 @@ class TreeVerifier:
         if pad_multiple < 1:
             raise ValueError(f"pad_multiple must be >= 1, got {pad_multiple}")
         self.pad_multiple = int(pad_multiple)
-        self.device = next(model.parameters()).device
-        self.dtype = next(model.parameters()).dtype
+        param = next(p for p in model.parameters() if p.numel()) if release else next(model.parameters())
+        self.device, self.dtype = param.device, param.dtype
 
     def new_cache(self, capacity: int):
         """An empty KV cache for this verifier's backend, for up to ``capacity`` rows (it grows)."""

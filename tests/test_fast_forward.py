@@ -201,7 +201,7 @@ def test_fast_ar_equals_transformers_greedy_on_tiny_models():
         assert list(dec.generate(prompt, method="ar", max_new_tokens=40).token_ids) == hf_greedy(lm.model, prompt, 40)
 
 
-def test_unsupported_models_fall_back_to_transformers():
+def test_unsupported_models_fall_back_to_transformers(tmp_path):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     # 'dynamic' rope frequencies depend on the sequence length: not table-driven.
@@ -216,10 +216,19 @@ def test_unsupported_models_fall_back_to_transformers():
         FastForward(model)
     lm = _loaded(model, "dynamic-rope")
     dec = Decoder(lm, fast_kernels=True)
-    assert dec.verifier.backend == "hf" and dec.fast_kernels  # prepacked linears on transformers' forward
+    # A caller's model is never changed: transformers' forward, its linears as they are.
+    assert dec.verifier.backend == "hf" and not dec.fast_kernels
     prompt = [5, 6, 7, 5, 6]
     ar = dec.generate(prompt, method="ar", max_new_tokens=30)
     assert dec.generate(prompt, method="pld", max_new_tokens=30).token_ids == ar.token_ids
+    # Loaded by the Decoder itself: prepacked linears on transformers' forward.
+    model.save_pretrained(tmp_path)
+    lm.tokenizer.save_pretrained(tmp_path)
+    own = Decoder(str(tmp_path), fast_kernels=True)
+    assert own.verifier.backend == "hf" and own.fast_kernels
+    assert any(type(m).__name__ == "PackedLinear" for m in own.model.modules())
+    own_ar = own.generate(prompt, method="ar", max_new_tokens=30)
+    assert own.generate(prompt, method="pld", max_new_tokens=30).token_ids == own_ar.token_ids
     # Other dtypes and the explicit flag keep transformers' forward too.
     assert "float32" in fast_forward_unsupported_reason(tiny_model(0).to(torch.bfloat16))
     assert TreeVerifier(tiny_model(0), fast=False).backend == "hf"

@@ -12,6 +12,7 @@ the same kernels; sampled output has the target's distribution.
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from typing import Callable, Sequence
 
 import numpy as np
@@ -21,60 +22,13 @@ from lookupdec.errors import ContextTooLongError, DraftError, ModelLoadError
 from lookupdec.methods import METHODS, make_drafter, method_inputs  # noqa: F401  (METHODS: re-exported for callers)
 from lookupdec.models import LoadedModel, encode_prompt, load_model
 from lookupdec.results import GenerationResult, StepStats
+from lookupdec.stream import TextStream
 from lookupdec.tree import DraftTree
 
 STOP_REASONS = ("eos", "stop", "length")
 # Most tree nodes verified per step unless the Decoder is told otherwise; each
 # method drafts what pays within it (auto by the cost curve, pld up to 12).
 DEFAULT_DRAFT_BUDGET = 64
-
-
-class _TextStream:
-    """Incremental detokenisation, stop-string search and streaming of safe text."""
-
-    def __init__(self, tokenizer, stop: Sequence[str], on_text: Callable[[str], None] | None) -> None:
-        self.tokenizer = tokenizer
-        self.stop = [s for s in stop if s]
-        self.on_text = on_text
-        self.sent = 0
-        self.text = ""
-        # Decoding text each step is only needed for stop strings and streaming.
-        self.active = bool(self.stop) or on_text is not None
-
-    def update(self, token_ids: list[int]) -> int | None:
-        """Decode the new tokens; if the text now holds a stop string, cut it there and
-        return how many tokens to keep (through the one that completes the stop string)."""
-        self.text = self.tokenizer.decode(token_ids, skip_special_tokens=True)
-        hits = [(i, s) for s in self.stop if (i := self.text.find(s)) >= 0]
-        if hits:
-            cut, s = min(hits)
-            self.text = self.text[:cut]
-            for k in range(1, len(token_ids) + 1):
-                if s in self.tokenizer.decode(token_ids[:k], skip_special_tokens=True):
-                    return k
-            return len(token_ids)
-        self._emit(final=False)
-        return None
-
-    def _emit(self, final: bool) -> None:
-        if self.on_text is None:
-            return
-        end = len(self.text)
-        if not final:
-            # Hold back an incomplete UTF-8 character and a possible stop-string prefix.
-            while end > self.sent and self.text[end - 1] == "\ufffd":
-                end -= 1
-            for s in self.stop:
-                for k in range(min(len(s) - 1, end - self.sent), 0, -1):
-                    if self.text[end - k:end] == s[:k]:
-                        end -= k
-                        break
-        if end > self.sent:
-            self.on_text(self.text[self.sent:end])
-            self.sent = end
-
-    def finish(self) -> None:
-        self._emit(final=True)
 
 
 class Decoder:
@@ -314,13 +268,14 @@ class Decoder:
 
         torch = self._torch
         eos = set(self.loaded.eos_ids)
-        stream = _TextStream(self.tokenizer, stops, on_text)
+        stream = TextStream(self.tokenizer, stops, on_text)
         stats: list[StepStats] = []
         by_source: dict[str, int] = {}
         new: list[int] = []
         stop_reason = "length"
         t_start = time.perf_counter()
         if max_new == 0:
+            stream.finish(new)
             return self._result(stream, new, prompt_ids, stats, 0.0, method_name, stop_reason, by_source)
         budget = self.draft_budget
         cache = self.verifier.new_cache(len(prompt_ids) + max_new + self.verifier.width(budget))
@@ -392,12 +347,12 @@ class Decoder:
                 draft_size = len(res.tree)
                 verify_ms = (t9 - t8 + lazy_s) * 1e3
                 draft_ms, other_ms = (t7 - t6) * 1e3, (t8 - t7 + t10 - t9 - lazy_s) * 1e3
-        stream.finish()
+        stream.finish(new)
         elapsed = time.perf_counter() - t_start
         return self._result(stream, new, prompt_ids, stats, elapsed, method_name, stop_reason, by_source)
 
     def _result(self, stream, new, prompt_ids, stats, elapsed, method_name, stop_reason, by_source) -> GenerationResult:
-        text = stream.text if stream.active else self.tokenizer.decode(new, skip_special_tokens=True)
+        text = stream.text
         steps = len(stats)
         return GenerationResult(
             text=text,
@@ -436,12 +391,17 @@ def _open_indexes(index) -> list:
     return [i if isinstance(i, SuffixIndex) else open_index(i) for i in items]
 
 
-_DEFAULT: dict[tuple, Decoder] = {}
+# Decoders kept by ``generate`` for reuse, most recently used last; at most this many
+# (each holds a model in memory).
+_DEFAULT: "OrderedDict[tuple, Decoder]" = OrderedDict()
+DEFAULT_CACHE_SIZE = 2
 
 
 def generate(prompt, *, model=None, dtype: str = "float32", device: str | None = None, fast_kernels: bool = True,
              **kwargs) -> GenerationResult:
     """One-call generation; the Decoder for ``(model, dtype, device, fast_kernels)`` is kept for reuse.
+
+    At most ``DEFAULT_CACHE_SIZE`` decoders are kept; the least recently used one goes first.
 
     Args:
         prompt: see ``Decoder.generate``.
@@ -454,6 +414,10 @@ def generate(prompt, *, model=None, dtype: str = "float32", device: str | None =
         >>> generate("Say hi", method="ar", max_new_tokens=8).text    # doctest: +SKIP
     """
     key = (model, dtype, device, fast_kernels)
-    if key not in _DEFAULT:
+    if key in _DEFAULT:
+        _DEFAULT.move_to_end(key)
+    else:
         _DEFAULT[key] = Decoder(model, dtype=dtype, device=device, fast_kernels=fast_kernels)
+        while len(_DEFAULT) > DEFAULT_CACHE_SIZE:
+            _DEFAULT.popitem(last=False)
     return _DEFAULT[key].generate(prompt, **kwargs)

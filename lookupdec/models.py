@@ -135,6 +135,13 @@ def load_model(model: str | None = None, *, dtype: str = "float32", device: str 
             lm = _load_gguf(os.path.join(source, kwargs["gguf_file"]), torch_dtype)
         else:
             lm = AutoModelForCausalLM.from_pretrained(source, local_files_only=True, dtype=torch_dtype)
+    except ImportError as exc:
+        missing = getattr(exc, "name", None)
+        if not missing:
+            quoted = str(exc).split("'")
+            missing = quoted[1] if len(quoted) > 2 else str(exc)
+        raise ModelLoadError(f"loading model {name!r} needs a Python package that is not installed "
+                             f"({missing}): install it with `pip install {missing}`") from exc
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
         hint = ("it is not in the local Hugging Face cache and lookupdec never downloads: "
                 "download it first (e.g. `hf download NAME`) or pass a local directory or .gguf file")

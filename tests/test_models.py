@@ -93,3 +93,32 @@ def test_embedded_model_greedy_pld_equals_ar_and_transformers(real_loaded):
         assert fast.generate(p, method="pld", max_new_tokens=32).token_ids == fast_ar.token_ids
         accepted += sum(s.accepted for s in pld.step_stats)
     assert accepted > 0  # pld really drafted and had drafts accepted (the first prompt repeats itself)
+
+
+def test_a_missing_optional_package_is_a_message(monkeypatch):
+    import lookupdec.models as models
+    from lookupdec.errors import ModelLoadError
+
+    def no_gguf(path, dtype):
+        raise ModuleNotFoundError("No module named 'gguf'", name="gguf")
+
+    monkeypatch.setattr(models, "_load_gguf", no_gguf)
+    with pytest.raises(ModelLoadError, match=r"needs a Python package that is not installed \(gguf\).*pip install gguf"):
+        models.load_model()
+
+
+def test_the_module_level_decoder_cache_is_bounded(tmp_path, monkeypatch):
+    import lookupdec.decoder as decoder_mod
+    from tests.conftest import char_tokenizer, tiny_model
+
+    dirs = []
+    for seed in range(3):
+        d = tmp_path / f"m{seed}"
+        tiny_model(seed).save_pretrained(d)
+        char_tokenizer().save_pretrained(d)
+        dirs.append(str(d))
+    monkeypatch.setattr(decoder_mod, "_DEFAULT", decoder_mod.OrderedDict())
+    for d in dirs + [dirs[0]]:
+        decoder_mod.generate([5, 6], model=d, method="ar", max_new_tokens=2)
+    kept = [k[0] for k in decoder_mod._DEFAULT]
+    assert len(kept) == decoder_mod.DEFAULT_CACHE_SIZE == 2 and kept == [dirs[2], dirs[0]]  # LRU order

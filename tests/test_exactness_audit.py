@@ -1,0 +1,71 @@
+"""benchmarks/exactness.py runs end to end, and catches a method whose output differs from ar's."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import char_tokenizer, tiny_model
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def ex():
+    sys.path.insert(0, str(BENCH))
+    spec = importlib.util.spec_from_file_location("exactness_audit", BENCH / "exactness.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tiny")
+    tiny_model(0, scale=1.0).save_pretrained(d)
+    char_tokenizer().save_pretrained(d)
+    return str(d)
+
+
+def test_the_prompt_set_mixes_every_kind_and_length(ex):
+    ps = ex.prompt_set(200)
+    kinds = {p.kind.split(":")[0] for p in ps}
+    assert kinds == {"specbench", "code", "repetitive", "completion"}
+    assert max(p.max_new for p in ps) == 512 and min(p.max_new for p in ps) == 32
+    assert any(p.references for p in ps) and any(not p.chat for p in ps)
+    assert ex.prompt_set(50, seed=1) == ex.prompt_set(50, seed=1)
+
+
+def test_the_audit_runs_every_method_and_writes_json(ex, model_dir, tmp_path):
+    out = tmp_path / "a.json"
+    rc = ex.main(["--model", model_dir, "--n", "8", "--max-len", "16", "--width-prompts", "1", "--json", str(out)])
+    data = json.loads(out.read_text())
+    assert rc == 0 and data["config"]["backend"] == "fast"
+    assert data["methods"]["pld"]["generations"] == 8 and data["methods"]["auto"]["tokens"] > 0
+    assert all(not m["mismatches"] for m in data["methods"].values())
+    assert data["widths"]["root"]["compared"] > 0
+
+
+def test_a_differing_output_is_reported_with_its_flip_gap(ex, model_dir):
+    from lookupdec.decoder import Decoder
+
+    dec = Decoder(model_dir)
+    real = dec.generate
+
+    def wrong_pld(prompt, method="auto", **kw):
+        res = real(prompt, method=method, **kw)
+        if method != "pld" or len(res.token_ids) < 3:
+            return res
+        from dataclasses import replace
+
+        return replace(res, token_ids=res.token_ids[:2] + ((res.token_ids[2] + 1) % 100,) + res.token_ids[3:])
+
+    dec.generate = wrong_pld
+    tally = ex.audit(dec, ex.prompt_set(3, max_len=16), ["pld", "auto"], log=lambda s: None)
+    assert len(tally["pld"].mismatches) == 3 and not tally["auto"].mismatches
+    m = tally["pld"].mismatches[0]
+    assert m.position == 2 and m.gap > 0

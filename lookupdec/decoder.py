@@ -144,7 +144,7 @@ class Decoder:
     def generate(self, prompt, *, method: str = "auto", max_new_tokens: int = 128, temperature: float = 0.0,
                  top_p: float = 1.0, top_k: int = 0, seed: int | None = None, stop: Sequence[str] | str | None = None,
                  references: Sequence[str] | None = None, chat_template: bool = True,
-                 on_text: Callable[[str], None] | None = None, drafter=None) -> GenerationResult:
+                 on_text: Callable[[str], None] | None = None, drafter=None, remember: bool = True) -> GenerationResult:
         """Generate a continuation of ``prompt``.
 
         Args:
@@ -160,6 +160,7 @@ class Decoder:
             chat_template: apply the tokenizer's chat template to str/message prompts.
             on_text: called with each new piece of text as it becomes final.
             drafter: an object implementing the Drafter protocol, used instead of ``method``.
+            remember: add the output to the decoder's history store (when it has one).
         Returns:
             A GenerationResult.
         Raises:
@@ -197,7 +198,7 @@ class Decoder:
             else:
                 generator.manual_seed(int(seed))
         result = self._run(prompt_ids, drafter, method_name, int(max_new_tokens), params, generator, stops, on_text)
-        if self.history is not None and result.token_ids:
+        if remember and self.history is not None and result.token_ids:
             self.history.append(result.token_ids)  # remembered whatever produced it
         return result
 

@@ -412,3 +412,22 @@ def test_docstring_examples():
     for mod in (tasks, documents, exactness, methods, metrics, cli):
         result = doctest.testmod(mod, extraglobs={"TurnRecord": TurnRecord})
         assert result.failed == 0, mod.__name__
+
+
+def test_a_history_learns_each_reference_answer_only_after_every_method_ran_it(qfile):
+    """What the store holds while a turn runs: the answers of earlier turns, never this turn's own."""
+    store: list[tuple[int, ...]] = []
+    seen: list[tuple[int, int]] = []  # (answers stored, method call) at every generate
+
+    class Watching(FakeMethod):
+        def generate(self, prompt_ids, max_new_tokens, references=()):
+            seen.append((len(store), len(self.calls)))
+            return super().generate(prompt_ids, max_new_tokens, references)
+
+    qs = load_questions(qfile)
+    run_benchmark(qs, {"ar": Watching("ar"), "pld": Watching("pld")}, FakeCodec(), ExactnessCheck("ar", (EOS,)),
+                  RunConfig(max_new_tokens=12, warmup_tokens=0), on_answer=store.append)
+    turns = sum(len(q.turns) for q in qs)
+    assert len(store) == turns  # one reference answer per turn
+    # Both methods of turn k saw exactly k answers stored.
+    assert [n for n, _ in seen] == [k for k in range(turns) for _ in range(2)]

@@ -43,6 +43,7 @@ class Setup:
     codec: ChatCodec
     eos_ids: tuple[int, ...]
     info: Mapping[str, object]
+    history: object = None  # the decoder's history store, if any (fed each reference answer)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -60,6 +61,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                     help="question file of the code task")
     ap.add_argument("--index", action="append", default=[], metavar="DIR",
                     help="a datastore (lookupdec build-index) for rest and auto (repeatable)")
+    ap.add_argument("--history", action="store_true",
+                    help="a history store for history and auto, filled with each question's reference answer "
+                         "once every method has run it (starts empty; a server's store would)")
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--methods", default="all",
                     help=f"comma list from {','.join(list(PEER_METHODS) + list(LOOKUPDEC_METHODS))}; "
@@ -142,7 +146,7 @@ def build_setup(decoder, peer_loaded, names: Sequence[str]) -> Setup:
         "threads": torch.get_num_threads(),
         "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
     }
-    return Setup(methods, HFChatCodec(decoder.tokenizer), eos_ids, info)
+    return Setup(methods, HFChatCodec(decoder.tokenizer), eos_ids, info, getattr(decoder, "history", None))
 
 
 def load_setup(args: argparse.Namespace, names: Sequence[str]) -> Setup:
@@ -154,7 +158,12 @@ def load_setup(args: argparse.Namespace, names: Sequence[str]) -> Setup:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    decoder = Decoder(args.model, dtype="float32", index=list(args.index) or None)
+    history = None
+    if getattr(args, "history", False):
+        import tempfile
+
+        history = tempfile.mkdtemp(prefix="spec-bench-history-")
+    decoder = Decoder(args.model, dtype="float32", index=list(args.index) or None, history=history)
     peer = load_model(args.model, dtype="float32") if any(n in PEER_METHODS for n in names) else None
     return build_setup(decoder, peer, names)
 
@@ -174,10 +183,12 @@ def main(argv: Sequence[str] | None = None,
     try:
         if available is None:
             available = known_method_names(decoder_method_names())
-            if not args.index:  # rest drafts from datastores only
-                if "rest" in [s.strip() for s in args.methods.split(",")]:
-                    raise ValueError("method 'rest' needs a datastore: pass --index DIR")
-                available = [n for n in available if n != "rest"]
+            asked = [s.strip() for s in args.methods.split(",")]
+            for name, flag, given in (("rest", "--index DIR", args.index), ("history", "--history", args.history)):
+                if not given:  # these methods draft only from what the flag gives them
+                    if name in asked:
+                        raise ValueError(f"method {name!r} needs {flag}")
+                    available = [n for n in available if n != name]
         names = choose_methods(args.methods, available)
         tasks = list(SPEC_BENCH_TASKS) if args.tasks is None else [t.strip() for t in args.tasks.split(",") if t.strip()]
         questions = load_questions(args.questions, args.per_category, [t for t in tasks if t != "code"] or None) \
@@ -197,7 +208,7 @@ def main(argv: Sequence[str] | None = None,
     run_config = {
         "argv": list(sys.argv[1:] if argv is None else argv),
         "questions": str(args.questions), "per_category": args.per_category, "tasks": args.tasks,
-        "indexes": [str(p) for p in args.index],
+        "indexes": [str(p) for p in args.index], "history": bool(args.history),
         "n_questions": len(questions), "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
         "warmup_tokens": args.warmup_tokens, "methods": list(env.methods), "reference": REFERENCE_METHOD,
         "eos_ids": list(env.eos_ids), **env.info,
@@ -210,8 +221,10 @@ def main(argv: Sequence[str] | None = None,
     check = ExactnessCheck(REFERENCE_METHOD, env.eos_ids)
     t1 = time.perf_counter()
     try:
+        store = getattr(env, "history", None)
         run_benchmark(questions, env.methods, env.codec, check, config, records=records,
-                      log=lambda line: print(line, file=sys.stderr, flush=True))
+                      log=lambda line: print(line, file=sys.stderr, flush=True),
+                      on_answer=None if store is None else store.append)
     except OutputMismatch as exc:
         run_config["run_s"] = time.perf_counter() - t1
         path = write_json(args.out / JSON_NAME, run_config, records, error=str(exc))

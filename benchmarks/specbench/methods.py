@@ -34,6 +34,7 @@ LOOKUPDEC_METHODS: dict[str, bool] = {
     "pld": False,
     "llma": True,
     "rest": False,
+    "history": False,
     "lookahead": False,
     "auto": True,
 }
@@ -167,8 +168,10 @@ class LookupdecMethod:
     def generate(self, prompt_ids: Sequence[int], max_new_tokens: int,
                  references: Sequence[str] = ()) -> MethodOutput:
         refs = list(references) if (self.takes_references and references) else None
+        # remember=False: a history store learns only the reference answer of each finished
+        # question (run_benchmark's on_answer), never an answer to the question being run.
         res = self.decoder.generate(list(prompt_ids), method=self.name, max_new_tokens=max_new_tokens,
-                                    temperature=0.0, references=refs, chat_template=False)
+                                    temperature=0.0, references=refs, chat_template=False, remember=False)
         lengths = step_lengths_from_stats(res.step_stats, res.new_tokens)
         forward = sum(s.verify_ms for s in res.step_stats)
         overhead = sum(s.draft_ms + s.other_ms for s in res.step_stats)

@@ -134,7 +134,8 @@ def _record(method: str, q: Question, turn: int, outs: list[MethodOutput], secs:
 def run_benchmark(questions: Sequence[Question], methods: Mapping[str, Method], codec: ChatCodec,
                   check: ExactnessCheck, config: RunConfig = RunConfig(),
                   records: list[TurnRecord] | None = None,
-                  log: Callable[[str], None] | None = None) -> list[TurnRecord]:
+                  log: Callable[[str], None] | None = None,
+                  on_answer: Callable[[tuple[int, ...]], None] | None = None) -> list[TurnRecord]:
     """Run every method on every question and turn, checking exactness as it goes.
 
     Args:
@@ -146,6 +147,8 @@ def run_benchmark(questions: Sequence[Question], methods: Mapping[str, Method], 
         records: a list to append records to as they are made (so a caller
             keeps the figures gathered before a mismatch); a new one if None.
         log: receives one progress line per question.
+        on_answer: called with the reference's answer (token ids) once every method has
+            run a turn: what a history store of finished outputs learns, as a server's would.
 
     Returns:
         ``records``: one ``TurnRecord`` per (question, turn, method).
@@ -200,6 +203,8 @@ def run_benchmark(questions: Sequence[Question], methods: Mapping[str, Method], 
                 t_question[name][1] += rec.seconds
             answer = codec.decode(canonical(expected, check.eos_ids))
             messages.append({"role": "assistant", "content": answer})
+            if on_answer is not None:
+                on_answer(tuple(expected))
         if log is not None:
             speeds = ", ".join(f"{n} {tok / s:.1f}" if s > 0 else f"{n} -" for n, (tok, s) in t_question.items())
             log(f"[{qi + 1}/{len(questions)}] q{q.question_id} {q.task}: tok/s {speeds}")

@@ -195,6 +195,13 @@ def measure(verifier, *, widths: Sequence[int] = WIDTHS, past: int = 256, far_pa
     return CostCurve(tuple(widths), tuple(base), past + 1, tuple(slopes), device_description(verifier.device), key)
 
 
+def curve_path(verifier, threads: int, cache_dir: Path | None = None) -> Path:
+    """Where the cost curve of this verifier's model, dtype, device, backend and threads is cached."""
+    from lookupdec.tokenizer import cache_root
+
+    return (cache_dir or cache_root() / "costs") / f"{curve_key(verifier.model, verifier.backend, threads)}.json"
+
+
 def cached_curve(verifier, threads: int, *, remeasure: bool = False, cache_dir: Path | None = None,
                  **measure_kw) -> CostCurve:
     """The cost curve for this verifier's model, dtype, device, backend and threads: from disk, or measured.
@@ -207,10 +214,8 @@ def cached_curve(verifier, threads: int, *, remeasure: bool = False, cache_dir: 
     Returns:
         The CostCurve. A cache directory that cannot be written only loses the cache.
     """
-    from lookupdec.tokenizer import cache_root
-
-    key = curve_key(verifier.model, verifier.backend, threads)
-    path = (cache_dir or cache_root() / "costs") / f"{key}.json"
+    path = curve_path(verifier, threads, cache_dir)
+    key = path.stem
     if not remeasure:
         try:
             return CostCurve.from_json(path.read_text())

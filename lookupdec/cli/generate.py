@@ -63,6 +63,12 @@ def read_requests(prompt, prompt_file, input_path) -> list[Request]:
     return out
 
 
+def torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
 def _json_row(res) -> str:
     return json.dumps({
         "text": res.text, "token_ids": list(res.token_ids), "new_tokens": res.new_tokens,
@@ -135,6 +141,14 @@ def generate_cmd(model, prompt, prompt_file, input_path, method, references, ind
             except (LookupdecError, ValueError, TypeError) as exc:
                 where = f"prompt {i + 1}: " if len(requests) > 1 else ""
                 raise click.ClickException(f"{where}{exc}")
+        if method in ("auto", "llma", "rest", "history"):
+            from lookupdec.costs import curve_path
+
+            path = curve_path(dec.verifier, torch_threads())
+            if not path.exists():
+                click.echo(f"measuring the verify cost curve of this model on this machine once (cached in "
+                           f"{path.parent})...", err=True)
+            dec.cost_curve()
         for req in requests:
             on_text = None if as_json else (lambda s: (sys.stdout.write(s), sys.stdout.flush()))
             refs = list(shared_refs + req.references) or None

@@ -25,7 +25,7 @@ build: setup
 	$(BIN)/python setup.py -q build_ext --inplace
 
 demo: build
-	$(BIN)/lookupdec generate --method pld --max-new-tokens 64 --prompt "$(PROMPT)"
+	$(BIN)/lookupdec generate --max-new-tokens 64 --prompt "$(PROMPT)"
 
 index-demo: build
 	$(BIN)/python datastore/make_sample_corpus.py -o datastore/sample/stdlib.jsonl

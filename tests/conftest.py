@@ -70,6 +70,13 @@ def tiny_loaded(seed: int = 0, **kw):
     return LoadedModel(model, char_tokenizer(), f"tiny-llama-{seed}", (EOS_ID,), model.config.max_position_embeddings)
 
 
+def save_tiny(directory, seed: int = 0, **kw) -> str:
+    """A tiny model and its tokenizer saved as a model directory (what --model and Decoder(path) take)."""
+    tiny_model(seed, **kw).save_pretrained(directory)
+    char_tokenizer().save_pretrained(directory)
+    return str(directory)
+
+
 @pytest.fixture
 def tiny():
     return tiny_loaded(0)

@@ -7,15 +7,13 @@ import pytest
 from click.testing import CliRunner
 
 from lookupdec.cli import main
-from tests.conftest import char_tokenizer, tiny_model
+from tests.conftest import save_tiny
 
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     d = tmp_path_factory.mktemp("tiny")
-    tiny_model(0).save_pretrained(d)
-    char_tokenizer().save_pretrained(d)
-    return str(d)
+    return save_tiny(d, 0)
 
 
 def test_json_output_one_object_per_prompt(model_dir, tmp_path):

@@ -91,11 +91,9 @@ def test_cli_token_id_prompts_are_checked_before_generating(tmp_path):
     from click.testing import CliRunner
 
     from lookupdec.cli import main
-    from tests.conftest import char_tokenizer, tiny_model
+    from tests.conftest import save_tiny
 
-    d = tmp_path / "m"
-    tiny_model(0).save_pretrained(d)
-    char_tokenizer().save_pretrained(d)
+    d = save_tiny(tmp_path / "m", 0)
     inp = tmp_path / "in.jsonl"
     inp.write_text(json.dumps([5, 6, 7]) + "\n" + json.dumps([5, 999]) + "\n")
     r = CliRunner().invoke(main, ["generate", "--model", str(d), "--input", str(inp), "--json", "--max-new-tokens", "4"])

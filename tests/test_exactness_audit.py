@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import char_tokenizer, tiny_model
+from tests.conftest import save_tiny
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 
@@ -26,9 +26,7 @@ def ex():
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     d = tmp_path_factory.mktemp("tiny")
-    tiny_model(0, scale=1.0).save_pretrained(d)
-    char_tokenizer().save_pretrained(d)
-    return str(d)
+    return save_tiny(d, 0, scale=1.0)
 
 
 def test_the_prompt_set_mixes_every_kind_and_length(ex):

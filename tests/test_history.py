@@ -17,7 +17,7 @@ from lookupdec.costs import CostCurve
 from lookupdec.decoder import Decoder
 from lookupdec.errors import TokenizerMismatchError
 from lookupdec.index.history import MANIFEST, HistoryError, check_history_path, open_history
-from tests.conftest import char_tokenizer, tiny_loaded, tiny_model
+from tests.conftest import char_tokenizer, save_tiny, tiny_loaded
 
 FLAT = CostCurve((1, 128), (10.0, 10.5), 0, (0.0, 0.0), "test", "flat")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -191,10 +191,8 @@ def test_history_and_auto_draft_from_earlier_outputs_and_equal_ar(tmp_path):
 
 
 def test_cli_history_option(tmp_path):
-    d = tmp_path / "tiny"
-    tiny_model(3).save_pretrained(d)
-    char_tokenizer().save_pretrained(d)
-    base = ["generate", "--model", str(d), "--no-chat-template", "--max-new-tokens", "40", "--json",
+    d = save_tiny(tmp_path / "tiny", 3)
+    base = ["generate", "--model", d, "--no-chat-template", "--max-new-tokens", "40", "--json",
             "--prompt", "Tell me about the weather in the hills today."]
     r1 = CliRunner().invoke(main, base + ["--history", str(tmp_path / "h")])
     assert r1.exit_code == 0, r1.output

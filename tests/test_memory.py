@@ -6,7 +6,7 @@ import torch
 from lookupdec.decoder import Decoder
 from lookupdec.fast_forward import FastForward
 from lookupdec.models import LoadedModel
-from tests.conftest import char_tokenizer, tiny_loaded, tiny_model
+from tests.conftest import char_tokenizer, save_tiny, tiny_loaded, tiny_model
 
 
 def snapshot(model):
@@ -47,9 +47,7 @@ def test_a_callers_model_that_runs_transformers_forward_is_not_repacked():
 
 
 def test_a_model_the_decoder_loads_keeps_one_copy_of_its_weights_and_decodes_the_same(tmp_path):
-    tiny_model(0).save_pretrained(tmp_path)
-    char_tokenizer().save_pretrained(tmp_path)
-    owned = Decoder(str(tmp_path))  # loaded here: the fast forward holds the only copy of the projections
+    owned = Decoder(save_tiny(tmp_path, 0))  # loaded here: the fast forward holds the only copy of the projections
     assert owned.verifier.backend == "fast"
     kept = tiny_model(0)
     linear = sum(p.numel() for name, p in kept.named_parameters() if "proj" in name or "lm_head" in name)

@@ -6,7 +6,7 @@ import pytest
 from lookupdec.decoder import Decoder
 from lookupdec.errors import ContextTooLongError, ModelLoadError
 from lookupdec.models import encode_prompt, load_model
-from tests.conftest import char_tokenizer, tiny_loaded, tiny_model
+from tests.conftest import char_tokenizer, save_tiny, tiny_loaded, tiny_model
 
 
 def test_encode_prompt_forms():
@@ -109,14 +109,10 @@ def test_a_missing_optional_package_is_a_message(monkeypatch):
 
 def test_the_module_level_decoder_cache_is_bounded(tmp_path, monkeypatch):
     import lookupdec.decoder as decoder_mod
-    from tests.conftest import char_tokenizer, tiny_model
 
     dirs = []
     for seed in range(3):
-        d = tmp_path / f"m{seed}"
-        tiny_model(seed).save_pretrained(d)
-        char_tokenizer().save_pretrained(d)
-        dirs.append(str(d))
+        dirs.append(save_tiny(tmp_path / f"m{seed}", seed))
     monkeypatch.setattr(decoder_mod, "_DEFAULT", decoder_mod.OrderedDict())
     for d in dirs + [dirs[0]]:
         decoder_mod.generate([5, 6], model=d, method="ar", max_new_tokens=2)

@@ -12,7 +12,7 @@ from lookupdec.costs import CostCurve
 from lookupdec.decoder import Decoder
 from lookupdec.errors import IndexFormatError, TokenizerMismatchError
 from lookupdec.index import build_index_from_tokens
-from tests.conftest import char_tokenizer, tiny_loaded, tiny_model
+from tests.conftest import char_tokenizer, save_tiny, tiny_loaded
 
 # A flat curve: every width costs about a plain step, so any tree with some chance pays.
 FLAT = CostCurve((1, 128), (10.0, 10.5), 0, (0.0, 0.0), "test", "flat")
@@ -153,9 +153,7 @@ def test_index_errors_name_the_problem(tmp_path):
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     d = tmp_path_factory.mktemp("tiny")
-    tiny_model(3).save_pretrained(d)
-    char_tokenizer().save_pretrained(d)
-    return str(d)
+    return save_tiny(d, 3)
 
 
 def test_cli_references_index_and_per_request_references(model_dir, tmp_path):

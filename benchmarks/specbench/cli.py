@@ -12,7 +12,7 @@ from typing import Callable, Mapping, Sequence
 from .exactness import ExactnessCheck, OutputMismatch
 from .methods import (LOOKUPDEC_METHODS, PEER_METHODS, REFERENCE_METHOD, HFGenerate, LookupdecMethod, Method,
                       known_method_names)
-from .metrics import OVERALL, accept_histograms, summarize
+from .metrics import accept_histograms, summarize
 from .plots import plot_accept_hist, plot_speedup
 from .report import markdown_table, ordered_methods, write_json
 from .runner import ChatCodec, HFChatCodec, RunConfig, run_benchmark

@@ -35,7 +35,6 @@ import numpy as np
 
 from lookupdec.errors import CorpusError, LookupdecError
 from lookupdec.index.manifest import (
-    MANIFEST_NAME,
     SEP,
     ArrayFile,
     Manifest,

@@ -56,3 +56,26 @@ def test_shrinkage_toward_the_coarse_rate_then_the_prior():
     # The fine key learned most; a sibling depth bucket borrows from the shared coarse rate.
     assert cal.rate(fine, 0.2) > cal.rate(coarse, 0.2) > 0.2
     assert abs(Calibration().rate(fine, 0.2) - 0.2) < 1e-12
+
+
+def test_merged_calibration_observes_whole_paths_and_learns_a_source_s_overconfidence():
+    from lookupdec.drafters.auto import _MergedCalibration
+    from lookupdec.tree import merge_trees
+
+    cal = Calibration()
+    mc = _MergedCalibration(cal)
+    # Two sources agree on [5, 6]; one also proposes [7]. Both overstate their chances.
+    a = DraftTree.chain([5, 6], scores=[0.9, 0.9], source=1)
+    b = DraftTree.from_sequences([[5, 6], [7]], source=2)
+    first = mc.apply(merge_trees([a, b]))
+    assert np.allclose(first.scores, merge_trees([a, b]).tree.path_scores())  # no outcome yet: the prior
+    for _ in range(80):
+        mc.apply(merge_trees([a, b]))
+        mc.learn((5, 8))  # 5 right, 6 wrong, 7 wrong
+    after = mc.apply(merge_trees([a, b]))
+    assert after.scores[0] > 0.9 and after.scores[1] < 0.1 and after.scores[2] < 0.1
+    # Unknown outcomes are not observed: a step whose new tokens stop before a node says nothing of it.
+    before = cal.observations("auto")
+    mc.apply(merge_trees([DraftTree.chain([5, 6, 9])]))
+    mc.learn((5,))  # node 5 confirmed... as the bonus token only; 6 and 9 lie beyond
+    assert cal.observations("auto") == before + 1

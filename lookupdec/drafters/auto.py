@@ -3,7 +3,10 @@
 Each step every source (the live context always; reference documents, corpus
 datastores and earlier outputs when given) proposes a tree scored with its own
 calibrated acceptance probabilities. The trees are merged into one trie (a
-path proposed by several sources keeps its best score), and the subtree to
+path proposed by several sources keeps its best score). Keeping the best of
+several estimates biases it upward, so the merged scores are calibrated once
+more, by score, by how many sources proposed the path and by depth, against
+how often such paths were accepted (``_MergedCalibration``). The subtree to
 verify is chosen from the verifier's cost curve: the one with the best
 expected tokens per millisecond at the current cache length, or nothing when
 no tree beats a plain step (``lookupdec.drafters.select``). After
@@ -17,9 +20,9 @@ import numpy as np
 
 from lookupdec.costs import CostCurve
 from lookupdec.drafters.base import DraftRequest, Drafter, StepOutcome
-from lookupdec.drafters.calibrate import Calibration
+from lookupdec.drafters.calibrate import DEPTH_EDGES, Calibration, bucket
 from lookupdec.drafters.select import DEFAULT_MARGIN, select_nodes
-from lookupdec.tree import DraftTree, merge_trees
+from lookupdec.tree import DraftTree, Merged, merge_trees
 
 # Most nodes each source proposes: candidates for the selection, which keeps far fewer.
 SOURCE_BUDGET = 48
@@ -35,6 +38,52 @@ def context_source(calibration: Calibration | None) -> Drafter:
     cfg = PLDConfig(max_width=SOURCE_BUDGET, max_occurrences=8, min_depth=16, init_depth=16, max_depth=16, grow=0,
                     fallback_width=8, fallback_depth=6)
     return PLDDrafter(cfg, calibration=calibration)
+
+
+class _MergedCalibration:
+    """Path scores of the merged tree mapped to observed acceptance.
+
+    Key: (score in 20 bins, sources that proposed the path (up to 3), depth
+    bucket); the prior is the merged score itself. An observation is
+    unconditional: a path is a hit if every token on it was accepted, a miss if
+    one was not, unknown if it runs past the step's new tokens.
+    """
+
+    def __init__(self, calibration: Calibration) -> None:
+        self.calibration = calibration
+        self._pending: tuple[list[int], list[int], list[int], list[tuple]] | None = None
+
+    def apply(self, merged: Merged) -> DraftTree:
+        tree = merged.tree
+        n = len(tree)
+        if n == 0:
+            self._pending = None
+            return tree
+        agree = np.zeros(n, np.int64)
+        for where in merged.maps:
+            agree[np.unique(where)] += 1
+        depth = tree.depth.tolist()
+        scores = tree.path_scores()
+        keys = [("auto", int(min(s, 0.999) * 20), int(min(a, 3)), bucket(DEPTH_EDGES, d))
+                for s, a, d in zip(scores.tolist(), agree.tolist(), depth)]
+        rated = np.array([self.calibration.rate(k, float(s)) for k, s in zip(keys, scores.tolist())])
+        self._pending = (tree.tokens.tolist(), tree.parents.tolist(), depth, keys)
+        return DraftTree.trusted(tree.tokens, tree.parents, rated, tree.sources)
+
+    def learn(self, new_tokens) -> None:
+        pend, self._pending = self._pending, None
+        if pend is None:
+            return
+        tokens, parents, depth, keys = pend
+        new = list(new_tokens)
+        state: list[bool | None] = [None] * len(tokens)  # path accepted / not / unknown
+        for i, (tok, p, d) in enumerate(zip(tokens, parents, depth)):
+            if p >= 0 and state[p] is not True:
+                state[i] = state[p]  # under a rejected node: rejected; under an unknown one: unknown
+            elif d <= len(new):
+                state[i] = tok == new[d - 1]
+            if state[i] is not None:
+                self.calibration.observe(keys[i], state[i])
 
 
 class AutoDrafter:
@@ -83,6 +132,7 @@ class AutoDrafter:
 
                 sources.append(HistoryDrafter(history, calibration=self.calibration))
         self.sources = list(sources)
+        self._merged_calibration = _MergedCalibration(self.calibration)
         self._cost = cost
         self._table: np.ndarray | None = None
         self._table_past = -1
@@ -119,13 +169,15 @@ class AutoDrafter:
         sub = DraftRequest(min(request.budget, SOURCE_BUDGET), request.max_depth)
         trees = [s.propose(sub) for s in self.sources]
         merged = merge_trees(trees)
-        sel = select_nodes(merged.tree, self._costs(request.budget), request.budget, request.max_depth, self.margin)
+        tree = self._merged_calibration.apply(merged)
+        sel = select_nodes(tree, self._costs(request.budget), request.budget, request.max_depth, self.margin)
         self._last = (trees, merged.maps, sel.nodes)
-        return merged.tree.subset(sel.nodes) if len(sel.nodes) < len(merged.tree) else merged.tree
+        return tree.subset(sel.nodes) if len(sel.nodes) < len(tree) else tree
 
     def commit(self, outcome: StepOutcome) -> None:
         new = outcome.new_tokens
         self._past += len(new)
+        self._merged_calibration.learn(new)
         if self._last is None:
             for s in self.sources:
                 s.commit(StepOutcome((), new))

@@ -1,33 +1,38 @@
-"""Verification cost curve: c(w), our verify forward over w tokens on a ~500-row
-KV cache, next to c_hf(1), transformers' own single-token decoding forward;
-then plain decoding (``ar``) tokens/s next to transformers' ``generate()``.
+"""Verification cost curve and memory: c(w) next to transformers' single-token forward, ar next to
+transformers' ``generate()``, and peak memory of both.
 
 Usage:
     python benchmarks/cost_curve.py [--threads 2] [--past 500] [--repeats 15] [--ar-tokens 128]
-                                    [--out benchmarks/cost_curve.json]
+                                    [--widths 1,2,...] [--no-rss] [--out benchmarks/out/cost_curve.json]
 
-c(w): the verifier of ``Decoder(fast_kernels=True)`` (the fast backend for this
-model), a tree of w - 1 nodes on top of ``--past`` cached rows; warm-up, then the
-median of ``--repeats`` timed forwards; after each forward the cache is cut back
-to ``past`` rows (not timed). The verifier computes the logits of the root and the
-tree's most likely path ("rows") inside the forward, the others only when an
-acceptance walk visits them: c(w) is the cost of a step whose walk stays on that
-path; "all rows" is the cost with every row's logits (the most a step can cost). c_hf(1): a separately loaded copy of the model with
-transformers' default kernels, one token on a ``DynamicCache`` of ``past`` rows.
-ar: 3 chat prompts x ``--ar-tokens`` new tokens, greedy, ours (fast backend) vs
-transformers' ``generate()`` (default kernels), interleaved, best of 2 rounds
-per prompt. The machine may be shared: medians, not means.
+c(w): one verify forward of ``Decoder()``'s verifier over the root plus a tree of
+w - 1 nodes on top of ``--past`` cached rows, measured by ``lookupdec.costs.measure``
+(the routine ``auto`` measures its own curve with): warm-up, then the median of
+``--repeats``. The verifier computes the logits of the root and the tree's most
+likely path in the forward, others only when an acceptance walk visits them, so
+"all rows" adds every row's logits (the most a step can cost). c_hf(1):
+transformers' own single-token forward of a separately loaded copy of the model
+(default kernels, ``DynamicCache`` of ``--past`` rows), before and after the curve.
+ar: 3 chat prompts x ``--ar-tokens`` new tokens, greedy, ours vs transformers'
+``generate()``, best of 2 rounds each. Memory: peak RSS (VmHWM) and RSS after
+generating 64 tokens, each in a fresh process that loads the embedded model
+and generates (ours: ``Decoder().generate``; peer: ``load_model`` and
+``model.generate``). The machine may be shared: medians, not means.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import platform
 import statistics
+import subprocess
+import sys
 import time
+from pathlib import Path
 
-import numpy as np
-
-WIDTHS = [1, 2, 4, 8, 12, 16, 24, 32, 48, 64]
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
 
 AR_PROMPTS = [
     "Explain how a suffix array is built and what it is used for.",
@@ -35,82 +40,103 @@ AR_PROMPTS = [
     "List five tips for writing clear Python code, with one example each.",
 ]
 
+# Loads the embedded model and generates 64 tokens; prints VmHWM and VmRSS in MiB.
+_MEMORY_PROBE = r"""
+import sys, torch
+torch.set_num_threads(1)
+def status(key):
+    return int([l for l in open("/proc/self/status") if l.startswith(key)][0].split()[1]) / 1024
+prompt = "Write a haiku about rain."
+if sys.argv[1] == "lookupdec":
+    from lookupdec import Decoder
+    Decoder().generate(prompt, method="ar", max_new_tokens=64)
+else:
+    from lookupdec.models import encode_prompt, load_model
+    lm = load_model()
+    ids = torch.tensor([encode_prompt(lm.tokenizer, prompt)])
+    lm.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=64, do_sample=False)
+print(status("VmHWM"), status("VmRSS"))
+"""
+
+
+def memory(which: str) -> tuple[float, float]:
+    out = subprocess.run([sys.executable, "-c", _MEMORY_PROBE, which], capture_output=True, text=True, check=True,
+                         cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    peak, rss = out.stdout.split()
+    return float(peak), float(rss)
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--past", type=int, default=500)
     ap.add_argument("--repeats", type=int, default=15)
-    ap.add_argument("--widths", type=str, default=",".join(map(str, WIDTHS)))
+    ap.add_argument("--widths", type=str, default="1,2,4,8,12,16,24,32,48,64")
     ap.add_argument("--ar-tokens", type=int, default=128, help="0 skips the ar vs generate() comparison")
-    ap.add_argument("--out", default="benchmarks/cost_curve.json")
+    ap.add_argument("--no-rss", action="store_true", help="skip the memory comparison")
+    ap.add_argument("--out", default="benchmarks/out/cost_curve.json")
     args = ap.parse_args()
 
+    import numpy as np
     import torch
     from transformers import DynamicCache
 
+    from lookupdec.costs import device_description, measure
     from lookupdec.decoder import Decoder
     from lookupdec.models import load_model
     from lookupdec.tree import DraftTree
 
     torch.set_num_threads(args.threads)
     widths = [int(w) for w in args.widths.split(",")]
-    dec = Decoder(load_model(None), fast_kernels=True)
+    dec = Decoder()
     verifier = dec.verifier
     hf = load_model(None)  # a separate copy: transformers' forward, default kernels
-    rng = np.random.default_rng(0)
-    prompt = rng.integers(100, 40000, args.past).tolist()
-
-    def timed(fn, reset) -> float:
-        for _ in range(3):
-            fn(); reset()
-        ts = []
-        for _ in range(args.repeats):
-            t = time.perf_counter(); fn(); ts.append(time.perf_counter() - t); reset()
-        return statistics.median(ts) * 1e3
+    prompt = np.random.default_rng(0).integers(100, 40000, args.past).tolist()
 
     def hf_one() -> float:
         cache = DynamicCache(config=hf.model.config)
         with torch.inference_mode():
             hf.model(torch.tensor([prompt]), past_key_values=cache, use_cache=True, logits_to_keep=1)
-        ids = torch.tensor([[5]])
-
-        def fn():
-            with torch.inference_mode():
+            ids, ts = torch.tensor([[5]]), []
+            for i in range(3 + args.repeats):
+                t = time.perf_counter()
                 hf.model(input_ids=ids, past_key_values=cache, use_cache=True)
-        return timed(fn, lambda: cache.crop(-1))
-
-    out_all: dict[int, float] = {}
-    fetched: dict[int, int] = {}
-
-    def ours() -> dict[int, float]:
-        cache = verifier.new_cache(args.past + 128)
-        verifier.prefill(cache, prompt[:-1])
-        out = {}
-        for w in widths:
-            # A tree of w - 1 nodes: a few branches, as drafters produce.
-            seqs = [rng.integers(100, 40000, 6).tolist() for _ in range((w - 1 + 5) // 6)]
-            tree = DraftTree.from_sequences(seqs).prune(w - 1) if w > 1 else DraftTree.empty()
-            past = args.past - 1
-            out[w] = timed(lambda: verifier.forward(cache, past, 7, tree), lambda: cache.crop(past))
-            # Every row's logits, as a walk that leaves the main path at the root would need at most.
-            out_all[w] = timed(lambda: verifier.forward(cache, past, 7, tree).logits, lambda: cache.crop(past))
-            res = verifier.forward(cache, past, 7, tree)
-            fetched[w] = res.rows.computed
-            cache.crop(past)
-        return out
+                if i >= 3:
+                    ts.append(time.perf_counter() - t)
+                cache.crop(-1)
+        return statistics.median(ts) * 1e3
 
     c_hf = hf_one()
-    c_ours = ours()
-    c_hf_after = hf_one()  # the machine may drift: measured before and after
-    print(f"embedded model, float32, {args.threads} threads, past {args.past} rows, median of {args.repeats}, "
-          f"backend {verifier.backend}")
-    print(f"c_hf(1) = {c_hf:.1f} ms before, {c_hf_after:.1f} ms after (transformers forward, default kernels)")
+    curve = measure(verifier, widths=widths, past=args.past - 1, far_past=4 * args.past, repeats=args.repeats,
+                    warmup=3)
+    c_hf_after = hf_one()
+    # Every row's logits: the same forwards, then the full product.
+    all_rows = {}
+    cache = verifier.new_cache(args.past + max(widths) + 8)
+    with torch.inference_mode():
+        verifier.prefill(cache, prompt)
+        rng = np.random.default_rng(1)
+        for w in widths:
+            seqs = [rng.integers(100, 40000, 6).tolist() for _ in range((w - 1 + 5) // 6)]
+            tree = DraftTree.from_sequences(seqs).prune(w - 1) if w > 1 else DraftTree.empty()
+            ts = []
+            for i in range(3 + args.repeats):
+                t = time.perf_counter()
+                verifier.forward(cache, args.past, 7, tree).logits
+                if i >= 3:
+                    ts.append(time.perf_counter() - t)
+                from lookupdec.kvcache import keep_rows
+
+                keep_rows(cache, args.past, [])
+            all_rows[w] = statistics.median(ts) * 1e3
     c_ref = min(c_hf, c_hf_after)
-    print(f"{'w':>4} {'c(w) ms':>9} {'c(w) / c_hf(1)':>15} {'rows':>5} {'all rows ms':>12} {'ratio':>6}")
-    for w in widths:
-        print(f"{w:>4} {c_ours[w]:>9.1f} {c_ours[w] / c_ref:>15.2f} {fetched[w]:>5} {out_all[w]:>12.1f} "
-              f"{out_all[w] / c_ref:>6.2f}")
+    print(f"{device_description('cpu')}; embedded model, float32, {args.threads} threads, {args.past} cached rows, "
+          f"median of {args.repeats}, backend {verifier.backend}")
+    print(f"c_hf(1) = {c_hf:.1f} ms before, {c_hf_after:.1f} ms after (transformers forward, default kernels)")
+    print(f"{'w':>4} {'c(w) ms':>9} {'c(w)/c_hf(1)':>13} {'c(w)/c(1)':>10} {'all rows ms':>12} {'ratio':>6}")
+    for w, ms in zip(curve.widths, curve.ms):
+        print(f"{w:>4} {ms:>9.1f} {ms / c_ref:>13.2f} {ms / curve.ms[0]:>10.2f} {all_rows[w]:>12.1f} "
+              f"{all_rows[w] / c_ref:>6.2f}")
 
     ar_rows = []
     if args.ar_tokens:
@@ -130,19 +156,25 @@ def main() -> None:
             hf_new = out[0, len(ids):].tolist()
             ar_rows.append({"prompt": text, "ours_tokens": res.new_tokens, "ours_s": best_ours,
                             "hf_tokens": len(hf_new), "hf_s": best_hf, "same_tokens": list(res.token_ids) == hf_new})
-        print(f"{'prompt':>6} {'ours tok/s':>11} {'generate() tok/s':>17} {'ratio':>6} {'same output':>12}")
-        for i, r in enumerate(ar_rows):
-            a, b = r["ours_tokens"] / r["ours_s"], r["hf_tokens"] / r["hf_s"]
-            print(f"{i:>6} {a:>11.1f} {b:>17.1f} {a / b:>6.2f} {str(r['same_tokens']):>12}")
         ta = sum(r["ours_tokens"] for r in ar_rows) / sum(r["ours_s"] for r in ar_rows)
         tb = sum(r["hf_tokens"] for r in ar_rows) / sum(r["hf_s"] for r in ar_rows)
-        print(f"{'all':>6} {ta:>11.1f} {tb:>17.1f} {ta / tb:>6.2f}")
+        print(f"ar {ta:.1f} tok/s vs generate() {tb:.1f} tok/s: {ta / tb:.2f}x; same tokens: "
+              f"{[r['same_tokens'] for r in ar_rows]}")
+    mem = {}
+    if not args.no_rss:
+        del dec, hf
+        mem = {"lookupdec": memory("lookupdec"), "transformers": memory("transformers")}
+        (p1, r1), (p2, r2) = mem["lookupdec"], mem["transformers"]
+        print(f"peak RSS: lookupdec {p1:.0f} MiB, transformers generate() {p2:.0f} MiB ({p1 / p2:.2f}x); "
+              f"RSS after generating: {r1:.0f} vs {r2:.0f} MiB")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     with open(args.out, "w") as f:
-        json.dump({"threads": args.threads, "past": args.past, "repeats": args.repeats, "backend": verifier.backend,
+        json.dump({"device": device_description("cpu"), "machine": platform.machine(), "threads": args.threads,
+                   "past": args.past, "repeats": args.repeats, "backend": verifier.backend,
                    "c_hf_1_ms": c_hf, "c_hf_1_after_ms": c_hf_after,
-                   "c_ms": {str(k): v for k, v in c_ours.items()},
-                   "c_all_rows_ms": {str(k): v for k, v in out_all.items()},
-                   "logit_rows_fetched": {str(k): v for k, v in fetched.items()}, "ar": ar_rows}, f, indent=1)
+                   "c_ms": {str(w): m for w, m in zip(curve.widths, curve.ms)},
+                   "c_all_rows_ms": {str(k): v for k, v in all_rows.items()},
+                   "ar": ar_rows, "memory_mib": mem}, f, indent=1)
     print(f"wrote {args.out}")
 
 

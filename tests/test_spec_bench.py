@@ -431,3 +431,33 @@ def test_a_history_learns_each_reference_answer_only_after_every_method_ran_it(q
     assert len(store) == turns  # one reference answer per turn
     # Both methods of turn k saw exactly k answers stored.
     assert [n for n, _ in seen] == [k for k in range(turns) for _ in range(2)]
+
+
+def test_sampled_runs_time_every_method_without_comparing_outputs(qfile):
+    # Differing outputs (as sampling gives) are no failure in a sampled run, and turn 2 still
+    # continues the reference's answer.
+    ar, pld = FakeMethod("ar"), FakeMethod("pld", break_at=1)
+    qs = load_questions(qfile)
+    recs = run_benchmark(qs, {"ar": ar, "pld": pld}, FakeCodec(), ExactnessCheck("ar", (EOS,)),
+                         RunConfig(max_new_tokens=12, warmup_tokens=0, sampled=True))
+    assert len(recs) == 2 * sum(len(q.turns) for q in qs)
+    assert [c[0] for c in ar.calls] == [c[0] for c in pld.calls]  # same prompts, turn 2 included
+    with pytest.raises(OutputMismatch):  # the same methods greedy: the broken one is caught
+        run_benchmark(qs, {"ar": FakeMethod("ar"), "pld": FakeMethod("pld", break_at=1)}, FakeCodec(),
+                      ExactnessCheck("ar", (EOS,)), RunConfig(max_new_tokens=12, warmup_tokens=0))
+
+
+def test_temperature_and_seed_reach_every_method():
+    from specbench.cli import build_setup
+    from specbench.methods import HFGenerate, LookupdecMethod
+
+    class FakeDecoder:
+        loaded = type("L", (), {"eos_ids": (EOS,), "name": "fake"})()
+        tokenizer = None
+
+    class FakeLoaded:
+        model = type("M", (), {"eval": lambda self: self})()
+
+    setup = build_setup(FakeDecoder(), FakeLoaded(), ["ar", "hf", "pld"], temperature=0.7, seed=3)
+    assert isinstance(setup.methods["hf"], HFGenerate) and isinstance(setup.methods["pld"], LookupdecMethod)
+    assert all((m.temperature, m.seed) == (0.7, 3) for m in setup.methods.values())

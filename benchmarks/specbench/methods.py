@@ -118,11 +118,14 @@ class HFGenerate:
 
     takes_references = False
 
-    def __init__(self, name: str, model, eos_ids: Sequence[int], prompt_lookup_num_tokens: int | None = None):
+    def __init__(self, name: str, model, eos_ids: Sequence[int], prompt_lookup_num_tokens: int | None = None,
+                 temperature: float = 0.0, seed: int = 0):
         self.name = name
         self.model = model
         self.eos_ids = [int(e) for e in eos_ids]
         self.prompt_lookup_num_tokens = prompt_lookup_num_tokens
+        self.temperature = float(temperature)
+        self.seed = int(seed)
 
     def generate(self, prompt_ids: Sequence[int], max_new_tokens: int,
                  references: Sequence[str] = ()) -> MethodOutput:
@@ -130,8 +133,13 @@ class HFGenerate:
         from transformers import GenerationConfig
 
         # A fresh config, so no sampling defaults shipped with the model apply.
+        sampled = self.temperature > 0
+        if sampled:
+            torch.manual_seed(self.seed)
         config = GenerationConfig(
-            do_sample=False,
+            do_sample=sampled,
+            temperature=self.temperature if sampled else None,
+            top_k=0 if sampled else None,
             max_new_tokens=max_new_tokens,
             eos_token_id=self.eos_ids,
             pad_token_id=self.eos_ids[0],
@@ -160,10 +168,13 @@ class LookupdecMethod:
         (504, 3458, 28)
     """
 
-    def __init__(self, decoder, method: str, takes_references: bool = False):
+    def __init__(self, decoder, method: str, takes_references: bool = False, temperature: float = 0.0,
+                 seed: int = 0):
         self.name = method
         self.decoder = decoder
         self.takes_references = takes_references
+        self.temperature = float(temperature)
+        self.seed = int(seed)
 
     def generate(self, prompt_ids: Sequence[int], max_new_tokens: int,
                  references: Sequence[str] = ()) -> MethodOutput:
@@ -171,7 +182,8 @@ class LookupdecMethod:
         # remember=False: a history store learns only the reference answer of each finished
         # question (run_benchmark's on_answer), never an answer to the question being run.
         res = self.decoder.generate(list(prompt_ids), method=self.name, max_new_tokens=max_new_tokens,
-                                    temperature=0.0, references=refs, chat_template=False, remember=False)
+                                    temperature=self.temperature, seed=self.seed, references=refs,
+                                    chat_template=False, remember=False)
         lengths = step_lengths_from_stats(res.step_stats, res.new_tokens)
         forward = sum(s.verify_ms for s in res.step_stats)
         overhead = sum(s.draft_ms + s.other_ms for s in res.step_stats)

@@ -86,6 +86,40 @@ def max_context_of(model) -> int:
     return 2048  # a conservative default for configs that do not say
 
 
+def check_device(device: str | None) -> str:
+    """The torch device to use, checked to exist on this machine.
+
+    Args:
+        device: a torch device string ("cpu", "cuda", "cuda:1", "mps"), or None
+            for CUDA when available, else CPU.
+    Returns:
+        The device string.
+    Raises:
+        ModelLoadError: the string is not a device, or names one this machine lacks.
+    Example:
+        >>> check_device("cpu")
+        'cpu'
+    """
+    import torch
+
+    if device is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError) as exc:
+        raise ModelLoadError(f"--device {device!r} is not a torch device ({exc}); use e.g. cpu or cuda:0") from None
+    if dev.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ModelLoadError(f"device {device!r} asked for, but this torch has no CUDA device; use --device cpu")
+        if dev.index is not None and dev.index >= count:
+            raise ModelLoadError(f"device {device!r} asked for, but this machine has {count} CUDA device(s): "
+                                 f"use cuda:0 to cuda:{count - 1}")
+    elif dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ModelLoadError(f"device {device!r} asked for, but MPS is not available here; use --device cpu")
+    return device
+
+
 def load_model(model: str | None = None, *, dtype: str = "float32", device: str | None = None) -> LoadedModel:
     """Load a target model and its tokenizer from local files only.
 
@@ -110,8 +144,7 @@ def load_model(model: str | None = None, *, dtype: str = "float32", device: str 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch_dtype = getattr(torch, dtype)
-    if device is None:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = check_device(device)
     if model is None:
         path = embedded_model_file()
         name, source, kwargs = EMBEDDED_NAME, os.path.dirname(path), {"gguf_file": os.path.basename(path)}

@@ -45,6 +45,19 @@ def test_missing_models_give_clear_errors(tmp_path):
         load_model(None, dtype="int3")
 
 
+def test_devices_this_machine_lacks_are_refused_before_loading(tmp_path):
+    import torch
+
+    from lookupdec.models import check_device
+
+    assert check_device("cpu") == "cpu"
+    with pytest.raises(ModelLoadError, match="not a torch device.*cpu or cuda:0"):
+        load_model(str(tmp_path / "never-read"), device="gpu")
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    with pytest.raises(ModelLoadError, match="cuda"):
+        check_device(f"cuda:{n}")  # one past the last device (the first when there is none)
+
+
 def test_prompt_longer_than_context_is_refused():
     dec = Decoder(tiny_loaded(0), fast_kernels=False)
     with pytest.raises(ContextTooLongError, match=r"250 tokens.*max_new_tokens is 10.*256"):

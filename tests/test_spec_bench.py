@@ -405,6 +405,16 @@ def test_bad_arguments_exit_2(qfile, tmp_path, capsys):
     assert "nope" in capsys.readouterr().err
 
 
+def test_llma_on_tasks_without_documents_is_refused_before_loading(qfile, capsys):
+    # The real registry decides (available=None); llma needs a prompt's documents, which only
+    # summarization and rag carry, so asking for it on mt_bench stops before any model is loaded.
+    def no_setup(args, names):
+        raise AssertionError("setup must not run")
+
+    assert main(["--questions", str(qfile), "--tasks", "mt_bench,rag", "--methods", "ar,llma"], setup=no_setup) == 2
+    assert "llma' needs documents" in capsys.readouterr().err
+
+
 def test_docstring_examples():
     import doctest
 

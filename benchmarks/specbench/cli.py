@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
+from .documents import DOCUMENT_TASKS
 from .exactness import ExactnessCheck, OutputMismatch
 from .methods import (LOOKUPDEC_METHODS, PEER_METHODS, REFERENCE_METHOD, HFGenerate, LookupdecMethod, Method,
                       known_method_names)
@@ -185,6 +186,7 @@ def main(argv: Sequence[str] | None = None,
     """
     args = parse_args(argv)
     try:
+        tasks = list(SPEC_BENCH_TASKS) if args.tasks is None else [t.strip() for t in args.tasks.split(",") if t.strip()]
         if available is None:
             available = known_method_names(decoder_method_names())
             asked = [s.strip() for s in args.methods.split(",")]
@@ -193,8 +195,14 @@ def main(argv: Sequence[str] | None = None,
                     if name in asked:
                         raise ValueError(f"method {name!r} needs {flag}")
                     available = [n for n in available if n != name]
+            no_documents = [t for t in tasks if t not in DOCUMENT_TASKS]
+            if no_documents:  # llma drafts only from a prompt's documents, and the library refuses it without any
+                if "llma" in asked:
+                    raise ValueError(f"method 'llma' needs documents, which only {', '.join(DOCUMENT_TASKS)} prompts "
+                                     f"carry; tasks {no_documents} have none: run llma with --tasks "
+                                     f"{','.join(DOCUMENT_TASKS)} (auto drafts from the documents on every task)")
+                available = [n for n in available if n != "llma"]
         names = choose_methods(args.methods, available)
-        tasks = list(SPEC_BENCH_TASKS) if args.tasks is None else [t.strip() for t in args.tasks.split(",") if t.strip()]
         questions = load_questions(args.questions, args.per_category, [t for t in tasks if t != "code"] or None) \
             if any(t != "code" for t in tasks) else []
         if "code" in tasks:

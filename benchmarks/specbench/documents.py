@@ -11,6 +11,8 @@ tokens. Two tasks carry documents:
 from __future__ import annotations
 
 SUMMARIZE_PREFIX = "Summarize:"
+# The tasks whose prompts carry documents (what llma drafts from).
+DOCUMENT_TASKS = ("summarization", "rag")
 
 
 def extract_documents(task: str, prompt: str) -> tuple[str, ...]:

@@ -23,6 +23,8 @@ width-dependent kernel introduces, and how often it changes an argmax.
 
 Usage:
     python benchmarks/exactness.py --n 500 --json benchmarks/out/exactness.json [--index DIR]
+    python benchmarks/exactness.py --n 120 --threads 1 --part 0/2 --json a.json &   # two cores, two halves
+    python benchmarks/exactness.py --n 120 --threads 1 --part 1/2 --json b.json
     python benchmarks/exactness.py --n 40 --dtype bfloat16 --json benchmarks/out/exactness_bf16.json
     python benchmarks/exactness.py --model path/to/tiny --n 20 --max-len 32      # a quick check
 """
@@ -49,6 +51,9 @@ QUESTIONS = HERE.parents[1] / "shared" / "data" / "spec_bench_question.jsonl"
 CODE_QUESTIONS = HERE / "data" / "code_questions.jsonl"
 # New tokens per prompt, cycled: most generations short, some long.
 LENGTHS = (64, 128, 32, 256, 64, 128, 512, 64, 128, 32)
+# The question file is grouped by task (80 questions each); stepping through it by this stride
+# (coprime with 480) puts every task among the first dozen Spec-Bench prompts.
+QUESTION_STRIDE = 83
 REFRAINS = ["one two three four", "red, green, blue;", "the quick brown fox jumps over the lazy dog.",
             "1 1 2 3 5 8 13 21", "Monday Tuesday Wednesday Thursday Friday", "la la la, lo lo lo"]
 
@@ -90,8 +95,8 @@ def prompt_set(n: int, seed: int = 0, max_len: int = 512) -> list[Prompt]:
     while len(out) < n:
         length = min(LENGTHS[len(out) % len(LENGTHS)], max_len)
         kind = len(out) % 8
-        if kind < 5:  # Spec-Bench, most of the set
-            q = qs[i % len(qs)]
+        if kind < 5:  # Spec-Bench, most of the set; a stride coprime with 480 visits every task early
+            q = qs[(i * QUESTION_STRIDE) % len(qs)]
             task = task_of(q["category"])
             text = q["turns"][0]
             out.append(Prompt(f"specbench:{task}", text, True, extract_documents(task, text), length))
@@ -224,6 +229,8 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--width-prompts", type=int, default=8, help="prompts for the bitwise width check (0: skip)")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--part", default="0/1", metavar="I/K",
+                    help="run only prompts I, I+K, I+2K, ... (K processes, one core each, split one audit)")
     args = ap.parse_args(argv)
 
     import torch
@@ -238,7 +245,13 @@ def main(argv=None) -> int:
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         ap.error(f"unknown methods {unknown}; registered: {sorted(METHODS)}")
-    prompts = prompt_set(args.n, args.seed, args.max_len)
+    try:
+        part, parts = (int(x) for x in args.part.split("/"))
+        if not 0 <= part < parts:
+            raise ValueError
+    except ValueError:
+        ap.error(f"--part must be I/K with 0 <= I < K, got {args.part!r}")
+    prompts = prompt_set(args.n, args.seed, args.max_len)[part::parts]
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as history:
         dec = Decoder(args.model, dtype=args.dtype, fast_kernels=not args.hf_kernels,

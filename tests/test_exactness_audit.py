@@ -36,6 +36,9 @@ def test_the_prompt_set_mixes_every_kind_and_length(ex):
     assert max(p.max_new for p in ps) == 512 and min(p.max_new for p in ps) == 32
     assert any(p.references for p in ps) and any(not p.chat for p in ps)
     assert ex.prompt_set(50, seed=1) == ex.prompt_set(50, seed=1)
+    # Even a short audit covers every Spec-Bench task (the question file is grouped by task).
+    tasks = {p.kind.split(":")[1] for p in ex.prompt_set(24) if p.kind.startswith("specbench:")}
+    assert tasks == {"mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag"}
 
 
 def test_the_audit_runs_every_method_and_writes_json(ex, model_dir, tmp_path):

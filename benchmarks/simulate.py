@@ -14,7 +14,7 @@ Usage::
     python benchmarks/simulate.py RECORDS.jsonl --drafter pld -s min_n=1 -s max_width=16
     python benchmarks/simulate.py A.jsonl B.jsonl --cost hf          # transformers' cost curve
     python benchmarks/simulate.py A.jsonl --cost 1:34.3,16:40,64:90  # a measured curve of your own
-    python benchmarks/simulate.py A.jsonl --drafter auto --index datastore/sample/stdlib.index --cost avx2
+    python benchmarks/simulate.py A.jsonl --drafter auto --index datastore/sample/stdlib.index --cost xeon
 
 Library::
 
@@ -88,6 +88,10 @@ COST_CURVES: dict[str, tuple[tuple[int, float], ...]] = {
                 (48, 118.6), (64, 143.9)),
     # transformers' forward (what the PLD defaults were first tuned against).
     "hf": ((1, 47.0), (8, 75.0), (16, 90.0)),
+    # The fast verifier on a 2-core Intel Xeon (Ice Lake, AVX-512) VM whose forward is bound by
+    # memory bandwidth: dearer at one row, flatter in w (RESULTS.md "Verification cost curve").
+    "xeon": ((1, 66.2), (2, 68.8), (4, 64.0), (8, 75.0), (12, 78.8), (16, 89.6), (24, 105.6), (32, 133.6),
+             (48, 162.5), (64, 196.2)),
 }
 
 

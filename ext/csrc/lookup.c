@@ -216,3 +216,151 @@ int64_t lk_trie_top(lk_trie *t, int64_t budget, int64_t *out_tok, int32_t *out_p
     }
     return m;
 }
+
+/* ---- a whole lookup over the shards of an index ------------------------- */
+
+int lk_lookup_scratch_init(lk_lookup_scratch *s, int64_t n_shards, int64_t trie_capacity, int64_t out_cap) {
+    memset(s, 0, sizeof(*s));
+    if (n_shards < 0 || out_cap < 0 || out_cap > trie_capacity) return LK_ENOMEM;
+    int rc = lk_trie_init(&s->trie, trie_capacity);
+    if (rc != LK_OK) return rc;
+    size_t k = (size_t)(n_shards > 0 ? n_shards : 1), m = (size_t)(out_cap > 0 ? out_cap : 1);
+    s->n_shards = n_shards;
+    s->out_cap = out_cap;
+    s->lo = malloc(k * sizeof(int64_t));
+    s->hi = malloc(k * sizeof(int64_t));
+    s->take = malloc(k * sizeof(int64_t));
+    s->quota = malloc(k * sizeof(int64_t));
+    s->rem = malloc(2 * k * sizeof(int64_t));
+    s->out_tok = malloc(m * sizeof(int64_t));
+    s->out_parent = malloc(m * sizeof(int32_t));
+    s->out_count = malloc(m * sizeof(int64_t));
+    s->remap = malloc(m * sizeof(int32_t));
+    if (!s->lo || !s->hi || !s->take || !s->quota || !s->rem || !s->out_tok || !s->out_parent ||
+        !s->out_count || !s->remap) {
+        lk_lookup_scratch_free(s);
+        return LK_ENOMEM;
+    }
+    return LK_OK;
+}
+
+void lk_lookup_scratch_free(lk_lookup_scratch *s) {
+    lk_trie_free(&s->trie);
+    free(s->lo); free(s->hi); free(s->take); free(s->quota); free(s->rem);
+    free(s->out_tok); free(s->out_parent); free(s->out_count); free(s->remap);
+    memset(s, 0, sizeof(*s));
+}
+
+/* Largest remainder first, then the lower index (rem[2i] = remainder, rem[2i+1] = index). */
+static int cmp_remainder(const void *a, const void *b) {
+    const int64_t *x = (const int64_t *)a, *y = (const int64_t *)b;
+    if (x[0] != y[0]) return x[0] < y[0] ? 1 : -1;
+    return (x[1] > y[1]) - (x[1] < y[1]);
+}
+
+void lk_split_occurrences(const int64_t *counts, int64_t k, int64_t max_occ, int64_t *quota,
+                          int64_t *rem) {
+    int64_t total = 0, given = 0, i;
+    for (i = 0; i < k; ++i) total += counts[i];
+    if (total <= max_occ) {
+        for (i = 0; i < k; ++i) quota[i] = counts[i];
+        return;
+    }
+    /* total > max_occ >= 0 here; max_occ * counts[i] may pass 2^63: 128-bit products */
+    for (i = 0; i < k; ++i) {
+        __int128 p = (__int128)max_occ * counts[i];
+        quota[i] = (int64_t)(p / total);
+        rem[2 * i] = (int64_t)(p % total);
+        rem[2 * i + 1] = i;
+        given += quota[i];
+    }
+    int64_t left = max_occ - given;  /* < k: each floor lost less than 1 */
+    if (left <= 0) return;
+    qsort(rem, (size_t)k, 2 * sizeof(int64_t), cmp_remainder);
+    for (i = 0; i < left && i < k; ++i) quota[rem[2 * i + 1]] += 1;
+}
+
+static int64_t shard_match(const lk_shard *sh, const int32_t *ctx, int64_t clen, int64_t max_n,
+                           int64_t min_n, int64_t *lo, int64_t *hi) {
+    *lo = *hi = 0;
+    if (sh->n <= 0) return 0;
+    return sh->wide ? lk_i64_match(sh->tokens, sh->n, (const int64_t *)sh->sa, ctx, clen, max_n, min_n, lo, hi)
+                    : lk_i32_match(sh->tokens, sh->n, (const int32_t *)sh->sa, ctx, clen, max_n, min_n, lo, hi);
+}
+
+int lk_lookup(lk_lookup_scratch *s, const lk_shard *shards, int64_t n_shards, const int32_t *ctx,
+              int64_t clen, int64_t max_n, int64_t min_n, int64_t max_occ, int64_t depth,
+              int64_t budget, int64_t token_limit, lk_lookup_result *res) {
+    int64_t best = 0, live = 0, occ = 0, sampled = 0, i, k;
+    memset(res, 0, sizeof(*res));
+    if (n_shards != s->n_shards) return LK_ECAPACITY;
+    if (min_n < 1) min_n = 1;
+    for (i = 0; i < clen; ++i) {
+        if (ctx[i] < LK_SEP) {
+            res->match_len = i;  /* the offending context index */
+            return LK_EBADTOKEN;
+        }
+    }
+    /* 1. the longest match over all shards, and the shards holding it */
+    for (i = 0; i < n_shards; ++i) {
+        int64_t lo, hi;
+        int64_t len = shard_match(&shards[i], ctx, clen, max_n, min_n > best ? min_n : best, &lo, &hi);
+        if (len == LK_EBADTOKEN) {
+            res->match_len = lo;  /* the offending context index */
+            return LK_EBADTOKEN;
+        }
+        if (len > best) {
+            best = len;
+            live = 0;
+        }
+        if (len > 0 && len == best) {
+            s->take[live] = i;
+            s->lo[live] = lo;
+            s->hi[live] = hi;
+            ++live;
+        }
+    }
+    lk_trie_reset(&s->trie);
+    if (best == 0) return LK_OK;
+    /* 2. share the samples among those shards and count continuations into one trie */
+    for (k = 0; k < live; ++k) {
+        s->quota[k] = s->hi[k] - s->lo[k];  /* the count, split in place below */
+        occ += s->quota[k];
+    }
+    lk_split_occurrences(s->quota, live, max_occ, s->quota, s->rem);
+    for (k = 0; k < live; ++k) {
+        int64_t q = s->quota[k], added;
+        if (q <= 0) continue;
+        const lk_shard *sh = &shards[s->take[k]];
+        added = sh->wide ? lk_i64_add(&s->trie, sh->tokens, sh->n, (const int64_t *)sh->sa, s->lo[k], s->hi[k],
+                                      best, q, depth)
+                         : lk_i32_add(&s->trie, sh->tokens, sh->n, (const int32_t *)sh->sa, s->lo[k], s->hi[k],
+                                      best, q, depth);
+        if (added < 0) return (int)added;
+        sampled += added;
+    }
+    res->match_len = best;
+    res->occurrences = occ;
+    res->sampled = sampled;
+    /* 3. the best nodes, less those whose path leaves the vocabulary */
+    int64_t m = lk_trie_top_size(&s->trie, budget);
+    if (m > s->out_cap) return LK_ECAPACITY;
+    if (m == 0) return LK_OK;
+    int64_t got = lk_trie_top(&s->trie, budget, s->out_tok, s->out_parent, s->out_count);
+    if (got < 0) return (int)got;
+    int64_t kept = 0;
+    for (i = 0; i < got; ++i) {
+        int32_t p = s->out_parent[i];  /* p < i: remap[p] is already set */
+        if (s->out_tok[i] < token_limit && (p < 0 || s->remap[p] >= 0)) {
+            s->remap[i] = (int32_t)kept;
+            s->out_tok[kept] = s->out_tok[i];
+            s->out_count[kept] = s->out_count[i];
+            s->out_parent[kept] = p < 0 ? -1 : s->remap[p];
+            ++kept;
+        } else {
+            s->remap[i] = -1;
+        }
+    }
+    res->nodes = kept;
+    return LK_OK;
+}

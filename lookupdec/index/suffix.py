@@ -24,6 +24,7 @@ from the per-shard kernels; tests check that both agree exactly.
 """
 from __future__ import annotations
 
+import array
 import hashlib
 import os
 from dataclasses import dataclass, field
@@ -291,10 +292,13 @@ def _check_params(max_n: int, min_n: int, max_occurrences: int, depth: int, budg
 
 def _context_tail(context: Sequence[int] | np.ndarray, max_n: int) -> np.ndarray:
     """The last ``max_n`` tokens as a contiguous int32 array, validated (the hot path: a few µs)."""
-    if type(context) is list:  # the drafters' form: Python ints, checked without numpy reductions
-        tail = context[-max_n:]
-        if tail and all(type(t) is int for t in tail) and min(tail) >= 0 and max(tail) <= _MAX_TOKEN:
-            return np.array(tail, dtype=np.int32)
+    if type(context) is list and _C_INT32:  # the drafters' form, converted without numpy reductions
+        try:
+            ints = array.array("i", context[-max_n:])  # refuses non-integers and ids past 2^31 - 1
+        except (TypeError, OverflowError):
+            ints = None  # the general path below names the bad value
+        if ints and min(ints) >= 0:
+            return np.frombuffer(ints, dtype=np.int32)
     if not isinstance(context, np.ndarray):
         # Slice before converting: a long Python list costs only its tail.
         context = np.asarray(context[-max_n:] if isinstance(context, (list, tuple)) else context)
@@ -318,6 +322,7 @@ def _context_tail(context: Sequence[int] | np.ndarray, max_n: int) -> np.ndarray
 
 
 _EMPTY_CONTEXT = np.zeros(0, dtype=np.int32)
+_C_INT32 = array.array("i").itemsize == 4  # array's "i" is a C int: 32 bits on every supported platform
 
 
 def _map(root: Path, entry: ArrayFile) -> np.ndarray:

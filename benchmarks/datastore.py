@@ -264,18 +264,44 @@ def _cpu_model() -> str:
 
 
 def time_lookups(fn, contexts) -> dict:
-    for ctx in contexts[:20]:
-        fn(ctx)  # warm-up
-    times = []
-    lengths = []
-    for ctx in contexts:
-        t0 = time.perf_counter_ns()
-        length, _ = fn(ctx)
-        times.append(time.perf_counter_ns() - t0)
-        lengths.append(length)
-    us = np.array(times) / 1e3
-    return {"median_us": float(np.median(us)), "p99_us": float(np.percentile(us, 99)),
-            "mean_us": float(us.mean()), "mean_match_len": float(np.mean(lengths))}
+    return time_interleaved({"x": (fn, contexts)})["x"]
+
+
+def time_interleaved(runs: dict) -> dict:
+    """Times several lookups on the same contexts, taking turns call by call, so a
+    shared machine's load changes touch every one alike. At each turn each
+    lookup reads a different context (lookup k is count * k / len(runs)
+    contexts ahead): a context just read by another lookup would be in the CPU
+    caches and time faster than a drafter's fresh one.
+
+    Args:
+        runs: name -> (fn, inputs); fn(inputs[i]) returns (match length, anything).
+    Returns:
+        name -> median, p99 and mean µs, and the mean match length.
+    """
+    names = list(runs)
+    count = len(next(iter(runs.values()))[1])
+    for name in names:
+        fn, inputs = runs[name]
+        for x in inputs[:20]:
+            fn(x)  # warm-up
+    times = {name: [] for name in names}
+    lengths = {name: [] for name in names}
+    stride = max(count // len(names), 1)
+    for i in range(count):
+        for k, name in enumerate(names):
+            fn, inputs = runs[name]
+            x = inputs[(i + k * stride) % count]
+            t0 = time.perf_counter_ns()
+            length, _ = fn(x)
+            times[name].append(time.perf_counter_ns() - t0)
+            lengths[name].append(length)
+    out = {}
+    for name in names:
+        us = np.array(times[name]) / 1e3
+        out[name] = {"median_us": float(np.median(us)), "p99_us": float(np.percentile(us, 99)),
+                     "mean_us": float(us.mean()), "mean_match_len": float(np.mean(lengths[name]))}
+    return out
 
 
 # ---- build_index on the sample corpus ----------------------------------------
@@ -348,18 +374,21 @@ def main() -> int:
         index = open_sharded(tokens, args.shards, Path(tmp) / "bench.index")
         results["index"] = {"shards": index.n_shards, "build_seconds": time.perf_counter() - t0}
         print("timing lookups ...", file=sys.stderr)
-        results["lookup_public"] = time_lookups(lambda c: _public(index.lookup(c, **kw)), lists)
         one = index._native.lookup
-        results["lookup_one_call"] = time_lookups(
-            lambda c: one(c, max_n, min_n, max_occ, depth, budget)[:4:3], contexts)
+        runs = {
+            "public": (lambda c: _public(index.lookup(c, **kw)), lists),
+            "one_call": (lambda c: one(c, max_n, min_n, max_occ, depth, budget)[:4:3], contexts),
+            "native": (lambda c: native_lookup(_native, trie, tokens, sa, c, max_n, min_n, max_occ, depth, budget),
+                       contexts),
+        }
         if not args.no_composed:
             from tests.oracles.suffix_lookup import composed_lookup
 
             shards = [(s.tokens, s.sa) for s in index._shards]
-            results["lookup_composed"] = time_lookups(
+            runs["composed"] = (
                 lambda c: _public(composed_lookup(shards, c, token_limit=index._token_limit, **kw)), lists)
-    results["lookup_native"] = time_lookups(
-        lambda c: native_lookup(_native, trie, tokens, sa, c, max_n, min_n, max_occ, depth, budget), contexts)
+        for name, figures in time_interleaved(runs).items():
+            results[f"lookup_{name}"] = figures
     if not args.no_numpy:
         results["lookup_numpy"] = time_lookups(
             lambda c: numpy_lookup(tokens, sa, c, max_n, min_n, max_occ, depth, budget), contexts)
@@ -389,7 +418,7 @@ def render(r: dict) -> str:
     p = r["lookup_params"]
     lines += ["", f"Lookup (max_n {p['max_n']}, min_n {p['min_n']}, up to {p['max_occurrences']} occurrences, "
               f"depth {p['depth']}, top {p['budget']}), {r['tokens']:,}-token index in "
-              f"{r['index']['shards']} shard(s):", "",
+              f"{r['index']['shards']} shard(s), rows timed interleaved context by context:", "",
               "| lookup | median µs | p99 µs | mean µs | mean match length |", "|---|---|---|---|---|"]
     names = {"public": "SuffixIndex.lookup (public, list context)", "one_call": "Shards.lookup (the native call)",
              "composed": "composed in Python over shards (before)",

@@ -23,11 +23,11 @@ int lk_trie_init(lk_trie *t, int64_t capacity) {
     t->parent = malloc((size_t)capacity * sizeof(int32_t));
     t->depth = malloc((size_t)capacity * sizeof(int32_t));
     t->count = malloc((size_t)capacity * sizeof(int64_t));
-    t->lex = malloc((size_t)capacity * sizeof(int32_t));
+    t->out_index = malloc((size_t)capacity * sizeof(int32_t));
     t->slot_of = malloc((size_t)capacity * sizeof(int32_t));
     t->table = malloc((size_t)tsize * sizeof(int32_t));
     t->scratch = malloc((size_t)(2 * capacity + 2) * sizeof(int64_t));
-    if (!t->tok || !t->parent || !t->depth || !t->count || !t->lex || !t->slot_of || !t->table ||
+    if (!t->tok || !t->parent || !t->depth || !t->count || !t->out_index || !t->slot_of || !t->table ||
         !t->scratch) {
         lk_trie_free(t);
         return LK_ENOMEM;
@@ -39,7 +39,7 @@ int lk_trie_init(lk_trie *t, int64_t capacity) {
 
 void lk_trie_free(lk_trie *t) {
     free(t->tok); free(t->parent); free(t->depth); free(t->count);
-    free(t->lex); free(t->slot_of); free(t->table); free(t->scratch);
+    free(t->out_index); free(t->slot_of); free(t->table); free(t->scratch);
     memset(t, 0, sizeof(*t));
 }
 
@@ -120,32 +120,17 @@ int64_t lk_trie_add_i64(lk_trie *t, const int32_t *tokens, int64_t n, const int6
 
 /* ---- ranking ---------------------------------------------------------- */
 
-typedef struct { uint64_t key; int64_t node; } keyed;
-
-static int cmp_keyed(const void *a, const void *b) {
-    uint64_t x = ((const keyed *)a)->key, y = ((const keyed *)b)->key;
-    return (x > y) - (x < y);
-}
-
-/* lex[i] for every node: rank of its token path among nodes of equal depth,
- * computed level by level from (lex[parent], tok). Only needed once several
- * adds have interleaved node creation. */
-static void compute_lex(lk_trie *t) {
-    keyed *buf = (keyed *)t->scratch;  /* capacity entries fit in 2 * capacity int64 */
-    int32_t maxd = 0;
-    for (int64_t i = 0; i < t->size; ++i) maxd = t->depth[i] > maxd ? t->depth[i] : maxd;
-    for (int32_t d = 1; d <= maxd; ++d) {
-        int64_t m = 0;
-        for (int64_t i = 0; i < t->size; ++i) {
-            if (t->depth[i] != d) continue;
-            uint64_t pl = t->parent[i] < 0 ? 0 : (uint64_t)t->lex[t->parent[i]];
-            buf[m].key = (pl << 32) | (uint32_t)t->tok[i];
-            buf[m].node = i;
-            ++m;
-        }
-        qsort(buf, (size_t)m, sizeof(keyed), cmp_keyed);
-        for (int64_t r = 0; r < m; ++r) t->lex[buf[r].node] = (int32_t)r;
+/* Token-path order of two distinct nodes of equal depth: walk both up to the
+ * children of their deepest common ancestor, whose tokens differ (a node's
+ * children have distinct tokens). O(depth), and only for ties of count and
+ * depth, instead of ranking every node's path before each top(). */
+static inline int path_less(const lk_trie *t, int64_t a, int64_t b) {
+    int32_t x = (int32_t)a, y = (int32_t)b;
+    while (t->parent[x] != t->parent[y]) {
+        x = t->parent[x];
+        y = t->parent[y];
     }
+    return t->tok[x] < t->tok[y];
 }
 
 /* Strict rank order: count desc, depth asc, token path asc. */
@@ -153,7 +138,7 @@ static inline int better(const lk_trie *t, int64_t a, int64_t b) {
     if (t->count[a] != t->count[b]) return t->count[a] > t->count[b];
     if (t->depth[a] != t->depth[b]) return t->depth[a] < t->depth[b];
     if (t->sorted) return a < b;
-    return t->lex[a] < t->lex[b];
+    return path_less(t, a, b);
 }
 
 /* heap[0] is the worst kept node */
@@ -177,7 +162,6 @@ int64_t lk_trie_top(lk_trie *t, int64_t budget, int64_t *out_tok, int32_t *out_p
                     int64_t *out_count) {
     int64_t m = lk_trie_top_size(t, budget), i;
     if (m == 0) return 0;
-    if (!t->sorted) compute_lex(t);
     int64_t *heap = t->scratch;
     int64_t hs = 0;
     for (i = 0; i < t->size; ++i) {
@@ -205,14 +189,13 @@ int64_t lk_trie_top(lk_trie *t, int64_t budget, int64_t *out_tok, int32_t *out_p
      * kept set is a prefix of the ranking, so every kept parent has an index */
     for (i = 0; i < m; ++i) {
         int64_t node = heap[i];
-        t->lex[node] = (int32_t)i;  /* lex is spent: reuse it as the output index
-                                       (compute_lex reruns on the next top() when needed) */
+        t->out_index[node] = (int32_t)i;
     }
     for (i = 0; i < m; ++i) {
         int64_t node = heap[i];
         out_tok[i] = t->tok[node];
         out_count[i] = t->count[node];
-        out_parent[i] = t->parent[node] < 0 ? -1 : t->lex[t->parent[node]];
+        out_parent[i] = t->parent[node] < 0 ? -1 : t->out_index[t->parent[node]];
     }
     return m;
 }

@@ -26,15 +26,15 @@ typedef struct {
     int32_t *parent;     /* parent[i]: parent node, -1 for children of the root */
     int32_t *depth;      /* depth[i]: 1 for children of the root */
     int64_t *count;      /* count[i]: occurrences whose continuation passes node i */
-    int32_t *lex;        /* lex[i]: rank of node i's token path among nodes of its depth */
+    int32_t *out_index;  /* out_index[i]: node i's index in the output of the last top() */
     int sorted;          /* 1 while node index order equals lexicographic preorder
                             (all nodes came from one add into an empty trie), so
-                            lex[] is not needed */
+                            ties of count and depth rank by node index */
     int64_t hashed;      /* nodes [0, hashed) are in the child hash table */
     int32_t *slot_of;    /* slot_of[i]: hash slot holding node i (to clear on reset) */
     int32_t *table;      /* open-addressing (parent, tok) -> node, -1 = empty */
     int64_t mask;        /* table size - 1 (power of two >= 2 * capacity) */
-    int64_t *scratch;    /* 2 * capacity int64 of scratch for ranking */
+    int64_t *scratch;    /* 2 * capacity int64 of scratch: the path of an add, the heap of top() */
 } lk_trie;
 
 /* Returns LK_OK or LK_ENOMEM. capacity must be in [1, 2^30]. */

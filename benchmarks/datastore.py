@@ -9,10 +9,19 @@ documents of ~300 tokens on average separated by -1), then in one run:
     seconds of the library call, and its extra peak memory = peak RSS during
     the call (VmHWM, reset once the input is loaded) - RSS before it - 4
     bytes/token (an int32 suffix array over the tokens);
-  * lookup (match + trie add + top): lookupdec's native path vs a plain numpy
-    version of the same rules, median and p99 over contexts drawn from the
-    corpus (half whole 16-token windows, half a short corpus tail behind
-    random tokens, so both long and short matches occur);
+  * lookup latency, median and p99 over contexts drawn from the corpus (half
+    16-token windows, half a short corpus tail behind random tokens, so both
+    long and short matches occur; a window keeps only the tokens after its
+    last document separator, as a drafter's context would), on an index
+    built with ``build_index_from_tokens`` in ``--shards`` shards and opened
+    with ``open_index``:
+      - ``SuffixIndex.lookup`` called as the drafters call it (a list of ints),
+        the latency users feel;
+      - the one native call inside it (``_native.Shards.lookup``);
+      - the same lookup composed in Python from per-shard kernels, as
+        SuffixIndex.lookup did before (tests/oracles/suffix_lookup.py);
+      - the bare kernels (match + trie add + top) on one in-memory suffix
+        array of the whole corpus, and a plain numpy version of the same rules;
   * disk bytes/token (int32 tokens + int32 SA) and, when
     ``lookupdec.index.build_index`` is available, build_index on the sample
     corpus (datastore/make_sample_corpus.py) with tokenizing and indexing
@@ -24,6 +33,8 @@ The machine may be shared: CPU seconds are reported next to wall seconds.
 Usage:
     python benchmarks/datastore.py                 # 50M tokens (full run)
     python benchmarks/datastore.py --quick         # 1M tokens, smoke run
+    python benchmarks/datastore.py --builders '' --no-build-index --no-numpy --shards 8
+                                                   # lookup latency only, 8 shards
 """
 from __future__ import annotations
 
@@ -153,8 +164,28 @@ def make_contexts(tokens: np.ndarray, count: int, max_n: int, seed: int = 1) -> 
         else:  # a short corpus tail behind random tokens: short, frequent matches
             tail = int(rng.integers(1, 5))
             ctx = np.concatenate([rng.integers(0, 49152, size=max_n - tail), tokens[p - tail:p]])
+        seps = np.flatnonzero(ctx == -1)  # a drafter's context never holds a separator
+        if seps.size:
+            ctx = ctx[seps[-1] + 1:]
         out.append(np.ascontiguousarray(ctx, dtype=np.int32))
     return out
+
+
+def documents(tokens: np.ndarray) -> list[np.ndarray]:
+    """The documents of a corpus array (split at the separators)."""
+    seps = np.flatnonzero(tokens == -1)
+    bounds = np.concatenate([[-1], seps, [tokens.size]])
+    return [tokens[a + 1:b] for a, b in zip(bounds[:-1], bounds[1:]) if b > a + 1]
+
+
+def open_sharded(tokens: np.ndarray, shards: int, out_dir: Path):
+    """tokens built into an index of about `shards` shards with build_index_from_tokens, then opened."""
+    from lookupdec.index import build_index_from_tokens, open_index
+
+    docs = documents(tokens)
+    total = sum(d.size + 1 for d in docs)  # each document with its separator
+    build_index_from_tokens(docs, out_dir, shard_tokens=max(2, -(-total // shards)), overwrite=True)
+    return open_index(out_dir)
 
 
 def native_lookup(native, trie, tokens, sa, ctx, max_n, min_n, max_occ, depth, budget):
@@ -216,19 +247,61 @@ def numpy_lookup(tokens, sa, ctx, max_n, min_n, max_occ, depth, budget):
     return a, nodes[:budget]
 
 
+def _public(r):
+    """(match length, tree) of a Lookup, the shape time_lookups reads."""
+    return r.match_len, r.tree
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
+
+
 def time_lookups(fn, contexts) -> dict:
-    for ctx in contexts[:20]:
-        fn(ctx)  # warm-up
-    times = []
-    lengths = []
-    for ctx in contexts:
-        t0 = time.perf_counter_ns()
-        length, _ = fn(ctx)
-        times.append(time.perf_counter_ns() - t0)
-        lengths.append(length)
-    us = np.array(times) / 1e3
-    return {"median_us": float(np.median(us)), "p99_us": float(np.percentile(us, 99)),
-            "mean_us": float(us.mean()), "mean_match_len": float(np.mean(lengths))}
+    return time_interleaved({"x": (fn, contexts)})["x"]
+
+
+def time_interleaved(runs: dict) -> dict:
+    """Times several lookups on the same contexts, taking turns call by call, so a
+    shared machine's load changes touch every one alike. At each turn each
+    lookup reads a different context (lookup k is count * k / len(runs)
+    contexts ahead): a context just read by another lookup would be in the CPU
+    caches and time faster than a drafter's fresh one.
+
+    Args:
+        runs: name -> (fn, inputs); fn(inputs[i]) returns (match length, anything).
+    Returns:
+        name -> median, p99 and mean µs, and the mean match length.
+    """
+    names = list(runs)
+    count = len(next(iter(runs.values()))[1])
+    for name in names:
+        fn, inputs = runs[name]
+        for x in inputs[:20]:
+            fn(x)  # warm-up
+    times = {name: [] for name in names}
+    lengths = {name: [] for name in names}
+    stride = max(count // len(names), 1)
+    for i in range(count):
+        for k, name in enumerate(names):
+            fn, inputs = runs[name]
+            x = inputs[(i + k * stride) % count]
+            t0 = time.perf_counter_ns()
+            length, _ = fn(x)
+            times[name].append(time.perf_counter_ns() - t0)
+            lengths[name].append(length)
+    out = {}
+    for name in names:
+        us = np.array(times[name]) / 1e3
+        out[name] = {"median_us": float(np.median(us)), "p99_us": float(np.percentile(us, 99)),
+                     "mean_us": float(us.mean()), "mean_match_len": float(np.mean(lengths[name]))}
+    return out
 
 
 # ---- build_index on the sample corpus ----------------------------------------
@@ -258,7 +331,10 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=50_000_000, help="corpus size (default 50M)")
     ap.add_argument("--quick", action="store_true", help="smoke run: 1M tokens, 200 lookups")
     ap.add_argument("--lookups", type=int, default=2000, help="contexts timed (default 2000)")
-    ap.add_argument("--builders", default=",".join(BUILDERS), help="comma-separated SA builders")
+    ap.add_argument("--builders", default=",".join(BUILDERS), help="comma-separated SA builders ('' for none)")
+    ap.add_argument("--shards", type=int, default=1, help="shards of the index the lookups run on (default 1)")
+    ap.add_argument("--no-numpy", action="store_true", help="skip the (slow) numpy lookup baseline")
+    ap.add_argument("--no-composed", action="store_true", help="skip the lookup composed in Python")
     ap.add_argument("--no-build-index", action="store_true", help="skip build_index on the sample corpus")
     ap.add_argument("--json", type=Path, help="also write every figure to this JSON file")
     ap.add_argument("--_measure", nargs=3, help=argparse.SUPPRESS)
@@ -271,7 +347,7 @@ def main() -> int:
 
     from lookupdec import _native
 
-    results: dict = {"tokens": args.tokens, "vocab": 49152, "cpus": os.cpu_count()}
+    results: dict = {"tokens": args.tokens, "vocab": 49152, "cpus": os.cpu_count(), "cpu_model": _cpu_model()}
     print(f"corpus: {args.tokens:,} Zipfian tokens, vocab 49,152, documents ~300 tokens", file=sys.stderr)
     tokens = zipf_corpus(args.tokens)
     with tempfile.TemporaryDirectory() as tmp:
@@ -279,7 +355,7 @@ def main() -> int:
         np.save(tokens_path, tokens)
         np.save(two_bytes_path, _two_bytes(tokens))
         results["build"] = []
-        for builder in args.builders.split(","):
+        for builder in filter(None, args.builders.split(",")):
             print(f"building with {builder} ...", file=sys.stderr)
             results["build"].append(measure_build(builder, tokens_path, two_bytes_path))
     sa = _native.suffix_array(tokens)
@@ -289,12 +365,33 @@ def main() -> int:
     max_n, min_n, max_occ, depth, budget = 16, 2, 5000, 10, 64
     results["lookup_params"] = dict(max_n=max_n, min_n=min_n, max_occurrences=max_occ, depth=depth, budget=budget)
     contexts = make_contexts(tokens, args.lookups, max_n)
+    lists = [c.tolist() for c in contexts]  # what the drafters pass
+    kw = dict(max_n=max_n, min_n=min_n, max_occurrences=max_occ, depth=depth, budget=budget)
     trie = _native.ContinuationTrie(max_occ * depth)
-    print("timing lookups ...", file=sys.stderr)
-    results["lookup_native"] = time_lookups(
-        lambda c: native_lookup(_native, trie, tokens, sa, c, max_n, min_n, max_occ, depth, budget), contexts)
-    results["lookup_numpy"] = time_lookups(
-        lambda c: numpy_lookup(tokens, sa, c, max_n, min_n, max_occ, depth, budget), contexts)
+    with tempfile.TemporaryDirectory() as tmp:
+        print(f"building an index of {args.shards} shard(s) ...", file=sys.stderr)
+        t0 = time.perf_counter()
+        index = open_sharded(tokens, args.shards, Path(tmp) / "bench.index")
+        results["index"] = {"shards": index.n_shards, "build_seconds": time.perf_counter() - t0}
+        print("timing lookups ...", file=sys.stderr)
+        one = index._native.lookup
+        runs = {
+            "public": (lambda c: _public(index.lookup(c, **kw)), lists),
+            "one_call": (lambda c: one(c, max_n, min_n, max_occ, depth, budget)[:4:3], contexts),
+            "native": (lambda c: native_lookup(_native, trie, tokens, sa, c, max_n, min_n, max_occ, depth, budget),
+                       contexts),
+        }
+        if not args.no_composed:
+            from tests.oracles.suffix_lookup import composed_lookup
+
+            shards = [(s.tokens, s.sa) for s in index._shards]
+            runs["composed"] = (
+                lambda c: _public(composed_lookup(shards, c, token_limit=index._token_limit, **kw)), lists)
+        for name, figures in time_interleaved(runs).items():
+            results[f"lookup_{name}"] = figures
+    if not args.no_numpy:
+        results["lookup_numpy"] = time_lookups(
+            lambda c: numpy_lookup(tokens, sa, c, max_n, min_n, max_occ, depth, budget), contexts)
 
     if not args.no_build_index:
         print("build_index on the sample corpus ...", file=sys.stderr)
@@ -309,7 +406,8 @@ def main() -> int:
 
 
 def render(r: dict) -> str:
-    lines = [f"Suffix array of {r['tokens']:,} tokens (vocab {r['vocab']:,}, Zipfian, {r['cpus']} CPUs):", "",
+    lines = [f"Suffix array of {r['tokens']:,} tokens (vocab {r['vocab']:,}, Zipfian, {r['cpus']} CPUs, "
+             f"{r['cpu_model']}):", "",
              "| builder | wall s | CPU s | extra memory B/token |", "|---|---|---|---|"]
     for b in r["build"]:
         if "error" in b:
@@ -319,12 +417,17 @@ def render(r: dict) -> str:
                          f"{b['extra_bytes_per_token']:.2f} |")
     p = r["lookup_params"]
     lines += ["", f"Lookup (max_n {p['max_n']}, min_n {p['min_n']}, up to {p['max_occurrences']} occurrences, "
-              f"depth {p['depth']}, top {p['budget']}), {r['tokens']:,}-token index:", "",
+              f"depth {p['depth']}, top {p['budget']}), {r['tokens']:,}-token index in "
+              f"{r['index']['shards']} shard(s), rows timed interleaved context by context:", "",
               "| lookup | median µs | p99 µs | mean µs | mean match length |", "|---|---|---|---|---|"]
-    for name in ("native", "numpy"):
-        x = r[f"lookup_{name}"]
-        lines.append(f"| {name} | {x['median_us']:.1f} | {x['p99_us']:.1f} | {x['mean_us']:.1f} | "
-                     f"{x['mean_match_len']:.1f} |")
+    names = {"public": "SuffixIndex.lookup (public, list context)", "one_call": "Shards.lookup (the native call)",
+             "composed": "composed in Python over shards (before)",
+             "native": "bare kernels, one in-memory array", "numpy": "numpy, one in-memory array"}
+    for name, label in names.items():
+        x = r.get(f"lookup_{name}")
+        if x:
+            lines.append(f"| {label} | {x['median_us']:.1f} | {x['p99_us']:.1f} | {x['mean_us']:.1f} | "
+                         f"{x['mean_match_len']:.1f} |")
     lines += ["", f"Disk: {r['disk_bytes_per_token']:.1f} bytes/token (int32 tokens + int32 suffix array)."]
     bi = r.get("build_index")
     if bi:

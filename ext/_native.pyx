@@ -419,4 +419,5 @@ cdef class ContinuationTrie:
         if res < 0:
             _raise_status(<int>res)
         return tok, par, cnt
+include "shards.pxi"
 include "live.pxi"

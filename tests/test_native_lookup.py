@@ -5,8 +5,7 @@ import numpy as np
 import pytest
 
 from lookupdec import _native as N
-from lookupdec.index.shares import split_occurrences
-from tests.oracles.index import lookup_reference, lookup_shards_reference, match_reference
+from tests.oracles.index import lookup_reference, lookup_shards_reference, match_reference, split_occurrences
 
 
 def arr(values):

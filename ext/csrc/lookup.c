@@ -23,11 +23,11 @@ int lk_trie_init(lk_trie *t, int64_t capacity) {
     t->parent = malloc((size_t)capacity * sizeof(int32_t));
     t->depth = malloc((size_t)capacity * sizeof(int32_t));
     t->count = malloc((size_t)capacity * sizeof(int64_t));
-    t->lex = malloc((size_t)capacity * sizeof(int32_t));
+    t->out_index = malloc((size_t)capacity * sizeof(int32_t));
     t->slot_of = malloc((size_t)capacity * sizeof(int32_t));
     t->table = malloc((size_t)tsize * sizeof(int32_t));
     t->scratch = malloc((size_t)(2 * capacity + 2) * sizeof(int64_t));
-    if (!t->tok || !t->parent || !t->depth || !t->count || !t->lex || !t->slot_of || !t->table ||
+    if (!t->tok || !t->parent || !t->depth || !t->count || !t->out_index || !t->slot_of || !t->table ||
         !t->scratch) {
         lk_trie_free(t);
         return LK_ENOMEM;
@@ -39,7 +39,7 @@ int lk_trie_init(lk_trie *t, int64_t capacity) {
 
 void lk_trie_free(lk_trie *t) {
     free(t->tok); free(t->parent); free(t->depth); free(t->count);
-    free(t->lex); free(t->slot_of); free(t->table); free(t->scratch);
+    free(t->out_index); free(t->slot_of); free(t->table); free(t->scratch);
     memset(t, 0, sizeof(*t));
 }
 
@@ -120,32 +120,17 @@ int64_t lk_trie_add_i64(lk_trie *t, const int32_t *tokens, int64_t n, const int6
 
 /* ---- ranking ---------------------------------------------------------- */
 
-typedef struct { uint64_t key; int64_t node; } keyed;
-
-static int cmp_keyed(const void *a, const void *b) {
-    uint64_t x = ((const keyed *)a)->key, y = ((const keyed *)b)->key;
-    return (x > y) - (x < y);
-}
-
-/* lex[i] for every node: rank of its token path among nodes of equal depth,
- * computed level by level from (lex[parent], tok). Only needed once several
- * adds have interleaved node creation. */
-static void compute_lex(lk_trie *t) {
-    keyed *buf = (keyed *)t->scratch;  /* capacity entries fit in 2 * capacity int64 */
-    int32_t maxd = 0;
-    for (int64_t i = 0; i < t->size; ++i) maxd = t->depth[i] > maxd ? t->depth[i] : maxd;
-    for (int32_t d = 1; d <= maxd; ++d) {
-        int64_t m = 0;
-        for (int64_t i = 0; i < t->size; ++i) {
-            if (t->depth[i] != d) continue;
-            uint64_t pl = t->parent[i] < 0 ? 0 : (uint64_t)t->lex[t->parent[i]];
-            buf[m].key = (pl << 32) | (uint32_t)t->tok[i];
-            buf[m].node = i;
-            ++m;
-        }
-        qsort(buf, (size_t)m, sizeof(keyed), cmp_keyed);
-        for (int64_t r = 0; r < m; ++r) t->lex[buf[r].node] = (int32_t)r;
+/* Token-path order of two distinct nodes of equal depth: walk both up to the
+ * children of their deepest common ancestor, whose tokens differ (a node's
+ * children have distinct tokens). O(depth), and only for ties of count and
+ * depth, instead of ranking every node's path before each top(). */
+static inline int path_less(const lk_trie *t, int64_t a, int64_t b) {
+    int32_t x = (int32_t)a, y = (int32_t)b;
+    while (t->parent[x] != t->parent[y]) {
+        x = t->parent[x];
+        y = t->parent[y];
     }
+    return t->tok[x] < t->tok[y];
 }
 
 /* Strict rank order: count desc, depth asc, token path asc. */
@@ -153,7 +138,7 @@ static inline int better(const lk_trie *t, int64_t a, int64_t b) {
     if (t->count[a] != t->count[b]) return t->count[a] > t->count[b];
     if (t->depth[a] != t->depth[b]) return t->depth[a] < t->depth[b];
     if (t->sorted) return a < b;
-    return t->lex[a] < t->lex[b];
+    return path_less(t, a, b);
 }
 
 /* heap[0] is the worst kept node */
@@ -177,7 +162,6 @@ int64_t lk_trie_top(lk_trie *t, int64_t budget, int64_t *out_tok, int32_t *out_p
                     int64_t *out_count) {
     int64_t m = lk_trie_top_size(t, budget), i;
     if (m == 0) return 0;
-    if (!t->sorted) compute_lex(t);
     int64_t *heap = t->scratch;
     int64_t hs = 0;
     for (i = 0; i < t->size; ++i) {
@@ -205,14 +189,161 @@ int64_t lk_trie_top(lk_trie *t, int64_t budget, int64_t *out_tok, int32_t *out_p
      * kept set is a prefix of the ranking, so every kept parent has an index */
     for (i = 0; i < m; ++i) {
         int64_t node = heap[i];
-        t->lex[node] = (int32_t)i;  /* lex is spent: reuse it as the output index
-                                       (compute_lex reruns on the next top() when needed) */
+        t->out_index[node] = (int32_t)i;
     }
     for (i = 0; i < m; ++i) {
         int64_t node = heap[i];
         out_tok[i] = t->tok[node];
         out_count[i] = t->count[node];
-        out_parent[i] = t->parent[node] < 0 ? -1 : t->lex[t->parent[node]];
+        out_parent[i] = t->parent[node] < 0 ? -1 : t->out_index[t->parent[node]];
     }
     return m;
+}
+
+/* ---- a whole lookup over the shards of an index ------------------------- */
+
+int lk_lookup_scratch_init(lk_lookup_scratch *s, int64_t n_shards, int64_t trie_capacity, int64_t out_cap) {
+    memset(s, 0, sizeof(*s));
+    if (n_shards < 0 || out_cap < 0 || out_cap > trie_capacity) return LK_ENOMEM;
+    int rc = lk_trie_init(&s->trie, trie_capacity);
+    if (rc != LK_OK) return rc;
+    size_t k = (size_t)(n_shards > 0 ? n_shards : 1), m = (size_t)(out_cap > 0 ? out_cap : 1);
+    s->n_shards = n_shards;
+    s->out_cap = out_cap;
+    s->lo = malloc(k * sizeof(int64_t));
+    s->hi = malloc(k * sizeof(int64_t));
+    s->take = malloc(k * sizeof(int64_t));
+    s->quota = malloc(k * sizeof(int64_t));
+    s->rem = malloc(2 * k * sizeof(int64_t));
+    s->out_tok = malloc(m * sizeof(int64_t));
+    s->out_parent = malloc(m * sizeof(int32_t));
+    s->out_count = malloc(m * sizeof(int64_t));
+    s->remap = malloc(m * sizeof(int32_t));
+    if (!s->lo || !s->hi || !s->take || !s->quota || !s->rem || !s->out_tok || !s->out_parent ||
+        !s->out_count || !s->remap) {
+        lk_lookup_scratch_free(s);
+        return LK_ENOMEM;
+    }
+    return LK_OK;
+}
+
+void lk_lookup_scratch_free(lk_lookup_scratch *s) {
+    lk_trie_free(&s->trie);
+    free(s->lo); free(s->hi); free(s->take); free(s->quota); free(s->rem);
+    free(s->out_tok); free(s->out_parent); free(s->out_count); free(s->remap);
+    memset(s, 0, sizeof(*s));
+}
+
+/* Largest remainder first, then the lower index (rem[2i] = remainder, rem[2i+1] = index). */
+static int cmp_remainder(const void *a, const void *b) {
+    const int64_t *x = (const int64_t *)a, *y = (const int64_t *)b;
+    if (x[0] != y[0]) return x[0] < y[0] ? 1 : -1;
+    return (x[1] > y[1]) - (x[1] < y[1]);
+}
+
+void lk_split_occurrences(const int64_t *counts, int64_t k, int64_t max_occ, int64_t *quota,
+                          int64_t *rem) {
+    int64_t total = 0, given = 0, i;
+    for (i = 0; i < k; ++i) total += counts[i];
+    if (total <= max_occ) {
+        for (i = 0; i < k; ++i) quota[i] = counts[i];
+        return;
+    }
+    /* total > max_occ >= 0 here; max_occ * counts[i] may pass 2^63: 128-bit products */
+    for (i = 0; i < k; ++i) {
+        __int128 p = (__int128)max_occ * counts[i];
+        quota[i] = (int64_t)(p / total);
+        rem[2 * i] = (int64_t)(p % total);
+        rem[2 * i + 1] = i;
+        given += quota[i];
+    }
+    int64_t left = max_occ - given;  /* < k: each floor lost less than 1 */
+    if (left <= 0) return;
+    qsort(rem, (size_t)k, 2 * sizeof(int64_t), cmp_remainder);
+    for (i = 0; i < left && i < k; ++i) quota[rem[2 * i + 1]] += 1;
+}
+
+static int64_t shard_match(const lk_shard *sh, const int32_t *ctx, int64_t clen, int64_t max_n,
+                           int64_t min_n, int64_t *lo, int64_t *hi) {
+    *lo = *hi = 0;
+    if (sh->n <= 0) return 0;
+    return sh->wide ? lk_i64_match(sh->tokens, sh->n, (const int64_t *)sh->sa, ctx, clen, max_n, min_n, lo, hi)
+                    : lk_i32_match(sh->tokens, sh->n, (const int32_t *)sh->sa, ctx, clen, max_n, min_n, lo, hi);
+}
+
+int lk_lookup(lk_lookup_scratch *s, const lk_shard *shards, int64_t n_shards, const int32_t *ctx,
+              int64_t clen, int64_t max_n, int64_t min_n, int64_t max_occ, int64_t depth,
+              int64_t budget, int64_t token_limit, lk_lookup_result *res) {
+    int64_t best = 0, live = 0, occ = 0, sampled = 0, i, k;
+    memset(res, 0, sizeof(*res));
+    if (n_shards != s->n_shards) return LK_ECAPACITY;
+    if (min_n < 1) min_n = 1;
+    for (i = 0; i < clen; ++i) {
+        if (ctx[i] < LK_SEP) {
+            res->match_len = i;  /* the offending context index */
+            return LK_EBADTOKEN;
+        }
+    }
+    /* 1. the longest match over all shards, and the shards holding it */
+    for (i = 0; i < n_shards; ++i) {
+        int64_t lo, hi;
+        int64_t len = shard_match(&shards[i], ctx, clen, max_n, min_n > best ? min_n : best, &lo, &hi);
+        if (len == LK_EBADTOKEN) {
+            res->match_len = lo;  /* the offending context index */
+            return LK_EBADTOKEN;
+        }
+        if (len > best) {
+            best = len;
+            live = 0;
+        }
+        if (len > 0 && len == best) {
+            s->take[live] = i;
+            s->lo[live] = lo;
+            s->hi[live] = hi;
+            ++live;
+        }
+    }
+    lk_trie_reset(&s->trie);
+    if (best == 0) return LK_OK;
+    /* 2. share the samples among those shards and count continuations into one trie */
+    for (k = 0; k < live; ++k) {
+        s->quota[k] = s->hi[k] - s->lo[k];  /* the count, split in place below */
+        occ += s->quota[k];
+    }
+    lk_split_occurrences(s->quota, live, max_occ, s->quota, s->rem);
+    for (k = 0; k < live; ++k) {
+        int64_t q = s->quota[k], added;
+        if (q <= 0) continue;
+        const lk_shard *sh = &shards[s->take[k]];
+        added = sh->wide ? lk_i64_add(&s->trie, sh->tokens, sh->n, (const int64_t *)sh->sa, s->lo[k], s->hi[k],
+                                      best, q, depth)
+                         : lk_i32_add(&s->trie, sh->tokens, sh->n, (const int32_t *)sh->sa, s->lo[k], s->hi[k],
+                                      best, q, depth);
+        if (added < 0) return (int)added;
+        sampled += added;
+    }
+    res->match_len = best;
+    res->occurrences = occ;
+    res->sampled = sampled;
+    /* 3. the best nodes, less those whose path leaves the vocabulary */
+    int64_t m = lk_trie_top_size(&s->trie, budget);
+    if (m > s->out_cap) return LK_ECAPACITY;
+    if (m == 0) return LK_OK;
+    int64_t got = lk_trie_top(&s->trie, budget, s->out_tok, s->out_parent, s->out_count);
+    if (got < 0) return (int)got;
+    int64_t kept = 0;
+    for (i = 0; i < got; ++i) {
+        int32_t p = s->out_parent[i];  /* p < i: remap[p] is already set */
+        if (s->out_tok[i] < token_limit && (p < 0 || s->remap[p] >= 0)) {
+            s->remap[i] = (int32_t)kept;
+            s->out_tok[kept] = s->out_tok[i];
+            s->out_count[kept] = s->out_count[i];
+            s->out_parent[kept] = p < 0 ? -1 : s->remap[p];
+            ++kept;
+        } else {
+            s->remap[i] = -1;
+        }
+    }
+    res->nodes = kept;
+    return LK_OK;
 }

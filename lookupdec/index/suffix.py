@@ -2,25 +2,31 @@
 
 Opening reads only ``manifest.json`` and maps the arrays, so it takes
 milliseconds whatever the index size, and several processes share the pages.
-A lookup fans out over the shards:
+A lookup is one native call (``_native.Shards.lookup``, GIL released) over
+all the shards:
 
 1. each shard finds its longest suffix of the context with length in
-   ``[min_n, max_n]`` (native ``match``); later shards only search for matches
-   at least as long as the best so far;
+   ``[min_n, max_n]``; later shards only search for matches at least as long
+   as the best so far;
 2. ``match_len`` is the longest length over all shards; only shards holding a
    match of that length take part, and ``occurrences`` is their total count;
 3. the ``max_occurrences`` samples are shared among those shards in proportion
-   to their counts, evenly spread inside each shard's suffix-array range (the
-   rule of :func:`lookupdec.index.shares.split_occurrences`); the
-   ``depth`` tokens after each sampled occurrence (stopping at a document's end)
-   are counted into one trie;
-4. the ``budget`` best nodes of the trie become the :class:`DraftTree`.
+   to their counts (shard s gets floor(M * c_s / C), the rest go one each to
+   the largest remainders (M * c_s) mod C, ties to the lower shard), evenly
+   spread inside each shard's suffix-array range; the ``depth`` tokens after
+   each sampled occurrence (stopping at a document's end) are counted into one
+   trie;
+4. the ``budget`` best nodes of the trie, less any path through a token id
+   outside the vocabulary, become the :class:`DraftTree`.
+
+``tests/oracles/suffix_lookup.py`` keeps the same lookup composed in Python
+from the per-shard kernels; tests check that both agree exactly.
 """
 from __future__ import annotations
 
+import array
 import hashlib
 import os
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -29,11 +35,10 @@ import numpy as np
 
 from lookupdec.errors import IndexFormatError, TokenizerMismatchError
 from lookupdec.index.manifest import SEP, ArrayFile, Manifest, read_manifest
-from lookupdec.index.shares import split_occurrences
 from lookupdec.tree import DraftTree
 
 _MAX_TOKEN = 2**31 - 1
-_MAX_TRIE_NODES = 2**30  # the native ContinuationTrie's largest capacity
+_MAX_TRIE_NODES = 2**30  # the native lookup's largest trie
 _REBUILD = "rebuild the index with `lookupdec build-index ... --overwrite`"
 
 
@@ -103,17 +108,20 @@ def open_index(path: str | os.PathLike, *, verify: bool = False) -> "SuffixIndex
 class SuffixIndex:
     """A read-only, memory-mapped suffix-array index (use :func:`open_index`).
 
-    Lookups may run from several threads: each thread gets its own trie buffers.
+    Lookups may run from several threads at once: each takes its own scratch
+    buffers, and none holds the GIL while it reads the index.
     """
 
     def __init__(self, path: Path, manifest: Manifest, shards: Sequence[_Shard]):
+        from lookupdec import _native
+
         self.path = Path(path)
         self._manifest = manifest
         self._shards = list(shards)
-        self._local = threading.local()
         vocab = manifest.tokenizer.vocab_size if manifest.tokenizer else 0
         # Token ids a lookup may return: the vocabulary's (a damaged file may hold others).
         self._token_limit = vocab if vocab > 0 else _MAX_TOKEN + 1
+        self._native = _native.Shards([(s.tokens, s.sa) for s in self._shards], self._token_limit)
 
     # ------------------------------------------------------------ properties
     @property
@@ -175,48 +183,16 @@ class SuffixIndex:
             >>> r.match_len, r.occurrences, r.tree.tokens.tolist()         # doctest: +SKIP
             (3, 2, [13, 14, 15])
         """
-        from lookupdec import _native
-
         _check_params(max_n, min_n, max_occurrences, depth, budget)
         ctx = _context_tail(context, max_n)
         if ctx.size < min_n:
             return _NO_MATCH
-        # 1-2. The longest match over all shards, and the shards that hold it.
-        best = 0
-        ranges: list[tuple[int, int, int]] = []  # (shard, lo, hi) for matches of length `best`
-        for s, shard in enumerate(self._shards):
-            length, lo, hi = _native.match(shard.tokens, shard.sa, ctx, max_n, max(min_n, best))
-            if length > best:
-                best, ranges = length, []
-            if length and length == best:
-                ranges.append((s, lo, hi))
+        best, occurrences, sampled, tokens, parents, counts, scores = self._native.lookup(
+            ctx, max_n, min_n, max_occurrences, depth, budget)
         if best == 0:
             return _NO_MATCH
-        counts = [hi - lo for _, lo, hi in ranges]
-        # 3. Share the samples among shards and count continuations into one trie.
-        trie = self._trie(max_occurrences * depth)
-        trie.reset()
-        sampled = 0
-        for (s, lo, hi), quota in zip(ranges, split_occurrences(counts, max_occurrences)):
-            if quota:
-                shard = self._shards[s]
-                sampled += trie.add(shard.tokens, shard.sa, lo, hi, best, quota, depth)
-        # 4. The best nodes as a tree.
-        tokens, parents, node_counts = trie.top(budget)
-        if tokens.size and int(tokens.max()) >= self._token_limit:
-            tokens, parents, node_counts = _drop_out_of_vocabulary(tokens, parents, node_counts, self._token_limit)
-        # The native trie guarantees the tree invariants (tests check it with `check()`).
-        tree = DraftTree.trusted(tokens, parents, node_counts / float(max(sampled, 1)))
-        return Lookup(best, int(sum(counts)), int(sampled), tree, node_counts)
-
-    def _trie(self, nodes: int):
-        from lookupdec import _native
-
-        trie = getattr(self._local, "trie", None)
-        if trie is None or self._local.capacity < nodes:
-            self._local.capacity = max(nodes, 1024)
-            trie = self._local.trie = _native.ContinuationTrie(self._local.capacity)
-        return trie
+        # The native lookup guarantees the tree invariants (tests check it with `check()`).
+        return Lookup(best, occurrences, sampled, DraftTree.trusted(tokens, parents, scores), counts)
 
     # ------------------------------------------------------------ tokenizer
     def check_tokenizer(self, tokenizer: Any, name: str | None = None) -> None:
@@ -298,20 +274,11 @@ def _check_structure(root: Path, entry, shard: _Shard) -> None:
                                f"{_REBUILD}")
 
 
-def _drop_out_of_vocabulary(tokens: np.ndarray, parents: np.ndarray, counts: np.ndarray, limit: int):
-    """The nodes whose path holds only ids below ``limit`` (a damaged index can hold others)."""
-    keep = np.zeros(tokens.size, bool)
-    for i in range(tokens.size):  # parents come first
-        p = int(parents[i])
-        keep[i] = tokens[i] < limit and (p < 0 or keep[p])
-    idx = np.flatnonzero(keep)
-    remap = np.full(tokens.size, -1, np.int32)
-    remap[idx] = np.arange(idx.size, dtype=np.int32)
-    new_parents = np.where(parents[idx] >= 0, remap[np.maximum(parents[idx], 0)], -1).astype(np.int32)
-    return tokens[idx], new_parents, counts[idx]
-
-
 def _check_params(max_n: int, min_n: int, max_occurrences: int, depth: int, budget: int) -> None:
+    if (type(max_n) is int and type(min_n) is int and type(max_occurrences) is int and type(depth) is int
+            and type(budget) is int and 1 <= min_n <= max_n and max_occurrences >= 1 and depth >= 1
+            and budget >= 0 and max_occurrences * depth <= _MAX_TRIE_NODES):
+        return  # the common case, decided in a fraction of a microsecond
     for name, value, low in (("min_n", min_n, 1), ("max_n", max_n, 1), ("max_occurrences", max_occurrences, 1),
                              ("depth", depth, 1), ("budget", budget, 0)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
@@ -325,6 +292,13 @@ def _check_params(max_n: int, min_n: int, max_occurrences: int, depth: int, budg
 
 def _context_tail(context: Sequence[int] | np.ndarray, max_n: int) -> np.ndarray:
     """The last ``max_n`` tokens as a contiguous int32 array, validated (the hot path: a few µs)."""
+    if type(context) is list and _C_INT32:  # the drafters' form, converted without numpy reductions
+        try:
+            ints = array.array("i", context[-max_n:])  # refuses non-integers and ids past 2^31 - 1
+        except (TypeError, OverflowError):
+            ints = None  # the general path below names the bad value
+        if ints and min(ints) >= 0:
+            return np.frombuffer(ints, dtype=np.int32)
     if not isinstance(context, np.ndarray):
         # Slice before converting: a long Python list costs only its tail.
         context = np.asarray(context[-max_n:] if isinstance(context, (list, tuple)) else context)
@@ -348,6 +322,7 @@ def _context_tail(context: Sequence[int] | np.ndarray, max_n: int) -> np.ndarray
 
 
 _EMPTY_CONTEXT = np.zeros(0, dtype=np.int32)
+_C_INT32 = array.array("i").itemsize == 4  # array's "i" is a C int: 32 bits on every supported platform
 
 
 def _map(root: Path, entry: ArrayFile) -> np.ndarray:

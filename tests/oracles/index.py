@@ -16,8 +16,6 @@ from typing import Sequence
 
 import numpy as np
 
-from lookupdec.index.shares import split_occurrences  # the policy itself (not under test here)
-
 SEP = -1
 
 
@@ -99,6 +97,31 @@ def match_reference(tokens: Sequence[int], sa: Sequence[int], context: Sequence[
             assert hits == list(range(hits[0], hits[-1] + 1))
             return length, hits[0], hits[-1] + 1
     return 0, 0, 0
+
+
+def split_occurrences(counts: Sequence[int], max_occurrences: int) -> list[int]:
+    """How a lookup shares max_occurrences samples among the shards holding the longest match.
+
+    If sum(counts) <= max_occurrences every shard gets its count. Otherwise
+    shard s gets floor(M * c_s / C) (M = max_occurrences, C = sum(counts)),
+    and the M - sum(floors) left over go one each to the shards with the
+    largest remainders (M * c_s) mod C, ties to the lower shard index (the
+    largest-remainder method; no shard gets more than its count), so the
+    continuations keep their corpus-wide frequencies.
+
+    Example:
+        >>> split_occurrences([6, 3, 1], 5)
+        [3, 2, 0]
+    """
+    total = sum(counts)
+    if total <= max_occurrences:
+        return list(counts)
+    quotas = [(max_occurrences * c) // total for c in counts]
+    left = max_occurrences - sum(quotas)
+    order = sorted(range(len(counts)), key=lambda s: (-((max_occurrences * counts[s]) % total), s))
+    for s in order[:left]:
+        quotas[s] += 1
+    return quotas
 
 
 def sample_entries(lo: int, hi: int, max_occurrences: int) -> list[int]:

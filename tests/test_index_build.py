@@ -218,8 +218,11 @@ def test_bad_token_documents_and_parameters(tmp_path):
         build_index_from_tokens([[[1, 2]]], tmp_path / "i")
     with pytest.raises(ValueError, match="shard_tokens must be an integer >= 2"):
         build_index_from_tokens([[1]], tmp_path / "i", shard_tokens=1)
-    with pytest.raises(IndexFormatError, match="parent directory .* does not exist"):
+    with pytest.raises(IndexFormatError, match="parent .* does not exist; choose an output path"):
         build_index_from_tokens([[1]], tmp_path / "no" / "i")
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(IndexFormatError, match="parent .*f is a file, not a directory"):
+        build_index_from_tokens([[1]], tmp_path / "f" / "i")
     assert leftovers(tmp_path, "i") == []
 
 

@@ -43,7 +43,9 @@ def prepare_out(out_dir: str | os.PathLike, overwrite: bool) -> Path:
     """
     out = Path(out_dir).expanduser().absolute()
     if not out.parent.is_dir():
-        raise IndexFormatError(f"cannot create {out}: its parent directory {out.parent} does not exist")
+        why = "is a file, not a directory" if out.parent.exists() else "does not exist"
+        raise IndexFormatError(f"cannot create {out}: its parent {out.parent} {why}; choose an output path "
+                               "inside an existing directory")
     if out.exists() or out.is_symlink():
         if not overwrite:
             raise IndexFormatError(f"{out} already exists; choose another output directory or pass overwrite=True "

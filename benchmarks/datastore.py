@@ -35,6 +35,9 @@ Usage:
     python benchmarks/datastore.py --quick         # 1M tokens, smoke run
     python benchmarks/datastore.py --builders '' --no-build-index --no-numpy --shards 8
                                                    # lookup latency only, 8 shards
+    python benchmarks/datastore.py --index /work/bench-data/z1b-20.index --no-composed
+                                                   # lookup latency on an index already built
+                                                   # (e.g. by benchmarks/build_scale.py)
 """
 from __future__ import annotations
 
@@ -154,10 +157,16 @@ def measure_build(builder: str, tokens_path: str, two_bytes_path: str) -> dict:
 
 # ---- lookups -----------------------------------------------------------------
 
-def make_contexts(tokens: np.ndarray, count: int, max_n: int, seed: int = 1) -> list[np.ndarray]:
+def make_contexts(tokens, count: int, max_n: int, seed: int = 1) -> list[np.ndarray]:
+    """Contexts drawn from a corpus: tokens is one array, or a list of arrays
+    (an index's shards), each context taken from one of them picked in
+    proportion to its size."""
     rng = np.random.default_rng(seed)
+    parts = [tokens] if isinstance(tokens, np.ndarray) else [t for t in tokens if t.size > max_n]
+    sizes = np.array([t.size for t in parts], dtype=np.float64)
     out = []
     for i in range(count):
+        tokens = parts[int(rng.choice(len(parts), p=sizes / sizes.sum()))] if len(parts) > 1 else parts[0]
         p = int(rng.integers(max_n, tokens.size))
         if i % 2 == 0:
             ctx = tokens[p - max_n:p]
@@ -337,6 +346,9 @@ def main() -> int:
     ap.add_argument("--no-composed", action="store_true", help="skip the lookup composed in Python")
     ap.add_argument("--no-build-index", action="store_true", help="skip build_index on the sample corpus")
     ap.add_argument("--json", type=Path, help="also write every figure to this JSON file")
+    ap.add_argument("--index", type=Path, help="time lookups on this already-built index directory (e.g. "
+                    "one made by benchmarks/build_scale.py) instead of generating and building; "
+                    "contexts are drawn from its own shards")
     ap.add_argument("--_measure", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args._measure:
@@ -344,6 +356,8 @@ def main() -> int:
         return 0
     if args.quick:
         args.tokens, args.lookups = 1_000_000, 200
+    if args.index:
+        return time_index(args)
 
     from lookupdec import _native
 
@@ -402,6 +416,49 @@ def main() -> int:
     print(render(results))
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
+    return 0
+
+
+LOOKUP = dict(max_n=16, min_n=2, max_occurrences=5000, depth=10, budget=64)
+
+
+def time_index(args) -> int:
+    """Lookup latency on an existing index: the public call and the native call
+    inside it (and the Python composition unless --no-composed)."""
+    from lookupdec.index import open_index
+
+    index = open_index(args.index)
+    kw = LOOKUP
+    shards = [(s.tokens, s.sa) for s in index._shards]
+    contexts = make_contexts([t for t, _ in shards], args.lookups, kw["max_n"])
+    lists = [c.tolist() for c in contexts]
+    one = index._native.lookup
+    p = (kw["max_n"], kw["min_n"], kw["max_occurrences"], kw["depth"], kw["budget"])
+    runs = {"public": (lambda c: _public(index.lookup(c, **kw)), lists),
+            "one_call": (lambda c: one(c, *p)[:4:3], contexts)}
+    if not args.no_composed:
+        from tests.oracles.suffix_lookup import composed_lookup
+
+        runs["composed"] = (lambda c: _public(composed_lookup(shards, c, token_limit=index._token_limit, **kw)),
+                            lists)
+    tokens = sum(int(t.size) for t, _ in shards)
+    r = {"index": str(args.index), "entries": tokens, "shards": index.n_shards, "lookups": args.lookups,
+         "cpu_model": _cpu_model(), "load_before": os.getloadavg()[0], "lookup_params": kw}
+    print(f"timing {args.lookups} lookups on {args.index} ({tokens:,} entries, {index.n_shards} shards) ...",
+          file=sys.stderr)
+    for name, figures in time_interleaved(runs).items():
+        r[f"lookup_{name}"] = figures
+    r["load_after"] = os.getloadavg()[0]
+    lines = [f"{args.index}: {tokens:,} entries in {index.n_shards} shard(s), {r['cpu_model']}, "
+             f"1-min load {r['load_before']:.2f} before, {r['load_after']:.2f} after", "",
+             "| lookup | median µs | p99 µs | mean µs | mean match length |", "|---|---|---|---|---|"]
+    for name in runs:
+        x = r[f"lookup_{name}"]
+        lines.append(f"| {name} | {x['median_us']:.1f} | {x['p99_us']:.1f} | {x['mean_us']:.1f} | "
+                     f"{x['mean_match_len']:.1f} |")
+    print("\n".join(lines))
+    if args.json:
+        args.json.write_text(json.dumps(r, indent=2))
     return 0
 
 

@@ -101,6 +101,8 @@ static int32_t lk_trie_find_or_new_(lk_trie *t, int32_t parent, int32_t tok, int
 #undef SX
 #undef FN
 
+#include "multisearch.h"
+
 int64_t lk_match_i32(const int32_t *tokens, int64_t n, const int32_t *sa, const int32_t *ctx,
                      int64_t clen, int64_t max_n, int64_t min_n, int64_t *lo, int64_t *hi) {
     return lk_i32_match(tokens, n, sa, ctx, clen, max_n, min_n, lo, hi);
@@ -219,8 +221,13 @@ int lk_lookup_scratch_init(lk_lookup_scratch *s, int64_t n_shards, int64_t trie_
     s->out_parent = malloc(m * sizeof(int32_t));
     s->out_count = malloc(m * sizeof(int64_t));
     s->remap = malloc(m * sizeof(int32_t));
+    s->msearch = malloc(k * sizeof(lk_msearch));
+    s->act = malloc(k * sizeof(int64_t));
+    s->mlen = malloc(k * sizeof(int64_t));
+    s->mlo = malloc(k * sizeof(int64_t));
+    s->mhi = malloc(k * sizeof(int64_t));
     if (!s->lo || !s->hi || !s->take || !s->quota || !s->rem || !s->out_tok || !s->out_parent ||
-        !s->out_count || !s->remap) {
+        !s->out_count || !s->remap || !s->msearch || !s->act || !s->mlen || !s->mlo || !s->mhi) {
         lk_lookup_scratch_free(s);
         return LK_ENOMEM;
     }
@@ -231,6 +238,7 @@ void lk_lookup_scratch_free(lk_lookup_scratch *s) {
     lk_trie_free(&s->trie);
     free(s->lo); free(s->hi); free(s->take); free(s->quota); free(s->rem);
     free(s->out_tok); free(s->out_parent); free(s->out_count); free(s->remap);
+    free(s->msearch); free(s->act); free(s->mlen); free(s->mlo); free(s->mhi);
     memset(s, 0, sizeof(*s));
 }
 
@@ -284,22 +292,31 @@ int lk_lookup(lk_lookup_scratch *s, const lk_shard *shards, int64_t n_shards, co
             return LK_EBADTOKEN;
         }
     }
-    /* 1. the longest match over all shards, and the shards holding it */
-    for (i = 0; i < n_shards; ++i) {
+    /* 1. the longest match over all shards, and the shards holding it: those
+     * whose own longest match is that long (a shard holding the best length
+     * has no longer match, or it would be the best) */
+    if (n_shards == 1) {
         int64_t lo, hi;
-        int64_t len = shard_match(&shards[i], ctx, clen, max_n, min_n > best ? min_n : best, &lo, &hi);
-        if (len == LK_EBADTOKEN) {
-            res->match_len = lo;  /* the offending context index */
+        int64_t len = shard_match(&shards[0], ctx, clen, max_n, min_n, &lo, &hi);
+        if (len == LK_EBADTOKEN) {  /* unreachable: ctx was checked above */
+            res->match_len = lo;
             return LK_EBADTOKEN;
         }
-        if (len > best) {
-            best = len;
-            live = 0;
-        }
-        if (len > 0 && len == best) {
+        s->mlen[0] = len;
+        s->mlo[0] = lo;
+        s->mhi[0] = hi;
+    } else {
+        lk_match_all(shards, n_shards, ctx, clen, max_n, min_n, (lk_msearch *)s->msearch, s->act, s->mlen,
+                     s->mlo, s->mhi);
+    }
+    for (i = 0; i < n_shards; ++i) {
+        if (s->mlen[i] > best) best = s->mlen[i];
+    }
+    for (i = 0; best > 0 && i < n_shards; ++i) {
+        if (s->mlen[i] == best) {
             s->take[live] = i;
-            s->lo[live] = lo;
-            s->hi[live] = hi;
+            s->lo[live] = s->mlo[i];
+            s->hi[live] = s->mhi[i];
             ++live;
         }
     }

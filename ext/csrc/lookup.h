@@ -87,6 +87,11 @@ typedef struct {
     int32_t *out_parent;  /* parent index of each node, -1 for children of the root */
     int64_t *out_count;   /* sampled occurrences passing through each node */
     int32_t *remap;       /* remap[i]: the output index of ranked node i, -1 when dropped */
+    void *msearch;        /* n_shards search states of the interleaved match (lk_msearch, lookup.c) */
+    int64_t *act;         /* act[0..): the shards whose search is still running */
+    int64_t *mlen;        /* mlen[i], mlo[i], mhi[i]: shard i's longest match and its SA range */
+    int64_t *mlo;
+    int64_t *mhi;
 } lk_lookup_scratch;
 
 /* What a lookup found besides its tree. */
@@ -115,8 +120,9 @@ void lk_split_occurrences(const int64_t *counts, int64_t k, int64_t max_occ, int
 
 /* One lookup over shards[0..n_shards):
  *  1. the longest suffix of ctx[0..clen) with length in [min_n, max_n] found
- *     in any shard (lk_match per shard; later shards only search for lengths
- *     at least the best so far);
+ *     in any shard: each shard's lk_match, the shards' searches interleaved
+ *     probe by probe when there are several (their memory reads overlap);
+ *     the shards whose own longest match has that length hold it;
  *  2. max_occ samples split among the shards holding that length, in shard
  *     order (lk_split_occurrences), each shard's share counted into one trie
  *     (lk_trie_add, depth tokens per occurrence);

@@ -40,15 +40,10 @@ def composed_lookup(shards: Sequence[tuple[np.ndarray, np.ndarray]], context, ma
     ctx = _context_tail(context, max_n)
     if ctx.size < min_n:
         return _NO_MATCH
-    # 1-2. The longest match over all shards, and the shards that hold it.
-    best = 0
-    ranges: list[tuple[int, int, int]] = []  # (shard, lo, hi) for matches of length `best`
-    for s, (tokens, sa) in enumerate(shards):
-        length, lo, hi = _native.match(tokens, sa, ctx, max_n, max(min_n, best))
-        if length > best:
-            best, ranges = length, []
-        if length and length == best:
-            ranges.append((s, lo, hi))
+    # 1-2. Each shard's own longest match; the longest of them, and the shards whose match has that length.
+    found = [_native.match(tokens, sa, ctx, max_n, min_n) for tokens, sa in shards]
+    best = max((length for length, _, _ in found), default=0)
+    ranges = [(s, lo, hi) for s, (length, lo, hi) in enumerate(found) if length and length == best]
     if best == 0:
         return _NO_MATCH
     counts = [hi - lo for _, lo, hi in ranges]

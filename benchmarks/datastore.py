@@ -349,6 +349,9 @@ def main() -> int:
     ap.add_argument("--index", type=Path, help="time lookups on this already-built index directory (e.g. "
                     "one made by benchmarks/build_scale.py) instead of generating and building; "
                     "contexts are drawn from its own shards")
+    ap.add_argument("--warmup", type=int, default=0, help="with --index: look this many other contexts up "
+                    "before timing (a fresh process pays a page fault per first-touched page of the "
+                    "memory maps; a long-running server has paid them)")
     ap.add_argument("--_measure", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args._measure:
@@ -434,15 +437,25 @@ def time_index(args) -> int:
     lists = [c.tolist() for c in contexts]
     one = index._native.lookup
     p = (kw["max_n"], kw["min_n"], kw["max_occurrences"], kw["depth"], kw["budget"])
+    from lookupdec import _native
+
+    bare = _native.Shards(shards, index._token_limit, top_levels=0).lookup
     runs = {"public": (lambda c: _public(index.lookup(c, **kw)), lists),
-            "one_call": (lambda c: one(c, *p)[:4:3], contexts)}
+            "one_call": (lambda c: one(c, *p)[:4:3], contexts),
+            "one_call_no_top": (lambda c: bare(c, *p)[:4:3], contexts)}
     if not args.no_composed:
         from tests.oracles.suffix_lookup import composed_lookup
 
         runs["composed"] = (lambda c: _public(composed_lookup(shards, c, token_limit=index._token_limit, **kw)),
                             lists)
+    if args.warmup:
+        print(f"warming up with {args.warmup} other contexts ...", file=sys.stderr)
+        for c in make_contexts([t for t, _ in shards], args.warmup, kw["max_n"], seed=2):
+            one(c, *p)
+            bare(c, *p)
     tokens = sum(int(t.size) for t, _ in shards)
     r = {"index": str(args.index), "entries": tokens, "shards": index.n_shards, "lookups": args.lookups,
+         "warmup": args.warmup,
          "cpu_model": _cpu_model(), "load_before": os.getloadavg()[0], "lookup_params": kw}
     print(f"timing {args.lookups} lookups on {args.index} ({tokens:,} entries, {index.n_shards} shards) ...",
           file=sys.stderr)
@@ -450,7 +463,8 @@ def time_index(args) -> int:
         r[f"lookup_{name}"] = figures
     r["load_after"] = os.getloadavg()[0]
     lines = [f"{args.index}: {tokens:,} entries in {index.n_shards} shard(s), {r['cpu_model']}, "
-             f"1-min load {r['load_before']:.2f} before, {r['load_after']:.2f} after", "",
+             f"1-min load {r['load_before']:.2f} before, {r['load_after']:.2f} after, "
+             f"{args.warmup} warm-up contexts", "",
              "| lookup | median µs | p99 µs | mean µs | mean match length |", "|---|---|---|---|---|"]
     for name in runs:
         x = r[f"lookup_{name}"]

@@ -5,11 +5,17 @@ from libc.string cimport memcpy
 
 
 cdef extern from "lookup.h" nogil:
+    ctypedef struct lk_top_node:
+        pass
     ctypedef struct lk_shard:
         const int32_t *tokens
         const void *sa
         int64_t n
         int wide
+        lk_top_node *top
+        int top_levels
+    int lk_shard_top_init(lk_shard *sh, int levels)
+    void lk_shard_top_free(lk_shard *sh)
     ctypedef struct lk_lookup_scratch:
         lk_trie trie
         int64_t out_cap
@@ -28,6 +34,12 @@ cdef extern from "lookup.h" nogil:
                   int64_t clen, int64_t max_n, int64_t min_n, int64_t max_occ, int64_t depth,
                   int64_t budget, int64_t token_limit, lk_lookup_result *res)
 
+
+# Levels of each shard's bisection tree kept in memory by default (2^12 - 1
+# nodes of 32 bytes = 128 KB per shard of 4095 or more entries): a lookup's
+# first probes per match length then read this dense copy instead of a
+# likely cache and TLB miss each in the memory-mapped arrays.
+TOP_LEVELS = 12
 
 # The most trie nodes a lookup may need (max_occurrences * depth), as ContinuationTrie.
 MAX_TRIE_NODES = 2**30
@@ -99,6 +111,9 @@ cdef class Shards:
         token_limit: token ids at or above it are dropped from results, with
             the nodes below them (a damaged file may hold ids outside the
             vocabulary); default 2^31: none.
+        top_levels: levels of each shard's suffix-array bisection copied into
+            memory at the first lookup (0..20; 0: none), at most
+            log2(entries + 1); results do not depend on it.
 
     Raises:
         TypeError / ValueError: a buffer of the wrong type, shape or length.
@@ -115,11 +130,17 @@ cdef class Shards:
     cdef int64_t limit
     cdef list _views  # a buffer export of every array: keeps them mapped and unresizable
     cdef list _idle   # _LookupScratch objects not in use
+    cdef int _levels  # top_levels asked for
+    cdef bint _topped  # the top-of-tree copies are built (at the first lookup, holding the GIL)
 
-    def __cinit__(self, shards, int64_t token_limit=2**31):
+    def __cinit__(self, shards, int64_t token_limit=2**31, int top_levels=TOP_LEVELS):
         pairs = list(shards)
         if token_limit < 0:
             raise ValueError(f"token_limit must be >= 0, got {token_limit}")
+        if not 0 <= top_levels <= 20:
+            raise ValueError(f"top_levels must be in [0, 20], got {top_levels}")
+        self._levels = top_levels
+        self._topped = False
         self._views = []
         self._idle = []
         self.limit = token_limit
@@ -140,6 +161,8 @@ cdef class Shards:
             sh.wide = sz == 8
             sh.tokens = NULL
             sh.sa = NULL
+            sh.top = NULL
+            sh.top_levels = 0
             if sh.n > 0:
                 t = tokens
                 sh.tokens = &t[0]
@@ -154,7 +177,24 @@ cdef class Shards:
             self.n += 1
 
     def __dealloc__(self):
+        cdef int64_t i
+        if self.shards != NULL:
+            for i in range(self.n):
+                lk_shard_top_free(&self.shards[i])
         free(self.shards)
+
+    cdef _build_tops(self):
+        """Copies each shard's top bisection levels (never more levels than
+        the shard has: 2^levels - 1 <= entries)."""
+        cdef int64_t i
+        cdef int lv
+        for i in range(self.n):
+            lv = self._levels
+            while lv > 0 and ((<int64_t>1 << lv) - 1) > self.shards[i].n:
+                lv -= 1
+            if lk_shard_top_init(&self.shards[i], lv) != LK_OK:
+                raise MemoryError("cannot allocate the top-of-tree copies of the shards")
+        self._topped = True
 
     @property
     def n_shards(self):
@@ -218,6 +258,8 @@ cdef class Shards:
         cdef int64_t nodes = max_occurrences * depth
         if nodes < _MIN_TRIE:
             nodes = _MIN_TRIE
+        if not self._topped:
+            self._build_tops()  # under the GIL: no lookup runs while they are written
         cdef _LookupScratch sc = self._take(nodes, budget if budget < nodes else nodes)
         cdef lk_lookup_result res
         cdef int rc

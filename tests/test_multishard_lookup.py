@@ -5,8 +5,10 @@ Python (tests/oracles/suffix_lookup.py) on damaged ones, where only "the same
 probes as lk_match" can give the same answer. The shapes here are the ones
 the interleaving must get right: many shards, empty shards, shards with no
 match, searches that end at different rounds, wide and narrow suffix arrays
-side by side, token ids near 2^31."""
+side by side, token ids near 2^31; with and without the in-memory copy of the
+top bisection levels (``top_levels``), which must change no result."""
 import numpy as np
+import pytest
 
 from lookupdec import _native as N
 from tests.oracles.index import lookup_shards_reference
@@ -53,12 +55,12 @@ def context_from(rng, shards, alphabet):
     return rng.choice(alphabet + [-1], int(rng.integers(0, 12))).tolist()
 
 
-def native(shards, ctx, max_n, min_n, max_occ, depth, budget):
-    return N.Shards(shards).lookup(np.asarray(ctx, dtype=np.int32), max_n, min_n, max_occ, depth, budget)
+def native(shards, ctx, max_n, min_n, max_occ, depth, budget, top_levels=N.TOP_LEVELS):
+    return N.Shards(shards, top_levels=top_levels).lookup(np.asarray(ctx, dtype=np.int32), max_n, min_n, max_occ, depth, budget)
 
 
-def assert_equals_rules(shards, ctx, max_n, min_n, max_occ, depth, budget):
-    n, occ, sampled, tok, par, cnt, _ = native(shards, ctx, max_n, min_n, max_occ, depth, budget)
+def assert_equals_rules(shards, ctx, max_n, min_n, max_occ, depth, budget, top_levels=N.TOP_LEVELS):
+    n, occ, sampled, tok, par, cnt, _ = native(shards, ctx, max_n, min_n, max_occ, depth, budget, top_levels)
     ref = lookup_shards_reference(shards, ctx, max_n, min_n, max_occ, depth, budget)
     assert (n, occ, sampled) == (ref.match_len, ref.occurrences, ref.sampled)
     assert tok.tolist() == ref.tokens.tolist()
@@ -67,10 +69,11 @@ def assert_equals_rules(shards, ctx, max_n, min_n, max_occ, depth, budget):
     return n
 
 
-def test_many_shards_with_empty_and_unmatched_ones_equal_the_rules():
-    rng = np.random.default_rng(1)
+@pytest.mark.parametrize("top_levels", [0, 1, 3, 20])
+def test_many_shards_with_empty_and_unmatched_ones_equal_the_rules(top_levels):
+    rng = np.random.default_rng(1 + top_levels)
     matched = 0
-    for _ in range(60):
+    for _ in range(25):
         alphabet = list(range(int(rng.integers(2, 5))))
         shards = many_shards(rng, alphabet)
         for _ in range(6):
@@ -78,8 +81,8 @@ def test_many_shards_with_empty_and_unmatched_ones_equal_the_rules():
             min_n = int(rng.integers(1, max_n + 1))
             matched += assert_equals_rules(shards, context_from(rng, shards, alphabet), max_n, min_n,
                                            int(rng.choice([1, 3, 17, 5000])), int(rng.integers(1, 6)),
-                                           int(rng.choice([0, 1, 5, 64]))) > 0
-    assert matched > 100  # the cases exercise real matches, not only empty results
+                                           int(rng.choice([0, 1, 5, 64])), top_levels) > 0
+    assert matched > 40  # the cases exercise real matches, not only empty results
 
 
 def test_only_some_shards_hold_the_longest_match_and_all_of_them_are_counted():
@@ -114,7 +117,8 @@ def test_huge_token_ids_across_many_shards():
             assert_equals_rules(shards, context_from(rng, shards, alphabet), 9, 1, 50, 4, 64)
 
 
-def test_damaged_shards_give_the_per_shard_kernels_answer():
+@pytest.mark.parametrize("top_levels", [0, 2, 20])
+def test_damaged_shards_give_the_per_shard_kernels_answer(top_levels):
     # Out-of-range, negative and shuffled suffix-array entries: the answer is "wrong" but must be
     # the one each shard's own match() gives, i.e. the interleaving makes the same probes.
     rng = np.random.default_rng(3)
@@ -137,7 +141,24 @@ def test_damaged_shards_give_the_per_shard_kernels_answer():
             ctx = [t for t in ctx if t >= 0]
             max_n = int(rng.integers(1, 10))
             min_n = int(rng.integers(1, max_n + 1))
-            n, occ, sampled, tok, par, cnt, _ = native(shards, ctx, max_n, min_n, 20, 3, 16)
+            n, occ, sampled, tok, par, cnt, _ = native(shards, ctx, max_n, min_n, 20, 3, 16, top_levels)
             want = composed_lookup(shards, ctx, max_n=max_n, min_n=min_n, max_occurrences=20, depth=3, budget=16)
             assert (n, occ, sampled) == (want.match_len, want.occurrences, want.sampled)
             assert tok.tolist() == want.tree.tokens.tolist() and cnt.tolist() == want.counts.tolist()
+
+
+def test_one_large_shard_with_and_without_the_top_copy_agree_with_the_rules():
+    # 5,000 entries: 12 cached levels (4,095 nodes) really lie on the search path, and one shard
+    # takes the interleaved path only when it has the copy.
+    rng = np.random.default_rng(4)
+    shards = [shard_of(random_docs(rng, [0, 1, 2, 3, 4, 5], 400))]
+    assert shards[0][0].size > 4095
+    for _ in range(40):
+        ctx = context_from(rng, shards, [0, 1, 2, 3, 4, 5])
+        for levels in (0, 12):
+            assert_equals_rules(shards, ctx, 12, 1, 50, 3, 16, levels)
+
+
+def test_top_levels_out_of_range_is_refused():
+    with pytest.raises(ValueError, match="top_levels"):
+        N.Shards([shard_of([1, 2, -1])], top_levels=21)

@@ -271,6 +271,47 @@ void lk_split_occurrences(const int64_t *counts, int64_t k, int64_t max_occ, int
     for (i = 0; i < left && i < k; ++i) quota[rem[2 * i + 1]] += 1;
 }
 
+/* Fills heap node i, the probe of the bisection over [lo, hi) at level lvl. */
+static void top_fill(lk_shard *sh, int64_t i, int64_t lo, int64_t hi, int lvl) {
+    if (lvl >= sh->top_levels) return;
+    lk_top_node *t = &sh->top[i];
+    if (lo >= hi) {  /* the bisection never probes here */
+        t->s = 0;
+        t->cnt = -1;
+        return;
+    }
+    int64_t mid = lo + ((hi - lo) >> 1);
+    int64_t s = sh->wide ? ((const int64_t *)sh->sa)[mid] : (int64_t)((const int32_t *)sh->sa)[mid];
+    t->s = s;
+    if (s < 0 || s >= sh->n) {
+        t->cnt = -1;
+    } else {
+        int64_t c = sh->n - s < LK_TOP_TOKENS ? sh->n - s : LK_TOP_TOKENS;
+        for (int64_t j = 0; j < c; ++j) t->tok[j] = sh->tokens[s + j];
+        t->cnt = (int32_t)c;
+    }
+    top_fill(sh, 2 * i + 1, lo, mid, lvl + 1);
+    top_fill(sh, 2 * i + 2, mid + 1, hi, lvl + 1);
+}
+
+void lk_shard_top_free(lk_shard *sh) {
+    free(sh->top);
+    sh->top = NULL;
+    sh->top_levels = 0;
+}
+
+int lk_shard_top_init(lk_shard *sh, int levels) {
+    lk_shard_top_free(sh);  /* a copy made before is replaced */
+    if (levels < 1 || levels > 20 || sh->n <= 0) return LK_OK;
+    int64_t nodes = ((int64_t)1 << levels) - 1;
+    sh->top = malloc((size_t)nodes * sizeof(lk_top_node));
+    if (!sh->top) return LK_ENOMEM;
+    sh->top_levels = levels;
+    top_fill(sh, 0, 0, sh->n, 0);
+    return LK_OK;
+}
+
+
 static int64_t shard_match(const lk_shard *sh, const int32_t *ctx, int64_t clen, int64_t max_n,
                            int64_t min_n, int64_t *lo, int64_t *hi) {
     *lo = *hi = 0;
@@ -295,7 +336,7 @@ int lk_lookup(lk_lookup_scratch *s, const lk_shard *shards, int64_t n_shards, co
     /* 1. the longest match over all shards, and the shards holding it: those
      * whose own longest match is that long (a shard holding the best length
      * has no longer match, or it would be the best) */
-    if (n_shards == 1) {
+    if (n_shards == 1 && !shards[0].top) {
         int64_t lo, hi;
         int64_t len = shard_match(&shards[0], ctx, clen, max_n, min_n, &lo, &hi);
         if (len == LK_EBADTOKEN) {  /* unreachable: ctx was checked above */

@@ -63,6 +63,18 @@ int64_t lk_trie_top(lk_trie *t, int64_t budget, int64_t *out_tok, int32_t *out_p
 
 /* ---- a whole lookup over the shards of an index, in one call -------------- */
 
+/* Tokens of a suffix kept in a top-of-tree node. */
+#define LK_TOP_TOKENS 4
+
+/* One node of the top levels of a shard's suffix-array bisection over [0, n):
+ * the entry every lookup's first probes read, kept in a small dense array so
+ * those probes cost no cache or TLB miss in a multi-GB memory map. */
+typedef struct {
+    int64_t s;                     /* sa[mid] at this node */
+    int32_t tok[LK_TOP_TOKENS];    /* tokens[s .. s + cnt) */
+    int32_t cnt;                   /* min(LK_TOP_TOKENS, n - s); -1 when s is outside [0, n) */
+} lk_top_node;
+
 /* One shard as the lookup reads it: documents separated by LK_SEP, and their
  * suffix array. The lookup never reads outside tokens[0..n) or sa[0..n),
  * whatever the arrays hold. */
@@ -71,7 +83,20 @@ typedef struct {
     const void *sa;         /* the suffix array of tokens: n int32_t or int64_t entries */
     int64_t n;              /* tokens, and suffix-array entries */
     int wide;               /* 1: sa holds int64_t entries, 0: int32_t */
+    lk_top_node *top;       /* NULL, or the nodes of the first top_levels levels of the
+                               bisection over [0, n) in heap order (root 0, children
+                               2i + 1 below mid and 2i + 2 above); see lk_shard_top_init */
+    int top_levels;         /* levels in top (0: none) */
 } lk_shard;
+
+/* Copies the first `levels` levels (1..20) of the bisection tree of sh into
+ * sh->top (2^levels - 1 nodes, malloc'd; reads sa and tokens at each node's
+ * mid). Lookups then take those probes from it: the same comparisons, so the
+ * same results. The arrays must not change afterwards. Returns LK_OK or
+ * LK_ENOMEM (then sh->top is NULL). A copy made before is freed first; sh->top
+ * must be NULL or such a copy. */
+int lk_shard_top_init(lk_shard *sh, int levels);
+void lk_shard_top_free(lk_shard *sh);
 
 /* The scratch of one lookup: reused across lookups, never shared by two at once. */
 typedef struct {

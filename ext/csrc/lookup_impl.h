@@ -14,7 +14,7 @@ static inline int64_t FN(extend)(const int32_t *T, int64_t n, int64_t s, const i
     }
     while (d < L && s + d < n && T[s + d] == P[d]) ++d;
     if (d == L) *sign = 0;
-    else if (s + d == n || T[s + d] < P[d]) *sign = -1;
+    else if (s + d >= n || T[s + d] < P[d]) *sign = -1;  /* >=: a damaged lcp skip may pass the end */
     else *sign = 1;
     return d;
 }

@@ -10,7 +10,9 @@
  * The memory reads of different shards (each a likely cache and TLB miss in a
  * multi-GB index) are then in flight together instead of one after another.
  * Same probes, same comparisons: the per-shard result is lk_match's, on
- * damaged arrays too. */
+ * damaged arrays too. The first probes of each length's main bisection are
+ * the same for every lookup; a shard with a top-of-tree cache (lk_shard.top)
+ * takes them from it without touching the memory maps. */
 
 enum { MS_DONE = 0, MS_MAIN = 1, MS_LOWER = 2, MS_UPPER = 3 };
 
@@ -26,7 +28,28 @@ typedef struct {
     int64_t probe;             /* SA index the next comparison reads */
     int64_t dstart;            /* tokens known equal before that comparison (the lcp skip) */
     int64_t s;                 /* sa[probe], once read */
+    int64_t node;              /* heap index of the main bisection's probe in the shard's
+                                  top-of-tree cache; -1 once past it (or none) */
+    int has_top;               /* 1 when the shard has a top-of-tree cache */
 } lk_msearch;
+
+/* FN(extend) for the suffix at a top-of-tree node: the same d and sign,
+ * reading the cached tokens first and the text only beyond them. */
+static inline int64_t ms_extend_top(const lk_top_node *t, const int32_t *T, int64_t n, const int32_t *P,
+                                    int64_t L, int64_t d, int *sign) {
+    if (t->cnt < 0) {
+        *sign = -1;
+        return 0;
+    }
+    int64_t s = t->s;
+#define MS_TOK(i) ((i) < t->cnt ? t->tok[(i)] : T[s + (i)])
+    while (d < L && s + d < n && MS_TOK(d) == P[d]) ++d;
+    if (d == L) *sign = 0;
+    else if (s + d >= n || MS_TOK(d) < P[d]) *sign = -1;
+    else *sign = 1;
+#undef MS_TOK
+    return d;
+}
 
 static inline int64_t ms_sa(const lk_shard *sh, int64_t i) {
     return sh->wide ? ((const int64_t *)sh->sa)[i] : (int64_t)((const int32_t *)sh->sa)[i];
@@ -44,6 +67,7 @@ static inline void ms_begin_length(lk_msearch *st, int64_t n) {
         st->lo = 0;
         st->hi = n;
         st->llcp = st->rlcp = 0;
+        st->node = st->has_top ? 0 : -1;
     } else {
         st->phase = MS_DONE;
     }
@@ -93,12 +117,17 @@ static void ms_next(lk_msearch *st, int64_t n) {
 }
 
 /* The outcome of comparing suffix st->s with the pattern: d tokens equal, sign. */
-static inline void ms_step(lk_msearch *st, int64_t d, int sign) {
+static inline void ms_step(lk_msearch *st, int64_t d, int sign, int64_t top_nodes) {
     switch (st->phase) {
     case MS_MAIN:
         if (sign < 0) { st->lo = st->mid + 1; st->llcp = d; }
         else if (sign > 0) { st->hi = st->mid; st->rlcp = d; }
-        else {  /* lower bound in [lo, mid] */
+        if (st->node >= 0) {  /* the child the bisection went to, while inside the cache */
+            st->node = sign < 0 ? 2 * st->node + 2 : 2 * st->node + 1;
+            if (st->node >= top_nodes) st->node = -1;
+        }
+        if (sign == 0) {  /* lower bound in [lo, mid]: probes no longer on the cached path */
+            st->node = -1;
             st->phase = MS_LOWER;
             st->la = st->lo;
             st->lb = st->mid;
@@ -136,15 +165,19 @@ static void lk_match_all(const lk_shard *shards, int64_t n_shards, const int32_t
         s->a = min_n - 1;
         s->b = maxl + 1;
         s->blo = s->bhi = 0;
+        s->has_top = shards[i].top != NULL;
         ms_begin_length(s, shards[i].n);
         ms_next(s, shards[i].n);
         if (s->phase != MS_DONE) act[nact++] = i;
     }
     while (nact > 0) {
-        for (k = 0; k < nact; ++k) __builtin_prefetch(ms_sa_addr(&shards[act[k]], st[act[k]].probe));
+        for (k = 0; k < nact; ++k) {
+            if (st[act[k]].node < 0) __builtin_prefetch(ms_sa_addr(&shards[act[k]], st[act[k]].probe));
+        }
         for (k = 0; k < nact; ++k) {
             const lk_shard *sh = &shards[act[k]];
             lk_msearch *s = &st[act[k]];
+            if (s->node >= 0) continue;  /* this probe is in the top-of-tree cache */
             s->s = ms_sa(sh, s->probe);
             if (s->s >= 0 && s->s < sh->n) {
                 int64_t at = s->s + s->dstart;
@@ -155,8 +188,14 @@ static void lk_match_all(const lk_shard *shards, int64_t n_shards, const int32_t
             const lk_shard *sh = &shards[act[k]];
             lk_msearch *s = &st[act[k]];
             int sign;
-            int64_t d = lk_i32_extend(sh->tokens, sh->n, s->s, ctx + clen - s->m, s->m, s->dstart, &sign);
-            ms_step(s, d, sign);
+            int64_t d;
+            if (s->node >= 0) {
+                d = ms_extend_top(&sh->top[s->node], sh->tokens, sh->n, ctx + clen - s->m, s->m, s->dstart, &sign);
+                s->s = sh->top[s->node].s;
+            } else {
+                d = lk_i32_extend(sh->tokens, sh->n, s->s, ctx + clen - s->m, s->m, s->dstart, &sign);
+            }
+            ms_step(s, d, sign, sh->top ? ((int64_t)1 << sh->top_levels) - 1 : 0);
             ms_next(s, sh->n);
             if (s->phase == MS_DONE) act[k] = act[--nact];  /* order of the rest is irrelevant */
             else ++k;

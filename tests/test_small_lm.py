@@ -183,3 +183,32 @@ def test_method_draft_needs_a_draft_model():
     dec = Decoder(tiny_loaded(0), fast_kernels=False)
     with pytest.raises(ValueError, match="method 'draft' needs a draft model"):
         dec.generate([5, 6], method="draft", max_new_tokens=2)
+
+
+class _Sampled:
+    """Proposes a fixed sampled tree: a chain 5 -> 6 and a sibling 7 of 5 (uniform q rows)."""
+
+    name = "fixed"
+
+    def begin(self, ids):
+        pass
+
+    def commit(self, outcome):
+        pass
+
+    def propose(self, request):
+        q = np.full((3, 128), 1.0 / 128)
+        return DraftTree(np.array([5, 7, 6]), np.array([-1, -1, 0]), q=q)
+
+
+def test_sampled_trees_are_cut_by_shape_only():
+    """Over the budget: refused (a cut by score would depend on the drawn tokens). Without tree masks: the path
+    of first children (5 -> 6), chosen by shape, with its q rows."""
+    with pytest.raises(DraftError, match="sampled tree of 3 nodes for a budget of 2"):
+        Decoder(tiny_loaded(0), fast_kernels=False, draft_budget=2).generate(
+            [5, 6], max_new_tokens=3, temperature=1.0, seed=0, drafter=_Sampled())
+    dec = Decoder(tiny_loaded(0), fast_kernels=False, tree_masks=False)
+    tree, kept = dec._checked(_Sampled(), _Sampled().propose(None), budget=8, max_depth=8)
+    assert tree.tokens.tolist() == [5, 6] and kept.tolist() == [0, 2] and tree.q.shape == (2, 128)
+    tree, kept = dec._checked(_Sampled(), _Sampled().propose(None), budget=8, max_depth=1)
+    assert tree.tokens.tolist() == [5]

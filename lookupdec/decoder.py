@@ -61,6 +61,11 @@ class Decoder:
             ``history`` and ``auto`` draft from it.
         history_budget: most tokens the history keeps (default
             ``lookupdec.index.history.DEFAULT_BUDGET_TOKENS``; oldest dropped first).
+        draft_model: a small draft model for method ``draft`` and ``auto`` (the
+            small-LM fallback): a model id / directory / .gguf path or a
+            ``LoadedModel``; it must share the target's tokenizer, ids included.
+        draft_layers: cut the draft model (the target itself when ``draft_model``
+            is None) to its first K decoder layers.
 
     Raises:
         IndexFormatError, TokenizerMismatchError: an index or history store that
@@ -76,7 +81,8 @@ class Decoder:
 
     def __init__(self, model=None, *, dtype: str = "float32", device: str | None = None, fast_kernels: bool = True,
                  tree_masks: bool | None = None, draft_budget: int = DEFAULT_DRAFT_BUDGET, index=None,
-                 cost_curve=None, history=None, history_budget: int | None = None) -> None:
+                 cost_curve=None, history=None, history_budget: int | None = None, draft_model=None,
+                 draft_layers: int | None = None) -> None:
         import torch
 
         from lookupdec.drafters.calibrate import Calibration
@@ -100,6 +106,12 @@ class Decoder:
         self.indexes = indexes
         self.history = _open_history(history, self.tokenizer, history_budget)
         self.fast_kernels = bool(fast_kernels) and fast_kernels_available(self.loaded.model)
+        # The draft model before the target's weights may be released (draft_layers copies them).
+        draft_loaded = None
+        if draft_model is not None or draft_layers is not None:
+            from lookupdec.models import load_draft_model
+
+            draft_loaded = load_draft_model(draft_model, self.loaded, layers=draft_layers, dtype=dtype, device=device)
         # A model the caller passed in is never changed; one loaded here is ours to repack.
         owned = not isinstance(model, LoadedModel)
         # Fast kernels: the lean forward for Llama-family models (which then holds the only
@@ -116,6 +128,11 @@ class Decoder:
         self.calibration = Calibration()
         self._cost_curve = cost_curve
         self._torch = torch
+        self.draft = None  # the small-LM fallback's DraftModel (decoder state, like the calibration)
+        if draft_loaded is not None:
+            from lookupdec.drafters.small_lm import DraftModel
+
+            self.draft = DraftModel(draft_loaded, fast=bool(fast_kernels) and fast_kernels_available(draft_loaded.model))
 
     @property
     def model(self):
@@ -184,7 +201,8 @@ class Decoder:
             uses = method_inputs(method)
             drafter = make_drafter(method, references=ref_ids, indexes=self.indexes if "indexes" in uses else None,
                                    history=self.history if "history" in uses else None,
-                                   calibration=self.calibration, cost=self.cost_curve, vocab_size=self.vocab_size)
+                                   calibration=self.calibration, cost=self.cost_curve, vocab_size=self.vocab_size,
+                                   draft_model=self.draft)
             method_name = method
         else:
             if references:
@@ -197,6 +215,15 @@ class Decoder:
                 generator.seed()
             else:
                 generator.manual_seed(int(seed))
+        if hasattr(drafter, "set_sampling"):
+            # A drafter that samples gets the request's settings and its own generator, seeded
+            # from the request's: its draws stay independent of the acceptance draws, and the
+            # same seed gives the same output.
+            draft_gen = None
+            if generator is not None:
+                draft_gen = torch.Generator(device="cpu")
+                draft_gen.manual_seed((generator.initial_seed() * 0x9E3779B97F4A7C15 + 1) % (1 << 63))
+            drafter.set_sampling(params, draft_gen)
         result = self._run(prompt_ids, drafter, method_name, int(max_new_tokens), params, generator, stops, on_text)
         if remember and self.history is not None and result.token_ids:
             self.history.append(result.token_ids)  # remembered whatever produced it
@@ -252,16 +279,47 @@ class Decoder:
         if not isinstance(tree, DraftTree):
             raise DraftError(f"drafter {getattr(drafter, 'name', drafter)!r} returned {type(tree).__name__}, "
                              "not a DraftTree")
+        name = getattr(drafter, "name", drafter)
+        if tree.sampled and tree.q is None:
+            raise DraftError(f"drafter {name!r} proposed a sampled tree without q, the distributions its tokens "
+                             "were drawn from; exact acceptance needs them: set DraftTree.q, or draft deterministic "
+                             "nodes")
         n = len(tree)
         if n and (int(tree.tokens.max()) >= self.vocab_size or int(tree.tokens.min()) < 0):
             bad = int(tree.tokens.max()) if int(tree.tokens.max()) >= self.vocab_size else int(tree.tokens.min())
             raise DraftError(f"drafter {getattr(drafter, 'name', drafter)!r} proposed token id {bad}, outside the "
                              f"model's vocabulary [0, {self.vocab_size}); check that its datastore or references "
                              "were tokenized with this model's tokenizer")
+        if tree.sampled and n:
+            return self._checked_sampled(name, tree, budget, max_depth)
         if n <= budget and (n == 0 or int(tree.depth.max()) <= max_depth):
             return tree, None
         kept = tree.best(budget, max_depth)
         return tree.subset(kept), kept
+
+    def _checked_sampled(self, name, tree: DraftTree, budget: int, max_depth: int):
+        """A sampled tree, cut only by its shape, never by its drawn tokens' scores (that would bias them).
+
+        Without tree masks the verifier would keep the tree's longest path, whose choice
+        can depend on drawn tokens; the path of first children is taken here instead.
+        """
+        if len(tree) > budget:
+            raise DraftError(f"drafter {name!r} proposed a sampled tree of {len(tree)} nodes for a budget of "
+                             f"{budget}; a cut chosen after its tokens were drawn could bias the output, so a "
+                             "sampling drafter must respect the request's budget")
+        keep = np.flatnonzero(tree.depth <= max_depth)
+        if not self.verifier.tree_masks:
+            first: dict[int, int] = {}
+            for i, p in enumerate(tree.parents.tolist()):
+                first.setdefault(p, i)
+            path, node = [], -1
+            while node in first:
+                node = first[node]
+                path.append(node)
+            keep = np.intersect1d(keep, np.array(path, np.int64))
+        if len(keep) == len(tree):
+            return tree, None
+        return tree.subset(keep), keep.astype(np.int64)
 
     def _run(self, prompt_ids, drafter, method_name, max_new, params, generator, stops, on_text) -> GenerationResult:
         from lookupdec.sampling import target_probs

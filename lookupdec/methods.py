@@ -8,7 +8,8 @@ the request's inputs it uses as keyword arguments:
   request), ``indexes`` (opened corpus datastores), ``history`` (a store of
   earlier outputs);
 - decoder state: ``calibration`` (the shared acceptance rates), ``cost``
-  (a callable returning the verifier's cost curve), ``vocab_size``.
+  (a callable returning the verifier's cost curve), ``vocab_size``,
+  ``draft_model`` (the small-LM fallback's ``DraftModel``, or None).
 
 A user input given to a method whose constructor does not take it is an
 error, never silently ignored.
@@ -27,6 +28,7 @@ METHODS: dict[str, str] = {
     "rest": "lookupdec.drafters.auto:rest_method",
     "history": "lookupdec.drafters.auto:history_method",
     "auto": "lookupdec.drafters.auto:AutoDrafter",
+    "draft": "lookupdec.drafters.small_lm:draft_method",
 }
 
 # Inputs a user passes with a request, and what to call them in messages.

@@ -257,3 +257,91 @@ def _apply_template(tokenizer, messages: Sequence[dict]) -> list[int]:
     if isinstance(out, dict) or hasattr(out, "keys"):
         out = out["input_ids"]
     return [int(t) for t in out]
+
+
+def tokenizer_mismatch(target, draft) -> str:
+    """Why ``draft``'s tokenizer differs from ``target``'s ("" when they are the same, ids included).
+
+    Compares the full token -> id maps and the special ids (BOS, EOS, PAD, UNK).
+
+    Example:
+        >>> tokenizer_mismatch(tok, tok)            # doctest: +SKIP
+        ''
+    """
+    if target is draft:
+        return ""
+    for attr in ("bos_token_id", "eos_token_id", "pad_token_id", "unk_token_id"):
+        a, b = getattr(target, attr, None), getattr(draft, attr, None)
+        if a != b:
+            return f"{attr} differs ({a} vs {b})"
+    va, vb = target.get_vocab(), draft.get_vocab()
+    if va != vb:
+        only_a = len(va.keys() - vb.keys())
+        moved = sum(1 for k in va.keys() & vb.keys() if va[k] != vb[k])
+        return (f"the vocabularies differ ({len(va)} vs {len(vb)} tokens; {only_a} only in the target's, "
+                f"{moved} with another id)")
+    return ""
+
+
+def truncate_layers(model, layers: int):
+    """Keep the first ``layers`` decoder layers of a transformers causal LM (in place; returns it).
+
+    The final norm and ``lm_head`` stay: an early-exit draft of the same model.
+
+    Raises:
+        ValueError: ``layers`` outside ``1..num_hidden_layers``.
+    """
+    inner = model.model
+    total = len(inner.layers)
+    if isinstance(layers, bool) or int(layers) != layers or not 1 <= layers <= total:
+        raise ValueError(f"draft_layers must be an integer in 1..{total} (the model's layers), got {layers!r}")
+    import torch
+
+    inner.layers = torch.nn.ModuleList(list(inner.layers)[: int(layers)])
+    cfg = model.config
+    cfg.num_hidden_layers = int(layers)
+    if getattr(cfg, "layer_types", None) is not None:
+        cfg.layer_types = list(cfg.layer_types)[: int(layers)]
+    return model
+
+
+def load_draft_model(draft, target: LoadedModel, *, layers: int | None = None, dtype: str = "float32",
+                     device: str | None = None) -> LoadedModel:
+    """A draft model for ``target``: loaded (or the target copied), optionally cut to its first ``layers`` layers.
+
+    Args:
+        draft: a model id / directory / .gguf path, a ``LoadedModel``, or None for a
+            copy of the target (then ``layers`` is required).
+        target: the target model (its tokenizer is the reference).
+        layers: keep only the first ``layers`` decoder layers.
+    Returns:
+        The draft as a LoadedModel.
+    Raises:
+        TokenizerMismatchError: the draft's tokenizer is not the target's, ids included.
+        ModelLoadError, ValueError: as ``load_model``; a bad ``layers``.
+    """
+    import copy
+
+    from lookupdec.errors import TokenizerMismatchError
+
+    if draft is None and layers is None:
+        raise ValueError("a draft model needs draft_model= (a model) or draft_layers= (the target cut to K layers)")
+    if draft is None:
+        lm = LoadedModel(copy.deepcopy(target.model), target.tokenizer, f"{target.name} (first {layers} layers)",
+                         target.eos_ids, target.max_context)
+    elif isinstance(draft, LoadedModel):
+        lm = draft
+    else:
+        lm = load_model(draft, dtype=dtype, device=device)
+    why = tokenizer_mismatch(target.tokenizer, lm.tokenizer)
+    if why:
+        raise TokenizerMismatchError(f"draft model {lm.name!r} does not share the tokenizer of target model "
+                                     f"{target.name!r}: {why}; a draft model must use the target's tokenizer, ids "
+                                     "included (e.g. a smaller model of the same family), or use --draft-layers K")
+    if layers is not None:
+        if isinstance(draft, LoadedModel):  # a model passed in is never changed
+            lm = LoadedModel(copy.deepcopy(lm.model), lm.tokenizer, lm.name, lm.eos_ids, lm.max_context)
+        truncate_layers(lm.model, layers)
+        lm = LoadedModel(lm.model, lm.tokenizer, lm.name if draft is None else f"{lm.name} (first {layers} layers)",
+                         lm.eos_ids, lm.max_context)
+    return lm

@@ -10,6 +10,11 @@ path to node ``i`` is accepted (so a node never scores above its parent), and
 ``sources[i]`` the id of the source that proposed it (``lookupdec.drafters.base.SOURCES``).
 Scores from different sources are comparable because each source calibrates
 its own; raw counts never leave a source.
+
+A *sampled* tree (``sampled=True``) holds tokens drawn at random (a small LM
+sampling its drafts); ``q[i]`` is then the distribution node ``i``'s token was
+really drawn from, which the q-aware acceptance rule needs to stay exact. A
+tree with ``q=None`` holds deterministic drafts (a function of the context).
 """
 from __future__ import annotations
 
@@ -35,6 +40,12 @@ class DraftTree:
         scores: float64 ``(n,)`` estimated probability that the path to the node
             is accepted (default 1.0).
         sources: int16 ``(n,)`` id of the source that proposed the node (default 0).
+        q: None for deterministic drafts; for a sampled tree, float ``(n, vocab)``:
+            row ``i`` is the distribution node ``i``'s token was drawn from (given
+            everything drawn before it), so ``q[i, tokens[i]] > 0``.
+        sampled: the tokens were drawn at random. Such a tree needs ``q``
+            (the decoder refuses one without it), and may be cut only in ways that do
+            not depend on the drawn tokens (see ``subset``).
 
     Example:
         >>> t = DraftTree.from_sequences([[5, 6, 7], [5, 8]])
@@ -46,6 +57,8 @@ class DraftTree:
     parents: np.ndarray
     scores: np.ndarray | None = None
     sources: np.ndarray | None = None
+    q: np.ndarray | None = None
+    sampled: bool = False
 
     def __post_init__(self) -> None:
         tokens = np.ascontiguousarray(self.tokens, dtype=np.int64)
@@ -56,6 +69,10 @@ class DraftTree:
         object.__setattr__(self, "parents", np.ascontiguousarray(self.parents, dtype=np.int32))
         object.__setattr__(self, "scores", np.ascontiguousarray(scores, dtype=np.float64))
         object.__setattr__(self, "sources", np.ascontiguousarray(sources, dtype=np.int16))
+        if self.q is not None:
+            object.__setattr__(self, "q", np.asarray(self.q))
+            object.__setattr__(self, "sampled", True)  # a q is only ever the law of a random draw
+        object.__setattr__(self, "sampled", bool(self.sampled))
         problem = self.check()
         if problem:
             raise ValueError(f"invalid DraftTree: {problem}")
@@ -75,6 +92,8 @@ class DraftTree:
         object.__setattr__(tree, "parents", parents)
         object.__setattr__(tree, "scores", scores)
         object.__setattr__(tree, "sources", np.zeros(len(tokens), np.int16) if sources is None else sources)
+        object.__setattr__(tree, "q", None)
+        object.__setattr__(tree, "sampled", False)
         return tree
 
     @classmethod
@@ -226,12 +245,19 @@ class DraftTree:
         remap[keep] = np.arange(len(keep))
         parents = self.parents[keep]
         new_parents = np.where(parents >= 0, remap[np.maximum(parents, 0)], -1)
-        return DraftTree(self.tokens[keep], new_parents, self.scores[keep], self.sources[keep])
+        # A sampled tree keeps its q rows. Cutting it stays exact only when the choice of
+        # nodes does not depend on their drawn tokens (a depth limit, a fixed shape): a
+        # node kept *because* of its value no longer has law q[i] given that it was kept.
+        return DraftTree(self.tokens[keep], new_parents, self.scores[keep], self.sources[keep],
+                         None if self.q is None else self.q[keep], self.sampled)
 
     def with_scores(self, scores: np.ndarray, source: int | None = None) -> "DraftTree":
         """The same nodes with new scores (and, if given, one source id for all)."""
         sources = self.sources if source is None else np.full(len(self), source, np.int16)
-        return DraftTree.trusted(self.tokens, self.parents, np.asarray(scores, np.float64), sources)
+        tree = DraftTree.trusted(self.tokens, self.parents, np.asarray(scores, np.float64), sources)
+        object.__setattr__(tree, "q", self.q)
+        object.__setattr__(tree, "sampled", self.sampled)
+        return tree
 
     def check(self) -> str:
         """Return "" if the arrays form a valid tree, else a description of the fault."""
@@ -249,6 +275,22 @@ class DraftTree:
             return "negative token id"
         if n and not np.all(np.isfinite(self.scores)):
             return "non-finite score"
+        if self.q is not None:
+            q = self.q
+            if q.ndim != 2 or q.shape[0] != n or not np.issubdtype(q.dtype, np.floating):
+                return f"q must be a float array of shape ({n}, vocab), got {q.dtype} {q.shape}"
+            if n:
+                if not np.all(np.isfinite(q)) or q.min() < 0:
+                    return "q holds a negative or non-finite probability"
+                sums = q.sum(axis=1, dtype=np.float64)
+                if np.any(np.abs(sums - 1.0) > 1e-3):
+                    return f"q rows must each sum to 1, got sums {sums.round(4).tolist()}"
+                if np.any(self.tokens >= q.shape[1]):
+                    return "a token id is outside q's vocabulary"
+                drawn = q[np.arange(n), self.tokens]
+                if np.any(drawn <= 0):
+                    i = int(np.flatnonzero(drawn <= 0)[0])
+                    return f"node {i}'s token {int(self.tokens[i])} has probability 0 under its q, so it was not drawn from it"
         return ""
 
     def __repr__(self) -> str:
@@ -280,6 +322,18 @@ def merge_trees(trees: Sequence[DraftTree]) -> Merged:
         >>> m.tree.tokens.tolist(), m.tree.scores.tolist(), m.tree.sources.tolist(), [x.tolist() for x in m.maps]
         ([1, 2, 3], [0.9, 0.5, 0.6], [1, 1, 2], [[0, 1], [0, 2]])
     """
+    # A sampled tree cannot be merged with others: merging collapses equal paths into
+    # one node, so whether a sampled node survives as its own node (and where it is
+    # tried among its siblings) would depend on the token it drew; given that it
+    # survived, its token would no longer have the law q it carries, and the q-aware
+    # acceptance would be biased. Alone (the others empty) it is returned as it is.
+    live = [k for k, t in enumerate(trees) if len(t)]
+    if any(trees[k].sampled for k in live):
+        if len(live) > 1:
+            raise ValueError("a sampled DraftTree cannot be merged with other non-empty trees: merging would make "
+                             "its nodes depend on the tokens they drew; draft deterministic nodes to merge")
+        k = live[0]
+        return Merged(trees[k], tuple(np.arange(len(t), dtype=np.int64) for t in trees))
     index: dict[tuple[int, int], int] = {}  # (merged parent, token) -> merged node
     toks: list[int] = []
     pars: list[int] = []

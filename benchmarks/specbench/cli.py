@@ -65,6 +65,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--history", action="store_true",
                     help="a history store for history and auto, filled with each question's reference answer "
                          "once every method has run it (starts empty; a server's store would)")
+    ap.add_argument("--draft-model", default=None, metavar="ID|DIR|GGUF",
+                    help="a small draft model with the target's tokenizer, for draft and auto")
+    ap.add_argument("--draft-layers", type=int, default=None, metavar="K",
+                    help="cut the draft model (the target itself without --draft-model) to its first K layers")
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--methods", default="all",
                     help=f"comma list from {','.join(list(PEER_METHODS) + list(LOOKUPDEC_METHODS))}; "
@@ -168,7 +172,8 @@ def load_setup(args: argparse.Namespace, names: Sequence[str]) -> Setup:
         import tempfile
 
         history = tempfile.mkdtemp(prefix="spec-bench-history-")
-    decoder = Decoder(args.model, dtype="float32", index=list(args.index) or None, history=history)
+    decoder = Decoder(args.model, dtype="float32", index=list(args.index) or None, history=history,
+                      draft_model=getattr(args, "draft_model", None), draft_layers=getattr(args, "draft_layers", None))
     peer = load_model(args.model, dtype="float32") if any(n in PEER_METHODS for n in names) else None
     return build_setup(decoder, peer, names, args.temperature, args.seed)
 
@@ -190,7 +195,9 @@ def main(argv: Sequence[str] | None = None,
         if available is None:
             available = known_method_names(decoder_method_names())
             asked = [s.strip() for s in args.methods.split(",")]
-            for name, flag, given in (("rest", "--index DIR", args.index), ("history", "--history", args.history)):
+            drafts = args.draft_model is not None or args.draft_layers is not None
+            for name, flag, given in (("rest", "--index DIR", args.index), ("history", "--history", args.history),
+                                      ("draft", "--draft-model or --draft-layers", drafts)):
                 if not given:  # these methods draft only from what the flag gives them
                     if name in asked:
                         raise ValueError(f"method {name!r} needs {flag}")
@@ -223,6 +230,7 @@ def main(argv: Sequence[str] | None = None,
         "argv": list(sys.argv[1:] if argv is None else argv),
         "questions": str(args.questions), "per_category": args.per_category, "tasks": args.tasks,
         "indexes": [str(p) for p in args.index], "history": bool(args.history),
+        "draft_model": args.draft_model, "draft_layers": args.draft_layers,
         "n_questions": len(questions), "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
         "warmup_tokens": args.warmup_tokens, "methods": list(env.methods), "reference": REFERENCE_METHOD,
         "temperature": args.temperature, "seed": args.seed,

@@ -90,7 +90,7 @@ def _json_row(res) -> str:
 @click.option("--method", type=click.Choice(sorted(METHODS)), default="auto", show_default=True,
               help="auto: every available source in one tree sized by the cost curve; pld: the prompt and the "
                    "output; llma: --reference documents; rest: --index datastores; history: --history; "
-                   "ar: no drafting.")
+                   "ar: no drafting; draft: the small LM of --draft-model / --draft-layers alone.")
 @click.option("--reference", "references", multiple=True, type=click.Path(dir_okay=False),
               help="A document to draft from (a text file; repeatable), for every prompt.")
 @click.option("--index", "indexes", multiple=True, type=click.Path(file_okay=False),
@@ -100,6 +100,11 @@ def _json_row(res) -> str:
                    "draft from it.")
 @click.option("--history-budget", type=click.IntRange(min=1), default=None, metavar="TOKENS",
               help="Most tokens the history keeps, oldest dropped first [default: 50,000,000].")
+@click.option("--draft-model", default=None,
+              help="A small draft model with the target's tokenizer (HF id, directory or .gguf): method draft, "
+                   "and auto calls it on steps where lookup is expected to pay less.")
+@click.option("--draft-layers", type=click.IntRange(min=1), default=None, metavar="K",
+              help="Cut the draft model (the target itself without --draft-model) to its first K layers.")
 @click.option("--max-new-tokens", type=click.IntRange(min=0), default=128, show_default=True)
 @click.option("--temperature", type=click.FloatRange(min=0.0), default=0.0, show_default=True, help="0 = greedy.")
 @click.option("--top-p", type=click.FloatRange(min=0.0, max=1.0, min_open=True), default=1.0, show_default=True)
@@ -116,10 +121,12 @@ def _json_row(res) -> str:
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per prompt instead of streaming text.")
 def generate_cmd(model, prompt, prompt_file, input_path, method, references, indexes, history, history_budget,
-                 max_new_tokens, temperature, top_p, top_k, seed, stop, draft_budget, device, hf_kernels,
+                 draft_model, draft_layers, max_new_tokens, temperature, top_p, top_k, seed, stop, draft_budget, device, hf_kernels,
                  no_chat_template, dtype, as_json) -> None:
     """Generate text with lossless speculative decoding."""
     requests = read_requests(prompt, prompt_file, input_path)
+    if method == "draft" and draft_model is None and draft_layers is None:
+        raise click.UsageError("--method draft needs a draft model: --draft-model ID|DIR|GGUF or --draft-layers K")
     shared_refs = tuple(_read_text(p, "--reference") for p in references)
     from lookupdec.decoder import DEFAULT_DRAFT_BUDGET, Decoder
     from lookupdec.errors import LookupdecError
@@ -133,7 +140,7 @@ def generate_cmd(model, prompt, prompt_file, input_path, method, references, ind
             raise click.UsageError("--history-budget needs --history DIR")
         dec = Decoder(model, dtype=dtype, device=device, fast_kernels=not hf_kernels, index=list(indexes) or None,
                       draft_budget=DEFAULT_DRAFT_BUDGET if draft_budget is None else draft_budget, history=history,
-                      history_budget=history_budget)
+                      history_budget=history_budget, draft_model=draft_model, draft_layers=draft_layers)
         # Every prompt is checked before the first is generated: no partial output for a bad later one.
         for i, req in enumerate(requests):
             try:
@@ -141,7 +148,7 @@ def generate_cmd(model, prompt, prompt_file, input_path, method, references, ind
             except (LookupdecError, ValueError, TypeError) as exc:
                 where = f"prompt {i + 1}: " if len(requests) > 1 else ""
                 raise click.ClickException(f"{where}{exc}")
-        if method in ("auto", "llma", "rest", "history"):
+        if method in ("auto", "llma", "rest", "history", "draft"):
             from lookupdec.costs import curve_path
 
             path = curve_path(dec.verifier, torch_threads())

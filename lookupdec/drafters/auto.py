@@ -100,6 +100,9 @@ class AutoDrafter:
         sources: drafters to use instead of the ones built from the inputs above.
         margin: see ``lookupdec.drafters.select.DEFAULT_MARGIN``.
         name: the method name reported in results.
+        draft_model: a small-LM ``DraftModel`` (``drafters/small_lm.py``): called only on
+            steps where it is expected to pay more than the lookup tree (``drafters/gate.py``);
+            it drafts deterministic nodes here, so they merge exactly under sampling too.
 
     Example:
         >>> d = AutoDrafter(cost=CostCurve((1, 64), (30.0, 31.0), 0, (0.0, 0.0), "cpu", ""))
@@ -114,7 +117,7 @@ class AutoDrafter:
                  history=None, calibration: Calibration | None = None,
                  cost: CostCurve | Callable[[], CostCurve] | None = None,
                  sources: Sequence[Drafter] | None = None, margin: float = DEFAULT_MARGIN,
-                 name: str = "auto") -> None:
+                 name: str = "auto", draft_model=None) -> None:
         self.name = name
         self.calibration = calibration if calibration is not None else Calibration()
         if sources is None:
@@ -132,6 +135,12 @@ class AutoDrafter:
 
                 sources.append(HistoryDrafter(history, calibration=self.calibration))
         self.sources = list(sources)
+        self.draft = None
+        if draft_model is not None:
+            from lookupdec.drafters.small_lm import SmallLMDrafter
+
+            self.draft = SmallLMDrafter(draft_model, calibration=self.calibration, cost=cost, sampled=False)
+            self.sources.append(self.draft)  # last; proposes only when the gate calls it
         self._merged_calibration = _MergedCalibration(self.calibration)
         self._cost = cost
         self._table: np.ndarray | None = None
@@ -167,10 +176,18 @@ class AutoDrafter:
 
     def propose(self, request: DraftRequest) -> DraftTree:
         sub = DraftRequest(min(request.budget, SOURCE_BUDGET), request.max_depth)
-        trees = [s.propose(sub) for s in self.sources]
+        trees = [DraftTree.empty() if s is self.draft else s.propose(sub) for s in self.sources]
         merged = merge_trees(trees)
         tree = self._merged_calibration.apply(merged)
         sel = select_nodes(tree, self._costs(request.budget), request.budget, request.max_depth, self.margin)
+        if self.draft is not None:
+            from lookupdec.drafters.gate import draft_pays
+
+            if draft_pays(self.draft, sel, request.max_depth, self.margin):
+                trees[-1] = self.draft.propose(sub)
+                merged = merge_trees(trees)
+                tree = self._merged_calibration.apply(merged)
+                sel = select_nodes(tree, self._costs(request.budget), request.budget, request.max_depth, self.margin)
         self._last = (trees, merged.maps, sel.nodes)
         return tree.subset(sel.nodes) if len(sel.nodes) < len(tree) else tree
 

@@ -14,6 +14,14 @@ The decoder owns the token sequence. A drafter sees it through three calls:
   ``outcome.new_tokens`` the tokens appended to the sequence (accepted draft
   tokens plus the bonus token), ``outcome.tree`` the tree actually verified.
 
+A drafter that samples may implement ``set_sampling(params, generator)``: the
+decoder calls it before ``begin`` with the request's ``SamplingParams`` and a
+``torch.Generator`` of its own, seeded from the request's seed (None when
+greedy). Its tree must then be ``sampled`` with ``q`` set (row ``i``: the
+distribution node ``i``'s token was drawn from) and respect the request's
+budget and depth: the decoder refuses a sampled tree without ``q`` and never
+cuts one by score.
+
 Scores, not raw counts, are what the decoder and ``auto`` compare across
 sources. Drafters never call the model; those that need it (small LM,
 Lookahead) get an interface from the decoder.

@@ -26,6 +26,7 @@ METHODS: dict[str, str] = {
     "llma": "lookupdec.drafters.auto:llma_method",
     "rest": "lookupdec.drafters.auto:rest_method",
     "history": "lookupdec.drafters.auto:history_method",
+    "recycle": "lookupdec.drafters.auto:recycle_method",
     "auto": "lookupdec.drafters.auto:AutoDrafter",
 }
 

@@ -27,6 +27,7 @@ METHODS: dict[str, str] = {
     "rest": "lookupdec.drafters.auto:rest_method",
     "history": "lookupdec.drafters.auto:history_method",
     "recycle": "lookupdec.drafters.auto:recycle_method",
+    "lookahead": "lookupdec.drafters.auto:lookahead_method",
     "auto": "lookupdec.drafters.auto:AutoDrafter",
 }
 

@@ -132,9 +132,13 @@ class AutoDrafter:
                 from lookupdec.drafters.history import HistoryDrafter
 
                 sources.append(HistoryDrafter(history, calibration=self.calibration))
+            from lookupdec.drafters.lookahead import LookaheadDrafter
             from lookupdec.drafters.recycle import RecycleDrafter
 
+            # The target's own drafts, on every step: its earlier top-k, and the Lookahead
+            # pool (its window runs only where the verifier takes tree masks).
             sources.append(RecycleDrafter(calibration=self.calibration))
+            sources.append(LookaheadDrafter(calibration=self.calibration, cost=cost))
         self.sources = list(sources)
         self._merged_calibration = _MergedCalibration(self.calibration)
         self._cost = cost
@@ -312,3 +316,12 @@ def recycle_method(*, calibration: Calibration | None = None,
 
     return AutoDrafter(sources=[RecycleDrafter(calibration=calibration)], calibration=calibration, cost=cost,
                        name="recycle")
+
+
+def lookahead_method(*, calibration: Calibration | None = None,
+                     cost: CostCurve | Callable[[], CostCurve] | None = None) -> AutoDrafter:
+    """Method ``lookahead``: the Lookahead pool and window alone, sized by the cost curve as ``auto`` sizes its tree."""
+    from lookupdec.drafters.lookahead import LookaheadDrafter
+
+    return AutoDrafter(sources=[LookaheadDrafter(calibration=calibration, cost=cost)], calibration=calibration,
+                       cost=cost, name="lookahead")

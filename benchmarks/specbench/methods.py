@@ -36,6 +36,7 @@ LOOKUPDEC_METHODS: dict[str, bool] = {
     "rest": False,
     "history": False,
     "lookahead": False,
+    "recycle": False,
     "auto": True,
 }
 # transformers generate() peers -> prompt_lookup_num_tokens (None = plain greedy).

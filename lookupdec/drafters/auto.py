@@ -206,7 +206,9 @@ class AutoDrafter:
         """``t[w]`` = modelled ms of a forward of ``w`` tree rows (root included) plus ``extra`` window rows.
 
         Every row costs what its place in the forward costs, whatever its mask, so a
-        tree of ``k`` nodes beside ``m`` window rows is priced ``c(1 + k + m)``.
+        tree of ``k`` nodes beside ``m`` window rows is priced ``c(1 + k + m)``, plus the
+        ``lm_head`` rows beyond those the curve was measured with: every tree row's when a
+        source asks for top-k, and the window's (``CostCurve.logits_extra_ms``).
         """
         # Re-tabulate when the cache has grown by 64 rows: the past moves the curve slowly.
         need = budget + 2 + extra
@@ -218,9 +220,18 @@ class AutoDrafter:
             else:
                 self._table = curve.table(self._past, top)
             self._table_past = self._past
-        if extra:
-            return np.concatenate([[np.inf], self._table[1 + extra:]])
-        return self._table
+        topk = self.topk
+        curve = self.cost
+        if not extra and not (topk and curve is not None and curve.head_ms):
+            return self._table
+        out = np.concatenate([[np.inf], self._table[1 + extra:]])
+        if curve is not None and curve.head_ms:
+            from lookupdec.costs import MEASURED_LOGIT_ROWS
+
+            for w in range(1, len(out)):
+                rows = (w if topk else min(w, MEASURED_LOGIT_ROWS)) + extra
+                out[w] += curve.logits_extra_ms(w + extra, rows)
+        return out
 
     def propose(self, request: DraftRequest) -> DraftTree:
         sub = DraftRequest(min(request.budget, SOURCE_BUDGET), request.max_depth)

@@ -90,6 +90,8 @@ class LookaheadShape:
 def window_rows_for(curve: CostCurve | None, fraction: float, past: int | None = None) -> int:
     """The most window rows ``m`` with ``c(1 + j) <= (1 + fraction) c(1)`` for every ``j <= m`` (at most 64).
 
+    ``c(1 + j)`` includes the ``lm_head`` product over the ``j`` rows (``CostCurve.logits_extra_ms``).
+
     Example:
         >>> window_rows_for(CostCurve((1, 9, 64), (10.0, 10.8, 30.0), 0, (0, 0, 0), "", ""), 0.1)
         8
@@ -98,7 +100,10 @@ def window_rows_for(curve: CostCurve | None, fraction: float, past: int | None =
         return 0
     c1 = curve.ms_at(1, past)
     m = 0
-    while m < MAX_WINDOW_ROWS and curve.ms_at(m + 2, past) <= (1.0 + fraction) * c1:
+    while m < MAX_WINDOW_ROWS:
+        w = m + 2  # the root and m + 1 window rows, every one with logits
+        if curve.ms_at(w, past) + curve.logits_extra_ms(w, w) > (1.0 + fraction) * c1:
+            break
         m += 1
     return m
 

@@ -535,7 +535,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("records", type=Path, nargs="+", help="JSONL files from benchmarks/record_outputs.py (concatenated)")
     ap.add_argument("--drafter", default="pld",
                     help="'pld', 'ar', 'llma', 'rest', 'history' (earlier records' outputs), 'recycle' (Token "
-                         "Recycling, from records with top-k), 'auto' (every replayable source, history included), 'hf-pld' (a model of transformers' prompt lookup) or 'copy-oracle' "
+                         "Recycling, from records with top-k), 'auto' (every replayable source, history included), "
+                         "'hf-pld' (a model of transformers' prompt lookup) or 'copy-oracle' "
                          "(the bound for copy drafters)")
     ap.add_argument("--index", action="append", default=[], metavar="DIR",
                     help="a datastore for 'rest' and 'auto' (repeatable)")

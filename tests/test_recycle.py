@@ -122,3 +122,15 @@ def test_recycle_greedy_equals_ar(fast, scale):
     assert out.token_ids == ar.token_ids
     if scale == 4.0:  # decisive, repetitive outputs: the target's own successors get accepted
         assert out.steps < ar.steps and out.accepted_by_source.get("recycle", 0) > 0
+
+
+def test_drafters_of_one_calibration_share_the_table():
+    from lookupdec.drafters.calibrate import Calibration
+
+    cal = Calibration()
+    a, b, c = RecycleDrafter(calibration=cal), RecycleDrafter(calibration=cal), RecycleDrafter()
+    a.begin([1])
+    a.commit(StepOutcome((), (3,), row_tokens=np.array([1]), topk_ids=np.arange(8)[None] + 10,
+                         topk_probs=np.full((1, 8), 0.1, np.float32)))
+    assert b.table.successors(1)[0].tolist() == list(range(10, 18))  # the next request starts warm
+    assert len(c.table.successors(1)[0]) == 0                          # another decoder's is its own

@@ -15,6 +15,10 @@ of its (rank, probability bucket, depth) key, learnt from what the verifier
 accepted. ``auto`` (and method ``recycle``) then keep the subtree that pays
 under the cost curve.
 
+The table outlives one request: drafters built with the same Calibration (one
+Decoder's requests) share it, as the paper's table warms up across queries;
+a drafter with a private calibration has its own.
+
 The drafter asks the decoder for the top-k of every verified row through the
 protocol's ``topk`` attribute (version 3). Drafts are a function of the
 committed history, so greedy and sampled decoding stay exact.
@@ -22,6 +26,7 @@ committed history, so greedy and sampled decoding stay exact.
 from __future__ import annotations
 
 import heapq
+import weakref
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -106,6 +111,27 @@ class RecycleTable:
         ids = self.ids[token]
         n = int((ids >= 0).sum())
         return ids[:n], self.probs[token, :n]
+
+
+# Tables shared by the drafters of one Calibration (one decoder), by id(calibration);
+# an entry goes when its calibration is collected.
+_SHARED_TABLES: dict[tuple[int, int], RecycleTable] = {}
+
+
+def shared_table(calibration: Calibration, k: int) -> RecycleTable:
+    """The table of ``k`` candidates per token that every drafter with ``calibration`` uses.
+
+    Example:
+        >>> cal = Calibration()
+        >>> shared_table(cal, 4) is shared_table(cal, 4), shared_table(cal, 4) is shared_table(Calibration(), 4)
+        (True, False)
+    """
+    key = (id(calibration), int(k))
+    table = _SHARED_TABLES.get(key)
+    if table is None:
+        table = _SHARED_TABLES[key] = RecycleTable(k)
+        weakref.finalize(calibration, _SHARED_TABLES.pop, key, None)
+    return table
 
 
 @dataclass(frozen=True)
@@ -218,7 +244,7 @@ class RecycleDrafter:
             raise TypeError("pass either a RecycleConfig or keyword settings, not both")
         self.config = config if config is not None else RecycleConfig(**settings)
         self.calibration = calibration if calibration is not None else Calibration()
-        self.table = RecycleTable(self.config.topk)
+        self.table = shared_table(self.calibration, self.config.topk)
         self._last = -1
         self._pending: tuple[list[int], list[int], list[int], list[tuple]] | None = None
 

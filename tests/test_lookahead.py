@@ -121,3 +121,23 @@ def test_lookahead_and_auto_greedy_equal_ar(fast, scale):
             assert la.steps < ar.steps and la.accepted_by_source.get("lookahead", 0) > 0
             sped += 1
     assert sped or scale == 1.0  # the speed-up check really ran
+
+
+class _BadWindow(LookaheadDrafter):
+    def __init__(self, bad):
+        super().__init__(window=2, ngram=2)
+        self.bad = bad
+
+    def window(self, request):
+        return self.bad
+
+
+def test_a_bad_window_is_refused_with_the_drafter_named():
+    from lookupdec.drafters.base import ExtraRows
+    from lookupdec.errors import DraftError
+
+    dec = Decoder(tiny_loaded(0), fast_kernels=False)
+    for bad, msg in (([5, 6], "not ExtraRows"),
+                     (ExtraRows(np.array([TINY_VOCAB]), np.array([1]), np.ones((1, 1))), "outside the model")):
+        with pytest.raises(DraftError, match=msg):
+            dec.generate([5, 6, 7], max_new_tokens=5, drafter=_BadWindow(bad))

@@ -137,7 +137,7 @@ class AutoDrafter:
 
             # The target's own drafts, on every step: its earlier top-k, and the Lookahead
             # pool (its window runs only where the verifier takes tree masks).
-            sources.append(RecycleDrafter(calibration=self.calibration))
+            sources.append(RecycleDrafter(calibration=self.calibration, table_key=name))
             sources.append(LookaheadDrafter(calibration=self.calibration, cost=cost))
         self.sources = list(sources)
         self._merged_calibration = _MergedCalibration(self.calibration)

@@ -16,8 +16,10 @@ accepted. ``auto`` (and method ``recycle``) then keep the subtree that pays
 under the cost curve.
 
 The table outlives one request: drafters built with the same Calibration (one
-Decoder's requests) share it, as the paper's table warms up across queries;
-a drafter with a private calibration has its own.
+Decoder's requests) and the same ``table_key`` (the method: ``recycle`` and
+``auto`` keep separate tables, so one method's run never warms another's on
+the same prompt) share it, as the paper's table warms up across queries; a
+drafter with a private calibration has its own.
 
 The drafter asks the decoder for the top-k of every verified row through the
 protocol's ``topk`` attribute (version 3). Drafts are a function of the
@@ -115,18 +117,20 @@ class RecycleTable:
 
 # Tables shared by the drafters of one Calibration (one decoder), by id(calibration);
 # an entry goes when its calibration is collected.
-_SHARED_TABLES: dict[tuple[int, int], RecycleTable] = {}
+_SHARED_TABLES: dict[tuple[int, int, str], RecycleTable] = {}
 
 
-def shared_table(calibration: Calibration, k: int) -> RecycleTable:
-    """The table of ``k`` candidates per token that every drafter with ``calibration`` uses.
+def shared_table(calibration: Calibration, k: int, table_key: str = "recycle") -> RecycleTable:
+    """The table of ``k`` candidates per token that every drafter with ``calibration`` and ``table_key`` uses.
 
     Example:
         >>> cal = Calibration()
         >>> shared_table(cal, 4) is shared_table(cal, 4), shared_table(cal, 4) is shared_table(Calibration(), 4)
         (True, False)
+        >>> shared_table(cal, 4) is shared_table(cal, 4, "auto")
+        False
     """
-    key = (id(calibration), int(k))
+    key = (id(calibration), int(k), str(table_key))
     table = _SHARED_TABLES.get(key)
     if table is None:
         table = _SHARED_TABLES[key] = RecycleTable(k)
@@ -223,6 +227,7 @@ class RecycleDrafter:
     Args:
         config: a :class:`RecycleConfig`; or its fields as keyword settings.
         calibration: the shared acceptance rates (a private one when None).
+        table_key: which of the calibration's shared tables to use (the method's name).
 
     Attributes:
         topk: how many candidates per verified row it asks the verifier for (protocol version 3).
@@ -239,12 +244,12 @@ class RecycleDrafter:
     name = "recycle"
 
     def __init__(self, config: RecycleConfig | None = None, *, calibration: Calibration | None = None,
-                 **settings) -> None:
+                 table_key: str = "recycle", **settings) -> None:
         if config is not None and settings:
             raise TypeError("pass either a RecycleConfig or keyword settings, not both")
         self.config = config if config is not None else RecycleConfig(**settings)
         self.calibration = calibration if calibration is not None else Calibration()
-        self.table = shared_table(self.calibration, self.config.topk)
+        self.table = shared_table(self.calibration, self.config.topk, table_key)
         self._last = -1
         self._pending: tuple[list[int], list[int], list[int], list[tuple]] | None = None
 

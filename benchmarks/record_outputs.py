@@ -3,7 +3,8 @@
 Each line of the output JSONL is one generation::
 
     {"question_id": 81, "task": "mt_bench", "category": "writing", "turn": 0,
-     "prompt_ids": [...], "output_ids": [...], "references": [[...], ...]}
+     "prompt_ids": [...], "output_ids": [...], "references": [[...], ...],
+     "topk_ids": [[...], ...], "topk_probs": [[...], ...]}
 
 ``prompt_ids`` is the chat-templated prompt exactly as the model saw it,
 ``output_ids`` the greedy continuation (ending with EOS when the model stopped
@@ -11,7 +12,11 @@ by itself), and ``references`` the token ids of the documents inside the
 turn's prompt (``specbench.documents``: the article of summarization, the
 passages of RAG; empty for other tasks), which ``llma`` and ``auto`` draft from. mt_bench questions have two turns; the second turn's prompt holds
 the first question, the model's first answer and the second question, as in
-Spec-Bench. ``benchmarks/simulate.py`` replays these records through drafters.
+Spec-Bench. ``topk_ids[j]`` / ``topk_probs[j]`` are the target's
+top-k next tokens and their probabilities (softmax of the raw logits, 4
+decimals) at the position of ``output_ids[j]`` (its context: the prompt and
+``output_ids[:j]``); Token Recycling's replay reads them (``--topk 0`` leaves
+them out). ``benchmarks/simulate.py`` replays these records through drafters.
 
 Usage::
 
@@ -81,6 +86,8 @@ class Greedy:
     eos_ids: tuple[int, ...]
     run: object
     name: str
+    # logits(ids, rows) -> (len(rows), vocab) logits of those rows of one causal forward over ids
+    logits: object = None
 
 
 def load_greedy(model_name: str | None, backend: str = "lookupdec") -> Greedy:
@@ -104,7 +111,16 @@ def load_greedy(model_name: str | None, backend: str = "lookupdec") -> Greedy:
             res = dec.generate(list(prompt_ids), method="pld", max_new_tokens=max_new, chat_template=False)
             return list(res.token_ids)
 
-        return Greedy(loaded.tokenizer, tuple(loaded.eos_ids), run, "lookupdec pld (greedy)")
+        def logits(ids: list[int], rows: list[int]):
+            # The decoder's own forward (its model's weights may live only in the fast forward).
+            v = dec.verifier
+            with torch.inference_mode():
+                if v.fast is not None:
+                    return v.fast.forward(v.fast.new_cache(len(ids)), torch.tensor(ids), torch.arange(len(ids)),
+                                          None, rows, causal=True)
+                return v.model(torch.tensor([ids], device=v.device)).logits[0, rows]
+
+        return Greedy(loaded.tokenizer, tuple(loaded.eos_ids), run, "lookupdec pld (greedy)", logits)
 
     from lookupdec.models import load_model
 
@@ -118,7 +134,23 @@ def load_greedy(model_name: str | None, backend: str = "lookupdec") -> Greedy:
                              eos_token_id=list(eos), pad_token_id=eos[0])
         return out[0, ids.shape[1]:].tolist()
 
-    return Greedy(loaded.tokenizer, eos, run, "transformers generate")
+    @torch.inference_mode()
+    def logits(ids: list[int], rows: list[int]):
+        return model(torch.tensor([ids], device=model.device)).logits[0, rows]
+
+    return Greedy(loaded.tokenizer, eos, run, "transformers generate", logits)
+
+
+def output_topk(greedy: Greedy, prompt_ids: list[int], output_ids: list[int], k: int) -> tuple[list, list]:
+    """The target's top-k ids and probabilities at the position of each output token (see the module docstring)."""
+    if not output_ids or k <= 0:
+        return [], []
+    from lookupdec.verify import topk_rows
+
+    ids = list(prompt_ids) + list(output_ids)
+    rows = list(range(len(prompt_ids) - 1, len(ids) - 1))
+    top_ids, top_probs = topk_rows(greedy.logits(ids, rows), k)
+    return top_ids.tolist(), [[round(float(p), 4) for p in r] for r in top_probs]
 
 
 def strip_eos(ids: list[int], eos_ids: tuple[int, ...]) -> list[int]:
@@ -140,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--backend", choices=("lookupdec", "hf"), default="lookupdec",
                     help="greedy decoder: lookupdec (pld, equal to ar) or transformers' generate")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    ap.add_argument("--topk", type=int, default=8,
+                    help="record the target's top-k at each output position (Token Recycling's replay; 0: none)")
     ap.add_argument("-o", "--output", type=Path, required=True)
     args = ap.parse_args(argv)
 
@@ -147,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.topk < 0:
+        ap.error(f"--topk must be >= 0, got {args.topk}")
     tasks = None
     if args.tasks:
         tasks = tuple(t.strip() for t in args.tasks.split(","))
@@ -173,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
                         for d in extract_documents(task, text)]
                 rec = {"question_id": q["question_id"], "task": task, "category": q["category"], "turn": turn,
                        "prompt_ids": prompt_ids, "output_ids": output_ids, "references": refs}
+                if args.topk > 0:
+                    rec["topk_ids"], rec["topk_probs"] = output_topk(greedy, prompt_ids, output_ids, args.topk)
                 f.write(json.dumps(rec) + "\n")
                 f.flush()
                 answer = greedy.tokenizer.decode(strip_eos(output_ids, greedy.eos_ids), skip_special_tokens=True)

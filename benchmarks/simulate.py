@@ -51,6 +51,10 @@ class Record:
     prompt_ids: tuple[int, ...]
     output_ids: tuple[int, ...]
     references: tuple[tuple[int, ...], ...] = ()
+    # The target's top-k ids / probabilities at each output position (record_outputs.py --topk);
+    # None when not recorded. Row j: the distribution of output_ids[j].
+    topk_ids: np.ndarray | None = field(default=None, compare=False)
+    topk_probs: np.ndarray | None = field(default=None, compare=False)
 
 
 def load_records(path: str | Path) -> list[Record]:
@@ -66,9 +70,13 @@ def load_records(path: str | Path) -> list[Record]:
                 continue
             r = json.loads(line)
             try:
+                top = r.get("topk_ids")
                 out.append(Record(int(r["question_id"]), str(r["task"]), int(r.get("turn", 0)),
                                   tuple(r["prompt_ids"]), tuple(r["output_ids"]),
-                                  tuple(tuple(d) for d in r.get("references", ()))))
+                                  tuple(tuple(d) for d in r.get("references", ())),
+                                  None if top is None else np.asarray(top, np.int64).reshape(len(top), -1),
+                                  None if top is None else np.asarray(r["topk_probs"], np.float32)
+                                  .reshape(len(top), -1)))
             except KeyError as e:
                 raise ValueError(f"{path}:{lineno}: record lacks field {e}; re-record with record_outputs.py") from None
     return out
@@ -257,7 +265,11 @@ def simulate(drafter_factory: Callable[..., Drafter], records: Iterable[Record],
     the accepted draft tokens are the longest tree path that the recorded
     output continues with; the step yields those plus the recorded next token
     (the bonus), except when the draft covers the rest of the output; the
-    drafter's ``commit`` gets the accepted nodes and the new tokens.
+    drafter's ``commit`` gets the accepted nodes and the new tokens. A drafter
+    that asks for top-k (``topk``, protocol v3: Token Recycling) also gets the
+    recorded top-k of the step's committed rows (the root and the accepted
+    nodes; the rejected nodes' rows are not recorded, so the replay's table
+    learns from fewer rows than a real run's).
 
     Args:
         drafter_factory: returns a drafter for a record (called with the record, or with no
@@ -290,6 +302,9 @@ def simulate(drafter_factory: Callable[..., Drafter], records: Iterable[Record],
         drafter = drafter_factory(rec) if takes_record else drafter_factory()
         drafter.begin(rec.prompt_ids)
         out = rec.output_ids
+        # Records without top-k replay without it (``auto``'s recycle source then drafts nothing).
+        k_top = int(getattr(drafter, "topk", 0) or 0) if rec.topk_ids is not None else 0
+        context = list(rec.prompt_ids) + list(out)
         pos = steps = drafted = 0
         ms = 0.0
         while pos < len(out):
@@ -300,7 +315,15 @@ def simulate(drafter_factory: Callable[..., Drafter], records: Iterable[Record],
             path = accepted_path(tree, out[pos:])
             k = len(path)
             new = out[pos:pos + k + 1]  # accepted draft + bonus (none when the draft reached the end)
-            drafter.commit(StepOutcome(tuple(path), tuple(new), tree, np.arange(len(tree))))
+            outcome = StepOutcome(tuple(path), tuple(new), tree, np.arange(len(tree)))
+            if k_top:
+                # Rows of the root and the accepted nodes: row j of the record is the
+                # distribution after input token context[len(prompt) + j - 1].
+                rows = np.arange(pos, pos + len(new))
+                outcome = StepOutcome(outcome.accepted, outcome.new_tokens, tree, outcome.origin,
+                                      np.asarray([context[len(rec.prompt_ids) + j - 1] for j in rows], np.int64),
+                                      rec.topk_ids[rows, :k_top], rec.topk_probs[rows, :k_top])
+            drafter.commit(outcome)
             pos += len(new)
             steps += 1
             drafted += len(tree)
@@ -462,12 +485,15 @@ def drafter_factory(name: str, settings: Mapping[str, object], records: Sequence
 
         config = PLDConfig(**settings)  # validate once, not per record
         return lambda rec: PLDDrafter(config)
-    if name in ("auto", "llma", "rest", "history"):
-        from lookupdec.drafters.auto import AutoDrafter, history_method, llma_method, rest_method
+    if name in ("auto", "llma", "rest", "history", "recycle"):
+        from lookupdec.drafters.auto import AutoDrafter, history_method, llma_method, recycle_method, rest_method
         from lookupdec.drafters.calibrate import Calibration
 
         if name == "rest" and not indexes:
             raise ValueError("drafter 'rest' needs --index DIR")
+        if name == "recycle" and any(r.topk_ids is None for r in records):
+            raise ValueError("drafter 'recycle' replays the target's top-k, which these records lack; "
+                             "re-record them with record_outputs.py --topk 8")
         calibration = Calibration()
         curve = (cost or VerifyCost()).curve()
         store = _ReplayHistory() if name in ("history", "auto") else None
@@ -482,11 +508,13 @@ def drafter_factory(name: str, settings: Mapping[str, object], records: Sequence
                 return rest_method(indexes=indexes, calibration=calibration, cost=curve)
             if name == "history":
                 return history_method(history=store, calibration=calibration, cost=curve)
+            if name == "recycle":
+                return recycle_method(calibration=calibration, cost=curve)
             return AutoDrafter(references=refs, indexes=list(indexes) or None, history=store,
                                calibration=calibration, cost=curve, **settings)
         return make
-    raise ValueError(f"unknown drafter {name!r}; expected one of ar, pld, llma, rest, history, auto, hf-pld, "
-                     "copy-oracle")
+    raise ValueError(f"unknown drafter {name!r}; expected one of ar, pld, llma, rest, history, recycle, auto, "
+                     "hf-pld, copy-oracle")
 
 
 def format_table(res: SimResult, title: str) -> str:
@@ -506,8 +534,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Replay recorded greedy outputs through a drafter (no model).")
     ap.add_argument("records", type=Path, nargs="+", help="JSONL files from benchmarks/record_outputs.py (concatenated)")
     ap.add_argument("--drafter", default="pld",
-                    help="'pld', 'ar', 'llma', 'rest', 'history' (earlier records' outputs), 'auto' (every source, "
-                         "history included), 'hf-pld' (a model of transformers' prompt lookup) or 'copy-oracle' "
+                    help="'pld', 'ar', 'llma', 'rest', 'history' (earlier records' outputs), 'recycle' (Token "
+                         "Recycling, from records with top-k), 'auto' (every replayable source, history included), "
+                         "'hf-pld' (a model of transformers' prompt lookup) or 'copy-oracle' "
                          "(the bound for copy drafters)")
     ap.add_argument("--index", action="append", default=[], metavar="DIR",
                     help="a datastore for 'rest' and 'auto' (repeatable)")

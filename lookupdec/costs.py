@@ -11,6 +11,15 @@ cost-curve --remeasure``).
 c(w, past) = c(w) + slope(w) * (past - base_past): ``c(w)`` is measured at
 ``base_past`` rows for every width, ``slope`` (attention over the cache grows
 with it) at two widths and interpolated between them.
+
+On the fast backend a forward computes ``lm_head`` only for the rows the
+acceptance walk needs (the measured trees: the root and a main path of at
+most ``MEASURED_LOGIT_ROWS - 1`` nodes). Drafters that need more rows' logits
+(top-k of every row for Token Recycling, a Lookahead window's argmax) pay
+for the larger product: ``head_ms`` times it per width and ``logits_extra_ms``
+prices the difference. (On the embedded model on a 2-core CPU, ``lm_head``
+over 32 rows costs ~24 ms against ~8 ms over 7: a quarter of c(32), too much
+to leave out.) transformers' backend computes every row anyway (``head_ms`` empty).
 """
 from __future__ import annotations
 
@@ -27,7 +36,10 @@ from typing import Sequence
 import numpy as np
 
 WIDTHS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)
-FORMAT = 1  # bump when measurements from older versions must not be reused
+FORMAT = 2  # bump when measurements from older versions must not be reused (2: head_ms)
+# Rows whose logits the measured forwards compute on the fast backend: the root and a
+# main path of a tree of branches 6 deep (``measure``).
+MEASURED_LOGIT_ROWS = 7
 
 
 @dataclass(frozen=True)
@@ -41,6 +53,8 @@ class CostCurve:
         slope_ms: extra ms per cached row at each width (0 when not measured).
         device: what it was measured on (CPU model and vector ISA, or GPU name).
         key: the cache key (model, dtype, device, backend, threads, versions).
+        head_ms: median ms of the ``lm_head`` product over as many rows as each
+            width (empty: not measured, or a backend that computes every row anyway).
 
     Example:
         >>> c = CostCurve((1, 16), (30.0, 45.0), 500, (0.0, 0.0), "cpu", "k")
@@ -54,6 +68,7 @@ class CostCurve:
     slope_ms: tuple[float, ...]
     device: str
     key: str
+    head_ms: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         w = list(self.widths)
@@ -63,6 +78,32 @@ class CostCurve:
             raise ValueError("cost curve needs one ms and one slope per width")
         if not all(np.isfinite(self.ms)) or min(self.ms) <= 0:
             raise ValueError(f"cost curve times must be positive, got {self.ms}")
+        if self.head_ms and (len(self.head_ms) != len(w) or not all(np.isfinite(self.head_ms))):
+            raise ValueError("cost curve head_ms needs one finite time per width, or none")
+
+    def logits_extra_ms(self, width: int, logit_rows: int) -> float:
+        """Modelled ms a forward of ``width`` rows costs beyond ``ms_at`` when ``logit_rows`` rows get logits.
+
+        ``ms_at`` covers ``min(width, MEASURED_LOGIT_ROWS)`` rows' logits; 0 without ``head_ms``.
+
+        Example:
+            >>> c = CostCurve((1, 65), (30.0, 90.0), 0, (0.0, 0.0), "cpu", "k", head_ms=(5.0, 37.0))
+            >>> c.logits_extra_ms(32, 32), c.logits_extra_ms(4, 4)
+            (12.5, 0.0)
+        """
+        if not self.head_ms:
+            return 0.0
+        done = min(width, MEASURED_LOGIT_ROWS)
+        if logit_rows <= done:
+            return 0.0
+        xs, ys = self.widths, self.head_ms
+
+        def head(r: int) -> float:
+            if r <= xs[-1]:
+                return float(np.interp(r, xs, ys))
+            return ys[-1] + (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]) * (r - xs[-1])
+
+        return max(head(logit_rows) - head(done), 0.0)
 
     def ms_at(self, width: int, past: int | None = None) -> float:
         """Modelled ms of one forward of ``width`` rows over ``past`` cached rows (default: ``base_past``).
@@ -96,7 +137,8 @@ class CostCurve:
             if d.pop("format", None) != FORMAT:
                 raise ValueError("another format version")
             return cls(tuple(int(w) for w in d["widths"]), tuple(float(m) for m in d["ms"]), int(d["base_past"]),
-                       tuple(float(s) for s in d["slope_ms"]), str(d["device"]), str(d["key"]))
+                       tuple(float(s) for s in d["slope_ms"]), str(d["device"]), str(d["key"]),
+                       tuple(float(h) for h in d.get("head_ms", ())))
         except (KeyError, TypeError, json.JSONDecodeError) as exc:
             raise ValueError(f"not a cost curve: {exc}") from None
 
@@ -187,12 +229,25 @@ def measure(verifier, *, widths: Sequence[int] = WIDTHS, past: int = 256, far_pa
             verifier.prefill(cache, rng.integers(low, vocab, p + 1).tolist())
             return [timed(cache, p + 1, tree_of(w)) for w in ws]
 
+    def head(w: int) -> float:
+        h = torch.randn(w, fast.hidden, generator=torch.Generator().manual_seed(seed))
+        ts = []
+        for i in range(warmup + repeats):
+            t = time.perf_counter()
+            fast.logits(h)
+            if i >= warmup:
+                ts.append(time.perf_counter() - t)
+        return statistics.median(ts) * 1e3
+
     base = at(past, widths)
     ends = [widths[0], widths[-1]]
     far = at(far_past, ends)
     slopes_at_ends = [max((f - b) / (far_past - past), 0.0) for f, b in zip(far, [base[0], base[-1]])]
     slopes = [float(np.interp(w, ends, slopes_at_ends)) for w in widths]
-    return CostCurve(tuple(widths), tuple(base), past + 1, tuple(slopes), device_description(verifier.device), key)
+    fast = getattr(verifier, "fast", None)
+    heads = tuple(head(w) for w in widths) if fast is not None else ()
+    return CostCurve(tuple(widths), tuple(base), past + 1, tuple(slopes), device_description(verifier.device), key,
+                     heads)
 
 
 def curve_path(verifier, threads: int, cache_dir: Path | None = None) -> Path:

@@ -345,6 +345,13 @@ class Decoder:
             logits = self.verifier.prefill(cache, list(prompt_ids))
             t2 = time.perf_counter()
             outcome = StepOutcome.plain([self._choose(logits, params, generator)])
+            k = _topk_of(drafter)
+            if k:
+                from lookupdec.verify import topk_rows
+
+                ids, probs = topk_rows(logits.unsqueeze(0), k)
+                outcome = StepOutcome((), outcome.new_tokens, row_tokens=np.array([prompt_ids[-1]], np.int64),
+                                      topk_ids=ids, topk_probs=probs)
             draft_size = 0
             draft_ms, verify_ms, other_ms = (t1 - t0) * 1e3, (t2 - t1) * 1e3, 0.0
             past = len(prompt_ids)
@@ -377,12 +384,14 @@ class Decoder:
                 # A step emits at most depth + 1 tokens: deeper nodes could never be used.
                 max_depth = max_new - len(new) - 1
                 t6 = time.perf_counter()
-                proposal = drafter.propose(DraftRequest(budget, max_depth)) if budget and max_depth else None
+                request = DraftRequest(budget, max_depth)
+                proposal = drafter.propose(request) if budget and max_depth else None
+                extra = self._window(drafter, request) if max_depth else None
                 t7 = time.perf_counter()
                 tree, kept = self._checked(drafter, proposal, budget, max_depth) if proposal is not None \
                     else (DraftTree.empty(), None)
                 t8 = time.perf_counter()
-                res = self.verifier.forward(cache, past, root, tree)
+                res = self.verifier.forward(cache, past, root, tree, extra=extra, topk=_topk_of(drafter))
                 t9 = time.perf_counter()
                 # Logit rows the walk visits beyond those the verifier fetched are
                 # computed on use; their time counts as verification.
@@ -401,7 +410,8 @@ class Decoder:
                 for src in res.tree.sources[list(acc.nodes)].tolist():
                     name = SOURCE_NAMES.get(src, "other")
                     by_source[name] = by_source.get(name, 0) + 1
-                outcome = StepOutcome(tuple(int(origin[i]) for i in acc.nodes), acc.tokens, res.tree, origin)
+                outcome = StepOutcome(tuple(int(origin[i]) for i in acc.nodes), acc.tokens, res.tree, origin,
+                                      res.row_tokens, res.topk_ids, res.topk_probs, res.extra_argmax)
                 t10 = time.perf_counter()
                 draft_size = len(res.tree)
                 verify_ms = (t9 - t8 + lazy_s) * 1e3
@@ -409,6 +419,27 @@ class Decoder:
         stream.finish(new)
         elapsed = time.perf_counter() - t_start
         return self._result(stream, new, prompt_ids, stats, elapsed, method_name, stop_reason, by_source)
+
+    def _window(self, drafter, request: DraftRequest):
+        """The drafter's extra rows for this step (protocol version 3), checked; None when it has none.
+
+        Not asked for under chain verification: extra rows need a custom mask.
+        """
+        window = getattr(drafter, "window", None)
+        if window is None or not self.verifier.tree_masks:
+            return None
+        extra = window(request)
+        if extra is None or not len(extra):
+            return None
+        from lookupdec.drafters.base import ExtraRows
+
+        if not isinstance(extra, ExtraRows):
+            raise DraftError(f"drafter {getattr(drafter, 'name', drafter)!r} window() returned "
+                             f"{type(extra).__name__}, not ExtraRows")
+        if int(extra.tokens.max()) >= self.vocab_size:
+            raise DraftError(f"drafter {getattr(drafter, 'name', drafter)!r} window() has token id "
+                             f"{int(extra.tokens.max())}, outside the model's vocabulary [0, {self.vocab_size})")
+        return extra
 
     def _result(self, stream, new, prompt_ids, stats, elapsed, method_name, stop_reason, by_source) -> GenerationResult:
         text = stream.text
@@ -427,6 +458,12 @@ class Decoder:
             step_stats=tuple(stats),
             accepted_by_source=by_source,
         )
+
+
+def _topk_of(drafter) -> int:
+    """How many top-k candidates per verified row the drafter asks for (protocol version 3; 0: none)."""
+    k = getattr(drafter, "topk", 0) or 0
+    return max(int(k), 0)
 
 
 def _open_history(history, tokenizer, budget: int | None):

@@ -27,6 +27,8 @@ METHODS: dict[str, str] = {
     "llma": "lookupdec.drafters.auto:llma_method",
     "rest": "lookupdec.drafters.auto:rest_method",
     "history": "lookupdec.drafters.auto:history_method",
+    "recycle": "lookupdec.drafters.auto:recycle_method",
+    "lookahead": "lookupdec.drafters.auto:lookahead_method",
     "auto": "lookupdec.drafters.auto:AutoDrafter",
     "draft": "lookupdec.drafters.small_lm:draft_method",
 }

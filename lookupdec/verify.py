@@ -4,7 +4,9 @@ Layout of one verify forward (``W`` rows on top of ``past`` cached rows):
 
 - row 0 is the root (the last committed token, not yet in the cache);
 - row ``1 + i`` is tree node ``i``;
-- rows ``1 + n .. W-1`` are padding (the width is rounded up to a multiple of
+- rows ``1 + n .. 1 + n + m - 1`` are a drafter's extra rows (``ExtraRows``,
+  e.g. Lookahead's Jacobi window), if any;
+- the remaining rows up to ``W - 1`` are padding (the width is rounded up to a multiple of
   ``pad_multiple``, because transformers' oneDNN/MKL matrix products are slow
   for odd widths); they attend to the past and the root only and their outputs are
   discarded.
@@ -13,7 +15,16 @@ Position of row ``r`` is ``past + depth`` (the root has depth 0). The float
 attention bias is 0 where a row may attend and the dtype's minimum elsewhere:
 every row sees the whole past and the root, a node also sees itself and its
 ancestors. With these, every node's logits equal those of its root-to-node
-chain run causally (tested in tests/test_verify.py).
+chain run causally (tested in tests/test_verify.py). An extra row sees the
+past, the root and the extra rows its ``visible`` row names, never a tree
+node, and no tree node sees it: tree rows' logits are the same with or
+without extra rows (up to the float rounding of the wider products), and
+the commit keeps only the root's and accepted nodes' rows, never extra ones.
+
+On request (``topk > 0``) the verifier also returns the top-k ids and
+probabilities (softmax of the raw logits) of every tree row, computed on the
+model's device from one product over all rows, and the argmax of each extra
+row.
 
 Tree masks need an attention implementation that takes a custom 4D mask:
 ``sdpa`` and ``eager`` do (transformers passes a 4D mask through unchanged);
@@ -35,9 +46,9 @@ acceptance walk visits it; transformers' backend returns every row.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 import time
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import torch
@@ -45,6 +56,9 @@ import torch
 from lookupdec.accept import Acceptance, greedy_accept, main_path, sample_accept  # noqa: F401  (re-exported)
 from lookupdec.kvcache import all_full_attention, keep_rows, new_cache
 from lookupdec.tree import DraftTree
+
+if TYPE_CHECKING:
+    from lookupdec.drafters.base import ExtraRows
 
 _TREE_MASK_ATTENTION = ("sdpa", "eager")
 
@@ -80,13 +94,16 @@ def clip_depth(tree: DraftTree, max_depth: int) -> DraftTree:
     return tree.subset(np.flatnonzero(tree.depth <= max_depth))
 
 
-def tree_attention_bias(tree: DraftTree, past: int, width: int, dtype: torch.dtype, device) -> torch.Tensor:
+def tree_attention_bias(tree: DraftTree, past: int, width: int, dtype: torch.dtype, device,
+                        extra: "ExtraRows | None" = None) -> torch.Tensor:
     """The float 4D attention bias ``(1, 1, width, past + width)`` of one verify forward.
 
     Args:
-        tree: the draft tree; ``1 + len(tree) <= width``.
+        tree: the draft tree; ``1 + len(tree) + len(extra) <= width``.
         past: number of cached rows.
-        width: rows in the forward (root + nodes + padding).
+        width: rows in the forward (root + nodes + extra rows + padding).
+        extra: rows after the tree's: each sees the past, the root and the extra
+            rows its ``visible`` row names.
     Returns:
         0 where a row attends, ``finfo(dtype).min`` where it does not.
     Example:
@@ -95,19 +112,25 @@ def tree_attention_bias(tree: DraftTree, past: int, width: int, dtype: torch.dty
         [[1, 1, 1, 0], [1, 1, 1, 1]]
     """
     n = len(tree)
-    assert 1 + n <= width
+    m = 0 if extra is None else len(extra)
+    assert 1 + n + m <= width
     allowed = np.zeros((width, past + width), dtype=bool)
     allowed[:, : past + 1] = True  # the whole past and the root
     if n:
         allowed[1 : 1 + n, past + 1 : past + 1 + n] = tree.attention_mask()
+    if m:
+        lo = 1 + n
+        allowed[lo : lo + m, past + lo : past + lo + m] = extra.visible
     bias = torch.zeros((1, 1, width, past + width), dtype=dtype)
     bias.masked_fill_(torch.from_numpy(~allowed), torch.finfo(dtype).min)
     return bias.to(device)
 
 
-def tree_inputs(root: int, tree: DraftTree, past: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+def tree_inputs(root: int, tree: DraftTree, past: int, width: int,
+                extra: "ExtraRows | None" = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Token ids and positions ``(width,)`` of one verify forward: the root at
-    ``past``, node ``i`` at ``past + depth[i]``, padding rows repeating the root.
+    ``past``, node ``i`` at ``past + depth[i]``, extra row ``j`` after the
+    nodes at ``past + extra.depth[j]``, padding rows repeating the root.
 
     Example:
         >>> ids, pos = tree_inputs(9, DraftTree.from_sequences([[5, 6], [7]]), past=3, width=4)
@@ -119,7 +142,32 @@ def tree_inputs(root: int, tree: DraftTree, past: int, width: int) -> tuple[torc
     ids[1 : 1 + n] = tree.tokens
     pos = np.full(width, past, dtype=np.int64)
     pos[1 : 1 + n] += tree.depth
+    if extra is not None and len(extra):
+        m = len(extra)
+        ids[1 + n : 1 + n + m] = extra.tokens
+        pos[1 + n : 1 + n + m] += extra.depth
     return torch.from_numpy(ids), torch.from_numpy(pos)
+
+
+def topk_rows(logits: torch.Tensor, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The top-``k`` ids and probabilities (softmax of the raw logits) of each row of ``logits``.
+
+    Computed where ``logits`` lives; only the ``(R, k)`` results are copied to the CPU.
+
+    Args:
+        logits: ``(R, vocab)``.
+        k: how many; more than the vocabulary gives the whole vocabulary.
+    Returns:
+        int64 ids and float32 probabilities, both ``(R, k)``, most likely first.
+    Example:
+        >>> ids, probs = topk_rows(torch.tensor([[0.0, 2.0, 1.0]]), 2)
+        >>> ids.tolist(), [round(p, 3) for p in probs[0].tolist()]
+        ([[1, 2]], [0.665, 0.245])
+    """
+    k = min(int(k), logits.shape[-1])
+    vals, ids = torch.topk(logits.float(), k, dim=-1)
+    probs = torch.exp(vals - torch.logsumexp(logits.float(), dim=-1, keepdim=True))
+    return ids.cpu().numpy().astype(np.int64), probs.cpu().numpy().astype(np.float32)
 
 
 def reference_tree_attention_bias(tree: DraftTree, past: int, width: int) -> np.ndarray:
@@ -201,6 +249,11 @@ class LazyLogits:
         for k, r in enumerate(missing):
             self._rows[r] = out[k]
 
+    def store(self, rows, logits: torch.Tensor) -> None:
+        """Rows computed elsewhere (in a product shared with other rows): ``logits[k]`` is row ``rows[k]``."""
+        for k, r in enumerate(rows):
+            self._rows[int(r)] = logits[k]
+
     def row(self, r: int) -> torch.Tensor:
         """Logits ``(vocab,)`` of row ``r``; a miss also computes the rows of the node's subtree."""
         if r not in self._rows:
@@ -225,11 +278,18 @@ class VerifyResult:
         tree: the tree actually verified (the longest path under chain verification).
         kept: for each node of ``tree``, its index in the tree passed to ``forward``
             (None: the same tree, nothing cut).
+        row_tokens: int64 ``(1 + n,)`` the input token of each row (empty unless top-k was asked).
+        topk_ids, topk_probs: ``(1 + n, k)`` each row's top-k ids and probabilities (empty unless asked).
+        extra_argmax: int64 ``(m,)`` argmax of each extra row (empty without extra rows).
     """
 
     rows: LazyLogits
     tree: DraftTree
     kept: np.ndarray | None = None
+    row_tokens: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    topk_ids: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int64))
+    topk_probs: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.float32))
+    extra_argmax: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     @property
     def logits(self) -> torch.Tensor:
@@ -307,55 +367,91 @@ class TreeVerifier:
         return out.logits[0, -1]
 
     @torch.inference_mode()
-    def forward(self, cache, past: int, root: int, tree: DraftTree) -> VerifyResult:
-        """One forward over ``[root] + tree`` on top of ``past`` cached rows.
+    def forward(self, cache, past: int, root: int, tree: DraftTree, extra: "ExtraRows | None" = None,
+                topk: int = 0) -> VerifyResult:
+        """One forward over ``[root] + tree (+ extra rows)`` on top of ``past`` cached rows.
 
         Afterwards the cache holds ``past + width`` rows; call ``commit`` next.
+
+        Args:
+            cache, past: the sequence's cache and its committed length.
+            root: the last committed token (row 0).
+            tree: the draft (rows ``1 .. n``).
+            extra: rows after the tree's, never seen by tree rows and never
+                committed; their argmax come back in ``extra_argmax``.
+            topk: when > 0, the top-k ids and probabilities of every tree row.
+        Raises:
+            ValueError: extra rows under chain verification (they need a custom mask).
         """
+        if extra is not None and not len(extra):
+            extra = None
+        if extra is not None and not self.tree_masks:
+            raise ValueError("extra rows need tree masks; this verifier verifies chains (tree_masks=False)")
         if not self.tree_masks and len(tree):
             kept = np.asarray(longest_path_nodes(tree), np.int64)
             if len(kept) < len(tree):
-                res = self.forward(cache, past, root, tree.subset(kept))
-                return VerifyResult(res.rows, res.tree, kept)
+                res = self.forward(cache, past, root, tree.subset(kept), topk=topk)
+                return replace(res, kept=kept)
         n = len(tree)
+        m = 0 if extra is None else len(extra)
         if self.fast is not None:
-            return self._fast_forward(cache, past, root, tree)
-        if n == 0:
+            return self._fast_forward(cache, past, root, tree, extra, topk)
+        if n == 0 and m == 0:
             # Plain decoding step: exactly what transformers' generate() runs.
             ids = torch.tensor([[root]], dtype=torch.long, device=self.device)
             pos = torch.tensor([[past]], dtype=torch.long, device=self.device)
             out = self.model(input_ids=ids, position_ids=pos, past_key_values=cache, use_cache=True)
-            return VerifyResult(LazyLogits.of(out.logits[0]), tree)
+            return self._result(LazyLogits.of(out.logits[0]), tree, root, None, topk)
         is_chain = not self.tree_masks
-        width = (1 + n) if is_chain else self.width(n)
-        ids, pos = tree_inputs(root, tree, past, width)
+        width = (1 + n) if is_chain else self.width(n + m)
+        ids, pos = tree_inputs(root, tree, past, width, extra)
         ids_t, pos_t = ids.to(self.device).unsqueeze(0), pos.to(self.device).unsqueeze(0)
         if is_chain:
             mask = None  # the ordinary causal mask is the chain's tree mask
         else:
-            mask = tree_attention_bias(tree, past, width, self.dtype, self.device)
-        keep = 0 if width == 1 + n else torch.arange(1 + n, device=self.device)
+            mask = tree_attention_bias(tree, past, width, self.dtype, self.device, extra)
+        keep = 0 if width == 1 + n + m else torch.arange(1 + n + m, device=self.device)
         out = self.model(input_ids=ids_t, position_ids=pos_t, attention_mask=mask, past_key_values=cache,
                          use_cache=True, logits_to_keep=keep)
-        return VerifyResult(LazyLogits.of(out.logits[0, : 1 + n]), tree)
+        logits = out.logits[0, : 1 + n + m]
+        return self._result(LazyLogits.of(logits[: 1 + n]), tree, root, logits[1 + n:] if m else None, topk)
 
-    def _fast_forward(self, cache, past: int, root: int, tree: DraftTree) -> VerifyResult:
+    def _result(self, rows: LazyLogits, tree: DraftTree, root: int, extra_logits: torch.Tensor | None,
+                topk: int) -> VerifyResult:
+        """A VerifyResult with the top-k of every tree row and the extra rows' argmax, as asked."""
+        res = VerifyResult(rows, tree)
+        if topk > 0:
+            ids, probs = topk_rows(rows.full(), topk)
+            row_tokens = np.concatenate([[int(root)], tree.tokens]).astype(np.int64)
+            res = replace(res, row_tokens=row_tokens, topk_ids=ids, topk_probs=probs)
+        if extra_logits is not None:
+            res = replace(res, extra_argmax=extra_logits.argmax(-1).cpu().numpy().astype(np.int64))
+        return res
+
+    def _fast_forward(self, cache, past: int, root: int, tree: DraftTree, extra: "ExtraRows | None",
+                      topk: int) -> VerifyResult:
         n = len(tree)
+        m = 0 if extra is None else len(extra)
         assert cache.length == past, (cache.length, past)
-        if n == 0:
+        if n == 0 and m == 0:
             # Plain step: one row attends to the whole cache and itself, no mask needed.
             logits = self.fast.forward(cache, torch.tensor([root]), torch.tensor([past]), None, slice(0, 1))
-            return VerifyResult(LazyLogits.of(logits), tree)
-        width = self.width(n)
-        ids, pos = tree_inputs(root, tree, past, width)
-        bias = tree_attention_bias(tree, past, width, torch.float32, "cpu")[0, 0]
+            return self._result(LazyLogits.of(logits), tree, root, None, topk)
+        width = self.width(n + m)
+        ids, pos = tree_inputs(root, tree, past, width, extra)
+        bias = tree_attention_bias(tree, past, width, torch.float32, "cpu", extra)[0, 0]
         hidden = self.fast.forward(cache, ids, pos, bias, "hidden")
         fast = self.fast
         rows = LazyLogits(1 + n, tree, lambda idx: fast.logits(hidden.index_select(0, idx)))
-        # The root and the most likely path in one product: the rows a walk that
-        # stays on that path needs; other rows only if the walk leaves it.
-        rows.prefetch([0] + [1 + i for i in main_path(tree)])
-        return VerifyResult(rows, tree)
+        # One lm_head product for the rows needed now: every tree row when top-k is
+        # asked, else the root and the most likely path (the rows a walk that stays on
+        # that path needs; other rows only if the walk leaves it); plus the extra rows.
+        want = list(range(1 + n)) if topk > 0 else [0] + [1 + i for i in main_path(tree)]
+        t = time.perf_counter()
+        out = fast.logits(hidden.index_select(0, torch.tensor(want + list(range(1 + n, 1 + n + m)))))
+        rows.compute_s += time.perf_counter() - t
+        rows.store(want, out[: len(want)])
+        return self._result(rows, tree, root, out[len(want):] if m else None, topk)
 
     @torch.inference_mode()
     def commit(self, cache, past: int, nodes: tuple[int, ...]) -> None:

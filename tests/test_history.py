@@ -181,8 +181,13 @@ def test_history_and_auto_draft_from_earlier_outputs_and_equal_ar(tmp_path):
         for p, ref in zip(prompts, refs):
             out = dec.generate(p, method=method, max_new_tokens=48)
             assert out.token_ids == ref.token_ids, method
-            # The same request again: most of its answer is drafted from the remembered one.
-            assert out.accepted_by_source.get("history", 0) >= len(ref.token_ids) // 2, method
+            # The same request again: most of its answer is drafted from the remembered one (in
+            # auto, Token Recycling proposes the same repeated tokens and a merged path is credited
+            # to the source that scored it best).
+            got = out.accepted_by_source.get("history", 0)
+            if method == "auto":
+                got += out.accepted_by_source.get("recycle", 0)
+            assert got >= len(ref.token_ids) // 2, method
     # Another process (a new Decoder on the same directory) sees the remembered outputs.
     other = Decoder(tiny_loaded(3), cost_curve=FLAT, history=str(tmp_path / "h"))
     assert other.history.n_tokens == dec.history.n_tokens > 0

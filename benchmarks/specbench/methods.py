@@ -36,6 +36,7 @@ LOOKUPDEC_METHODS: dict[str, bool] = {
     "rest": False,
     "history": False,
     "lookahead": False,
+    "recycle": False,
     "draft": False,  # the small LM alone (needs --draft-model or --draft-layers)
     "auto": True,
 }

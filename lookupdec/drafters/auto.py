@@ -14,12 +14,13 @@ verification each source learns which of *its* nodes were accepted.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable, Sequence
 
 import numpy as np
 
 from lookupdec.costs import CostCurve
-from lookupdec.drafters.base import DraftRequest, Drafter, StepOutcome
+from lookupdec.drafters.base import DraftRequest, Drafter, ExtraRows, StepOutcome
 from lookupdec.drafters.calibrate import DEPTH_EDGES, Calibration, bucket
 from lookupdec.drafters.select import DEFAULT_MARGIN, select_nodes
 from lookupdec.tree import DraftTree, Merged, merge_trees
@@ -134,6 +135,13 @@ class AutoDrafter:
                 from lookupdec.drafters.history import HistoryDrafter
 
                 sources.append(HistoryDrafter(history, calibration=self.calibration))
+            from lookupdec.drafters.lookahead import LookaheadDrafter
+            from lookupdec.drafters.recycle import RecycleDrafter
+
+            # The target's own drafts, on every step: its earlier top-k, and the Lookahead
+            # pool (its window runs only where the verifier takes tree masks).
+            sources.append(RecycleDrafter(calibration=self.calibration, table_key=name))
+            sources.append(LookaheadDrafter(calibration=self.calibration, cost=cost))
         self.sources = list(sources)
         self.draft = None
         if draft_model is not None:
@@ -148,6 +156,47 @@ class AutoDrafter:
         self.margin = float(margin)
         self._past = 0
         self._last: tuple[list[DraftTree], tuple[np.ndarray, ...], np.ndarray] | None = None
+        # Rows of this step's window, per source: (source index, first row, rows).
+        self._windows: list[tuple[int, int, int]] = []
+        self._window_rows = 0
+
+    @property
+    def topk(self) -> int:
+        """Top-k candidates per verified row asked of the verifier: the most any source asks (protocol v3)."""
+        return max((int(getattr(s, "topk", 0) or 0) for s in self.sources), default=0)
+
+    def window(self, request: DraftRequest) -> ExtraRows | None:
+        """The sources' extra rows side by side (protocol v3): each source's rows see only its own.
+
+        Called after ``propose`` by the decoder; the rows' cost was already in that
+        step's selection (``window_rows``).
+        """
+        parts, self._windows = [], []
+        at = 0
+        for i, s in enumerate(self.sources):
+            fn = getattr(s, "window", None)
+            x = fn(request) if fn is not None else None
+            if x is not None and len(x):
+                parts.append(x)
+                self._windows.append((i, at, len(x)))
+                at += len(x)
+        if not parts:
+            return None
+        if len(parts) == 1:
+            return parts[0]
+        visible = np.zeros((at, at), bool)
+        for (_, lo, m), x in zip(self._windows, parts):
+            visible[lo:lo + m, lo:lo + m] = x.visible
+        return ExtraRows(np.concatenate([x.tokens for x in parts]), np.concatenate([x.depth for x in parts]),
+                         visible)
+
+    def window_rows(self) -> int:
+        """Extra rows the sources will run this step (priced with the tree's rows)."""
+        total = 0
+        for s in self.sources:
+            fn = getattr(s, "window_rows", None)
+            total += int(fn()) if fn is not None else 0
+        return total
 
     @property
     def cost(self) -> CostCurve | None:
@@ -162,24 +211,46 @@ class AutoDrafter:
         self._last = None
         _ = self.cost  # measure (or load) the curve before the first step, not inside it
 
-    def _costs(self, budget: int) -> np.ndarray:
+    def _costs(self, budget: int, extra: int = 0) -> np.ndarray:
+        """``t[w]`` = modelled ms of a forward of ``w`` tree rows (root included) plus ``extra`` window rows.
+
+        Every row costs what its place in the forward costs, whatever its mask, so a
+        tree of ``k`` nodes beside ``m`` window rows is priced ``c(1 + k + m)``, plus the
+        ``lm_head`` rows beyond those the curve was measured with: every tree row's when a
+        source asks for top-k, and the window's (``CostCurve.logits_extra_ms``).
+        """
         # Re-tabulate when the cache has grown by 64 rows: the past moves the curve slowly.
-        if self._table is None or len(self._table) < budget + 2 or abs(self._past - self._table_past) >= 64:
+        need = budget + 2 + extra
+        if self._table is None or len(self._table) < need or abs(self._past - self._table_past) >= 64:
             curve = self.cost
-            top = max(budget + 1, 2)
+            top = max(budget + 1 + extra, 2)
             if curve is None:
                 self._table = np.concatenate([[np.inf], np.ones(top)])
             else:
                 self._table = curve.table(self._past, top)
             self._table_past = self._past
-        return self._table
+        topk = self.topk
+        curve = self.cost
+        if not extra and not (topk and curve is not None and curve.head_ms):
+            return self._table
+        out = np.concatenate([[np.inf], self._table[1 + extra:]])
+        if curve is not None and curve.head_ms:
+            from lookupdec.costs import MEASURED_LOGIT_ROWS
+
+            for w in range(1, len(out)):
+                rows = (w if topk else min(w, MEASURED_LOGIT_ROWS)) + extra
+                out[w] += curve.logits_extra_ms(w + extra, rows)
+        return out
 
     def propose(self, request: DraftRequest) -> DraftTree:
         sub = DraftRequest(min(request.budget, SOURCE_BUDGET), request.max_depth)
         trees = [DraftTree.empty() if s is self.draft else s.propose(sub) for s in self.sources]
         merged = merge_trees(trees)
         tree = self._merged_calibration.apply(merged)
-        sel = select_nodes(tree, self._costs(request.budget), request.budget, request.max_depth, self.margin)
+        # The window runs whatever the tree (its sources size it to a small share of a
+        # plain step); the tree is chosen against a step that already carries it.
+        costs = self._costs(request.budget, self.window_rows())
+        sel = select_nodes(tree, costs, request.budget, request.max_depth, self.margin)
         if self.draft is not None:
             from lookupdec.drafters.gate import draft_pays
 
@@ -187,7 +258,7 @@ class AutoDrafter:
                 trees[-1] = self.draft.propose(sub)
                 merged = merge_trees(trees)
                 tree = self._merged_calibration.apply(merged)
-                sel = select_nodes(tree, self._costs(request.budget), request.budget, request.max_depth, self.margin)
+                sel = select_nodes(tree, costs, request.budget, request.max_depth, self.margin)
         self._last = (trees, merged.maps, sel.nodes)
         return tree.subset(sel.nodes) if len(sel.nodes) < len(tree) else tree
 
@@ -195,15 +266,23 @@ class AutoDrafter:
         new = outcome.new_tokens
         self._past += len(new)
         self._merged_calibration.learn(new)
+        windows, self._windows = {i: (lo, m) for i, lo, m in self._windows}, []
+
+        def shared(i: int, o: StepOutcome) -> StepOutcome:
+            # Top-k rows and the source's own slice of the window's argmax ride along.
+            lo, m = windows.get(i, (0, 0))
+            return replace(o, row_tokens=outcome.row_tokens, topk_ids=outcome.topk_ids,
+                           topk_probs=outcome.topk_probs, extra_argmax=outcome.extra_argmax[lo:lo + m])
+
         if self._last is None:
-            for s in self.sources:
-                s.commit(StepOutcome((), new))
+            for i, s in enumerate(self.sources):
+                s.commit(shared(i, StepOutcome((), new)))
             return
         trees, maps, chosen = self._last
         self._last = None
         # Auto's node a is merged node chosen[a]; accepted merged nodes, root to leaf.
         accepted_merged = [int(chosen[a]) for a in outcome.accepted]
-        for s, tree, where in zip(self.sources, trees, maps):
+        for i, (s, tree, where) in enumerate(zip(self.sources, trees, maps)):
             own = []
             for m in accepted_merged:
                 hits = np.flatnonzero(where == m)
@@ -216,7 +295,7 @@ class AutoDrafter:
                 if a >= 0:
                     hits = np.flatnonzero(where == chosen[a])
                     origin[v] = int(hits[0]) if len(hits) else -1
-            s.commit(StepOutcome(tuple(own), new, outcome.tree, origin))
+            s.commit(shared(i, StepOutcome(tuple(own), new, outcome.tree, origin)))
 
 
 def llma_method(*, references: Sequence[Sequence[int]] | None = None, calibration: Calibration | None = None,
@@ -256,3 +335,21 @@ def rest_method(*, indexes: Sequence | None = None, calibration: Calibration | N
 
     return AutoDrafter(sources=[RESTDrafter(indexes or (), calibration=calibration)], calibration=calibration,
                        cost=cost, name="rest")
+
+
+def recycle_method(*, calibration: Calibration | None = None,
+                   cost: CostCurve | Callable[[], CostCurve] | None = None) -> AutoDrafter:
+    """Method ``recycle``: Token Recycling alone, sized by the cost curve as ``auto`` sizes its tree."""
+    from lookupdec.drafters.recycle import RecycleDrafter
+
+    return AutoDrafter(sources=[RecycleDrafter(calibration=calibration)], calibration=calibration, cost=cost,
+                       name="recycle")
+
+
+def lookahead_method(*, calibration: Calibration | None = None,
+                     cost: CostCurve | Callable[[], CostCurve] | None = None) -> AutoDrafter:
+    """Method ``lookahead``: the Lookahead pool and window alone, sized by the cost curve as ``auto`` sizes its tree."""
+    from lookupdec.drafters.lookahead import LookaheadDrafter
+
+    return AutoDrafter(sources=[LookaheadDrafter(calibration=calibration, cost=cost)], calibration=calibration,
+                       cost=cost, name="lookahead")

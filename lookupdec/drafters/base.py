@@ -1,4 +1,4 @@
-"""The drafter protocol (version 2) every drafting source implements.
+"""The drafter protocol (version 3) every drafting source implements.
 
 The decoder owns the token sequence. A drafter sees it through three calls:
 
@@ -25,6 +25,23 @@ cuts one by score.
 Scores, not raw counts, are what the decoder and ``auto`` compare across
 sources. Drafters never call the model; those that need it (small LM,
 Lookahead) get an interface from the decoder.
+
+Version 3 adds two optional hooks, found with ``getattr`` (a version-2
+drafter has neither and runs unchanged):
+
+- ``topk: int`` (default 0): when > 0, the verifier computes the top-``topk``
+  ids and probabilities (softmax of the raw logits, no temperature) of every
+  verified row (the root and every tree node) and the step's outcome carries
+  them (``row_tokens``, ``topk_ids``, ``topk_probs``); the first outcome (the
+  prefill's) carries those of the prompt's last row. Token Recycling learns
+  from them.
+- ``window(request) -> ExtraRows | None``: rows run in the same forward after
+  the tree's rows, with their own positions and visibility among themselves
+  (``ExtraRows``). They see the past and the root, never tree nodes, and no
+  tree node sees them, so they change no verified logit; they are never
+  committed. Their argmax come back as ``outcome.extra_argmax``. Only asked for
+  when the verifier verifies whole trees (not under chain verification).
+  Lookahead's Jacobi window runs this way.
 """
 from __future__ import annotations
 
@@ -71,6 +88,50 @@ class DraftRequest:
 
 
 @dataclass(frozen=True)
+class ExtraRows:
+    """Rows a drafter runs in the verify forward beside the tree (never committed).
+
+    Attributes:
+        tokens: int64 ``(m,)`` input token of each row.
+        depth: int64 ``(m,)`` each row's depth under the root (>= 1): its
+            position is ``past + depth``.
+        visible: bool ``(m, m)``: ``visible[i, j]`` when row ``i`` attends to
+            row ``j`` (besides the whole past and the root, which every row sees).
+
+    Raises:
+        ValueError: shapes that disagree, a depth below 1, or a negative token.
+
+    Example:
+        >>> x = ExtraRows(np.array([5, 6]), np.array([1, 2]), np.tril(np.ones((2, 2), bool)))
+        >>> len(x), x.depth.tolist()
+        (2, [1, 2])
+    """
+
+    tokens: np.ndarray
+    depth: np.ndarray
+    visible: np.ndarray
+
+    def __post_init__(self) -> None:
+        tokens = np.ascontiguousarray(self.tokens, dtype=np.int64)
+        depth = np.ascontiguousarray(self.depth, dtype=np.int64)
+        visible = np.ascontiguousarray(self.visible, dtype=bool)
+        m = tokens.shape[0] if tokens.ndim == 1 else -1
+        if m < 0 or depth.shape != (m,) or visible.shape != (m, m):
+            raise ValueError(f"extra rows need tokens (m,), depth (m,) and visible (m, m); got {tokens.shape}, "
+                             f"{depth.shape}, {visible.shape}")
+        if m and (int(depth.min()) < 1 or int(tokens.min()) < 0):
+            raise ValueError("extra rows need depths >= 1 and token ids >= 0")
+        object.__setattr__(self, "tokens", tokens)
+        object.__setattr__(self, "depth", depth)
+        object.__setattr__(self, "visible", visible)
+
+    def __len__(self) -> int:
+        return int(self.tokens.shape[0])
+
+
+
+
+@dataclass(frozen=True)
 class StepOutcome:
     """What became of one step's draft.
 
@@ -83,6 +144,12 @@ class StepOutcome:
             verifier's chain fallback; its own numbering).
         origin: for each node of ``tree``, the id of the drafter's node it
             verified, or -1 for nodes the drafter did not propose.
+        row_tokens: int64 ``(rows,)`` input token of each verified row: the
+            root, then ``tree``'s nodes (empty unless the drafter asked for top-k).
+        topk_ids, topk_probs: ``(rows, k)`` the target's top-k next tokens and
+            their probabilities after each row (empty unless asked for).
+        extra_argmax: int64 ``(m,)`` the target's argmax after each extra row
+            the drafter's ``window`` asked for (empty when none ran).
 
     Example:
         >>> StepOutcome((0,), (7, 9), DraftTree.chain([7]), np.array([0])).accepted
@@ -93,6 +160,10 @@ class StepOutcome:
     new_tokens: tuple[int, ...]
     tree: DraftTree = field(default_factory=DraftTree.empty)
     origin: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    row_tokens: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    topk_ids: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int64))
+    topk_probs: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.float32))
+    extra_argmax: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     @property
     def n_accepted(self) -> int:

@@ -1,0 +1,304 @@
+"""Token Recycling: draft from the target's own top-k candidates of earlier forwards.
+
+After Luo et al. (ACL 2025), without training: every verify forward already
+computes, for each row, the target's distribution over the next token. The
+drafter keeps an adjacency table ``vocab x k``: for each token, the top-k
+next tokens (and their probabilities) the target gave after the latest row
+whose input was that token; every verified row of every step overwrites its
+token's entry (the paper's update rule; within one step a later row wins).
+
+A draft expands the table from the root: the root's successors, theirs, and
+so on. The tree's shape is static given the calibration: at most
+``breadth[d - 1]`` children per node at depth ``d``, nodes taken best-first by
+path score, where each node's conditional score is the calibrated acceptance
+of its (rank, probability bucket, depth) key, learnt from what the verifier
+accepted. ``auto`` (and method ``recycle``) then keep the subtree that pays
+under the cost curve.
+
+The table outlives one request: drafters built with the same Calibration (one
+Decoder's requests) and the same ``table_key`` (the method: ``recycle`` and
+``auto`` keep separate tables, so one method's run never warms another's on
+the same prompt) share it, as the paper's table warms up across queries; a
+drafter with a private calibration has its own.
+
+The drafter asks the decoder for the top-k of every verified row through the
+protocol's ``topk`` attribute (version 3). Drafts are a function of the
+committed history, so greedy and sampled decoding stay exact.
+"""
+from __future__ import annotations
+
+import heapq
+import weakref
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from lookupdec.drafters.base import SOURCES, DraftRequest, StepOutcome
+from lookupdec.drafters.calibrate import DEPTH_EDGES, RAW_EDGES, Calibration, bucket
+from lookupdec.tree import DraftTree
+
+
+@dataclass(frozen=True)
+class RecycleConfig:
+    """Settings of :class:`RecycleDrafter`.
+
+    Raises:
+        ValueError: ``topk`` below 1, an empty or non-positive ``breadth``, or ``max_nodes`` below 1.
+    """
+
+    # Successors kept per token (the paper keeps 8).
+    topk: int = 8
+    # Most children of a node at depth 1, 2, ...; its length is the deepest draft. Wide near
+    # the root, where the target's top candidates are most often right, thin below (the
+    # paper's static tree narrows the same way).
+    breadth: tuple[int, ...] = (8, 4, 3, 2, 2, 1, 1, 1)
+    # Nodes proposed; the cost curve decides how many are verified.
+    max_nodes: int = 48
+
+    def __post_init__(self) -> None:
+        if self.topk < 1:
+            raise ValueError(f"topk must be >= 1, got {self.topk}")
+        if not self.breadth or min(self.breadth) < 1:
+            raise ValueError(f"breadth must be a non-empty sequence of counts >= 1, got {self.breadth}")
+        if max(self.breadth) > self.topk:
+            raise ValueError(f"breadth {self.breadth} asks for more children than topk={self.topk} keeps")
+        if self.max_nodes < 1:
+            raise ValueError(f"max_nodes must be >= 1, got {self.max_nodes}")
+
+
+class RecycleTable:
+    """The adjacency table: for each token, the target's latest top-k next tokens and probabilities.
+
+    Args:
+        k: candidates per token.
+
+    Example:
+        >>> t = RecycleTable(2)
+        >>> t.update(np.array([5, 7, 5]), np.array([[1, 2], [3, 4], [8, 9]]), np.ones((3, 2), np.float32) / 2)
+        >>> t.successors(5)[0].tolist(), t.successors(6)[0].tolist()
+        ([8, 9], [])
+    """
+
+    def __init__(self, k: int) -> None:
+        self.k = int(k)
+        self.ids = np.full((0, self.k), -1, np.int64)   # -1: no candidate yet
+        self.probs = np.zeros((0, self.k), np.float32)
+
+    def update(self, row_tokens: np.ndarray, topk_ids: np.ndarray, topk_probs: np.ndarray) -> None:
+        """Overwrite the entries of ``row_tokens`` (in row order: a later row of the same token wins)."""
+        rows = np.asarray(row_tokens, np.int64)
+        if not len(rows):
+            return
+        top = int(rows.max()) + 1
+        if top > len(self.ids):
+            grow = max(top, 2 * len(self.ids))
+            ids = np.full((grow, self.k), -1, np.int64)
+            probs = np.zeros((grow, self.k), np.float32)
+            ids[: len(self.ids)], probs[: len(self.ids)] = self.ids, self.probs
+            self.ids, self.probs = ids, probs
+        # The last occurrence of each token: unique over the reversed rows.
+        _, first_rev = np.unique(rows[::-1], return_index=True)
+        last = len(rows) - 1 - first_rev
+        kk = min(self.k, topk_ids.shape[1])
+        self.ids[rows[last], :kk] = topk_ids[last, :kk]
+        self.ids[rows[last], kk:] = -1
+        self.probs[rows[last], :kk] = topk_probs[last, :kk]
+        self.probs[rows[last], kk:] = 0.0
+
+    def successors(self, token: int) -> tuple[np.ndarray, np.ndarray]:
+        """The token's candidates (ids, probabilities), most likely first; empty when it was never seen."""
+        if token >= len(self.ids) or self.ids[token, 0] < 0:
+            return np.zeros(0, np.int64), np.zeros(0, np.float32)
+        ids = self.ids[token]
+        n = int((ids >= 0).sum())
+        return ids[:n], self.probs[token, :n]
+
+
+# Tables shared by the drafters of one Calibration (one decoder), by id(calibration);
+# an entry goes when its calibration is collected.
+_SHARED_TABLES: dict[tuple[int, int, str], RecycleTable] = {}
+
+
+def shared_table(calibration: Calibration, k: int, table_key: str = "recycle") -> RecycleTable:
+    """The table of ``k`` candidates per token that every drafter with ``calibration`` and ``table_key`` uses.
+
+    Example:
+        >>> cal = Calibration()
+        >>> shared_table(cal, 4) is shared_table(cal, 4), shared_table(cal, 4) is shared_table(Calibration(), 4)
+        (True, False)
+        >>> shared_table(cal, 4) is shared_table(cal, 4, "auto")
+        False
+    """
+    key = (id(calibration), int(k), str(table_key))
+    table = _SHARED_TABLES.get(key)
+    if table is None:
+        table = _SHARED_TABLES[key] = RecycleTable(k)
+        weakref.finalize(calibration, _SHARED_TABLES.pop, key, None)
+    return table
+
+
+@dataclass(frozen=True)
+class Expansion:
+    """A tree expanded from the table, with what each node was scored by.
+
+    Attributes:
+        tree: the draft (scores: path scores).
+        ranks: each node's rank among its parent's candidates (0 = most likely).
+        probs: the probability the table gave each node.
+        conditional: each node's score given its parent's path.
+    """
+
+    tree: DraftTree
+    ranks: np.ndarray
+    probs: np.ndarray
+    conditional: np.ndarray
+
+
+def expand(table: RecycleTable, root: int, breadth: Sequence[int], max_nodes: int,
+           rate: Callable[[int, float, int], float], max_depth: int | None = None) -> Expansion:
+    """Expand ``table`` from ``root`` best-first by path score.
+
+    Args:
+        table: the adjacency table.
+        root: the last committed token.
+        breadth: most children of a node at depth 1, 2, ...
+        max_nodes: most nodes.
+        rate: ``rate(rank, prob, depth)`` a node's conditional acceptance (in [0, 1]).
+        max_depth: deepest node (default ``len(breadth)``).
+    Returns:
+        An Expansion; nodes in the order taken, so parents precede children.
+
+    Example:
+        >>> t = RecycleTable(2)
+        >>> t.update(np.array([1, 2]), np.array([[2, 3], [4, 5]]), np.array([[0.6, 0.3], [0.9, 0.1]], np.float32))
+        >>> e = expand(t, 1, (2, 1), 8, lambda r, p, d: p)
+        >>> e.tree.tokens.tolist(), e.tree.parents.tolist()
+        ([2, 4, 3], [-1, 0, -1])
+    """
+    depth_cap = len(breadth) if max_depth is None else min(len(breadth), int(max_depth))
+    tokens: list[int] = []
+    parents: list[int] = []
+    scores: list[float] = []
+    ranks: list[int] = []
+    probs: list[float] = []
+    cond: list[float] = []
+    heap: list[tuple[float, int, int, int, int, float, float, int]] = []
+    counter = 0
+
+    def push_children(parent: int, token: int, score: float, depth: int) -> None:
+        nonlocal counter
+        if depth > depth_cap:
+            return
+        ids, ps = table.successors(token)
+        for r in range(min(len(ids), breadth[depth - 1])):
+            c = float(rate(r, float(ps[r]), depth))
+            if c <= 0.0:
+                continue
+            heapq.heappush(heap, (-score * c, counter, parent, int(ids[r]), r, float(ps[r]), c, depth))
+            counter += 1
+
+    if max_nodes > 0:
+        push_children(-1, int(root), 1.0, 1)
+    while heap and len(tokens) < max_nodes:
+        neg, _, parent, tok, r, p, c, depth = heapq.heappop(heap)
+        node = len(tokens)
+        tokens.append(tok)
+        parents.append(parent)
+        scores.append(-neg)
+        ranks.append(r)
+        probs.append(p)
+        cond.append(c)
+        push_children(node, tok, -neg, depth + 1)
+    n = len(tokens)
+    tree = DraftTree(np.array(tokens, np.int64), np.array(parents, np.int32), np.array(scores, np.float64),
+                     np.full(n, SOURCES["recycle"], np.int16))
+    return Expansion(tree, np.array(ranks, np.int64), np.array(probs, np.float64), np.array(cond, np.float64))
+
+
+def recycle_prior(rank: int, prob: float, depth: int) -> float:
+    """A starting guess before any outcome: the table's probability, discounted (its context was another one)."""
+    return float(prob) * 0.7
+
+
+class RecycleDrafter:
+    """Token Recycling as a drafting source (see the module docstring).
+
+    Args:
+        config: a :class:`RecycleConfig`; or its fields as keyword settings.
+        calibration: the shared acceptance rates (a private one when None).
+        table_key: which of the calibration's shared tables to use (the method's name).
+
+    Attributes:
+        topk: how many candidates per verified row it asks the verifier for (protocol version 3).
+
+    Example:
+        >>> d = RecycleDrafter(topk=2, breadth=(2, 1))
+        >>> d.begin([4, 1])
+        >>> d.commit(StepOutcome((), (2,), row_tokens=np.array([1]), topk_ids=np.array([[2, 3]]),
+        ...                      topk_probs=np.array([[0.6, 0.3]], np.float32)))
+        >>> d.propose(DraftRequest(budget=8, max_depth=8)).tokens.tolist()     # 2 was never a row yet
+        []
+    """
+
+    name = "recycle"
+
+    def __init__(self, config: RecycleConfig | None = None, *, calibration: Calibration | None = None,
+                 table_key: str = "recycle", **settings) -> None:
+        if config is not None and settings:
+            raise TypeError("pass either a RecycleConfig or keyword settings, not both")
+        self.config = config if config is not None else RecycleConfig(**settings)
+        self.calibration = calibration if calibration is not None else Calibration()
+        self.table = shared_table(self.calibration, self.config.topk, table_key)
+        self._last = -1
+        self._pending: tuple[list[int], list[int], list[int], list[tuple]] | None = None
+
+    @property
+    def topk(self) -> int:
+        return self.config.topk
+
+    def _key(self, rank: int, prob: float, depth: int) -> tuple:
+        return ("recycle", int(rank), bucket(RAW_EDGES, prob), bucket(DEPTH_EDGES, depth))
+
+    def _rate(self, rank: int, prob: float, depth: int) -> float:
+        return self.calibration.rate(self._key(rank, prob, depth), recycle_prior(rank, prob, depth))
+
+    def begin(self, prompt_ids: Sequence[int]) -> None:
+        # The table is kept: what the target predicted after a token stays a good guess.
+        self._last = int(prompt_ids[-1]) if len(prompt_ids) else -1
+        self._pending = None
+
+    def propose(self, request: DraftRequest) -> DraftTree:
+        """The expansion under the last token, at most ``min(budget, max_nodes)`` nodes."""
+        c = self.config
+        budget = min(int(request.budget), c.max_nodes)
+        if self._last < 0 or budget <= 0 or request.max_depth <= 0:
+            self._pending = None
+            return DraftTree.empty()
+        e = expand(self.table, self._last, c.breadth, budget, self._rate, request.max_depth)
+        tree = e.tree
+        depth = tree.depth.tolist()
+        keys = [self._key(r, p, d) for r, p, d in zip(e.ranks.tolist(), e.probs.tolist(), depth)]
+        self._pending = (tree.tokens.tolist(), tree.parents.tolist(), depth, keys)
+        return tree
+
+    def _learn(self, new_tokens: Sequence[int]) -> None:
+        """Each proposed node whose parent's path the new tokens confirm is a hit or a miss of its key."""
+        pend, self._pending = self._pending, None
+        if pend is None or not new_tokens:
+            return
+        tokens, parents, depth, keys = pend
+        new = list(new_tokens)
+        confirmed = [False] * len(tokens)
+        for i, (tok, p, d) in enumerate(zip(tokens, parents, depth)):
+            if d > len(new) or (p >= 0 and not confirmed[p]):
+                continue
+            confirmed[i] = tok == new[d - 1]
+            self.calibration.observe(keys[i], confirmed[i])
+
+    def commit(self, outcome: StepOutcome) -> None:
+        self._learn(outcome.new_tokens)
+        if len(outcome.row_tokens):
+            self.table.update(outcome.row_tokens, outcome.topk_ids, outcome.topk_probs)
+        if outcome.new_tokens:
+            self._last = int(outcome.new_tokens[-1])

@@ -1,0 +1,136 @@
+"""Token Recycling: the adjacency table, its expansion, and lossless decoding with it."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lookupdec.costs import CostCurve
+from lookupdec.decoder import Decoder
+from lookupdec.drafters.base import DraftRequest, StepOutcome
+from lookupdec.drafters.recycle import RecycleConfig, RecycleDrafter, RecycleTable, expand
+from tests.conftest import TINY_VOCAB, tiny_loaded
+
+FLAT = CostCurve((1, 128), (10.0, 10.5), 0, (0.0, 0.0), "test", "flat")
+
+
+def _slow_table(updates, k):
+    """Dict oracle: every row overwrites its token's entry, in order."""
+    table = {}
+    for rows, ids, probs in updates:
+        for r in range(len(rows)):
+            table[int(rows[r])] = (list(ids[r][:k]), list(probs[r][:k]))
+    return table
+
+
+def test_table_update_equals_a_dict_that_overwrites_row_by_row():
+    rng = np.random.default_rng(0)
+    t = RecycleTable(4)
+    updates = []
+    for step in range(30):
+        n = int(rng.integers(1, 12))
+        rows = rng.integers(0, 40 if step < 10 else 300, n)  # repeated tokens within a step; the table grows
+        ids = rng.integers(0, 500, (n, 4))
+        probs = rng.random((n, 4)).astype(np.float32)
+        t.update(rows, ids, probs)
+        updates.append((rows, ids, probs))
+    want = _slow_table(updates, 4)
+    for tok in range(300):
+        got_ids, got_probs = t.successors(tok)
+        if tok in want:
+            assert got_ids.tolist() == want[tok][0]
+            np.testing.assert_allclose(got_probs, want[tok][1])
+        else:
+            assert len(got_ids) == 0
+
+
+def _slow_expansion(table, root, breadth, max_nodes, rate):
+    """Every node the table allows (full expansion), then the max_nodes best by path score."""
+    nodes = []  # (path tokens, score)
+
+    def grow(token, path, score, depth):
+        if depth > len(breadth):
+            return
+        ids, ps = table.successors(token)
+        for r in range(min(len(ids), breadth[depth - 1])):
+            s = score * rate(r, float(ps[r]), depth)
+            nodes.append((path + [int(ids[r])], s))
+            grow(int(ids[r]), path + [int(ids[r])], s, depth + 1)
+
+    grow(root, [], 1.0, 1)
+    nodes.sort(key=lambda x: -x[1])
+    return {tuple(p): s for p, s in nodes[:max_nodes]}
+
+
+def test_expansion_equals_the_slow_oracle():
+    rng = np.random.default_rng(2)
+    for trial in range(30):
+        t = RecycleTable(3)
+        t.update(np.arange(15), rng.integers(0, 15, (15, 3)), rng.random((15, 3)).astype(np.float32))
+        rate_table = rng.random((3, 6)) * 0.9 + 0.05
+
+        def rate(r, p, d):
+            return float(rate_table[r, d]) * (0.5 + p / 2)
+
+        root = int(rng.integers(0, 15))
+        for max_nodes in (1, 4, 13, 80):
+            e = expand(t, root, (3, 2, 2, 1), max_nodes, rate)
+            got = {tuple(e.tree.path_tokens(i)): float(e.tree.scores[i]) for i in range(len(e.tree))}
+            want = _slow_expansion(t, root, (3, 2, 2, 1), max_nodes, rate)
+            assert got.keys() == want.keys()
+            for k in got:
+                assert got[k] == pytest.approx(want[k])
+
+
+def test_expansion_rules_by_hand():
+    t = RecycleTable(2)
+    t.update(np.array([1, 2, 3]), np.array([[2, 3], [4, 5], [6, 7]]),
+             np.array([[0.6, 0.3], [0.9, 0.1], [0.5, 0.4]], np.float32))
+    e = expand(t, 1, (2, 1), 8, lambda r, p, d: p)
+    # Depth 1: 2 (0.6), 3 (0.3); depth 2: one child each: 4 under 2 (0.54), 6 under 3 (0.15).
+    assert e.tree.tokens.tolist() == [2, 4, 3, 6]
+    assert e.tree.parents.tolist() == [-1, 0, -1, 2]
+    np.testing.assert_allclose(e.tree.scores, [0.6, 0.54, 0.3, 0.15], rtol=1e-6)
+    assert len(expand(t, 9, (2, 1), 8, lambda r, p, d: p).tree) == 0          # never seen: nothing
+    assert len(expand(t, 1, (2, 1), 8, lambda r, p, d: p, max_depth=1).tree) == 2  # clipped depth
+    assert len(expand(t, 1, (2, 1), 0, lambda r, p, d: p).tree) == 0
+
+
+def test_config_is_validated():
+    for bad in (dict(topk=0), dict(breadth=()), dict(breadth=(9,)), dict(max_nodes=0)):
+        with pytest.raises(ValueError):
+            RecycleConfig(**bad)
+
+
+def test_drafter_learns_the_table_from_outcomes_and_drafts_the_root_successors():
+    d = RecycleDrafter(topk=2, breadth=(2, 1))
+    d.begin([4, 1])
+    d.commit(StepOutcome((), (2,), row_tokens=np.array([1, 2]), topk_ids=np.array([[2, 3], [5, 6]]),
+                         topk_probs=np.array([[0.6, 0.3], [0.8, 0.1]], np.float32)))
+    tree = d.propose(DraftRequest(budget=8, max_depth=8))  # root is now 2
+    assert tree.tokens.tolist()[:2] == [5, 6] and tree.parents.tolist()[:2] == [-1, -1]
+
+
+@pytest.mark.parametrize("fast", [True, False])
+@pytest.mark.parametrize("scale", [4.0, 1.0])
+def test_recycle_greedy_equals_ar(fast, scale):
+    lm = tiny_loaded(3, scale=scale)
+    dec = Decoder(lm, fast_kernels=fast, cost_curve=FLAT)
+    rng = np.random.default_rng(3)
+    prompt = rng.integers(3, TINY_VOCAB, 20).tolist()
+    ar = dec.generate(prompt, method="ar", max_new_tokens=60)
+    out = dec.generate(prompt, method="recycle", max_new_tokens=60)
+    assert out.token_ids == ar.token_ids
+    if scale == 4.0:  # decisive, repetitive outputs: the target's own successors get accepted
+        assert out.steps < ar.steps and out.accepted_by_source.get("recycle", 0) > 0
+
+
+def test_drafters_of_one_calibration_share_the_table():
+    from lookupdec.drafters.calibrate import Calibration
+
+    cal = Calibration()
+    a, b, c = RecycleDrafter(calibration=cal), RecycleDrafter(calibration=cal), RecycleDrafter()
+    a.begin([1])
+    a.commit(StepOutcome((), (3,), row_tokens=np.array([1]), topk_ids=np.arange(8)[None] + 10,
+                         topk_probs=np.full((1, 8), 0.1, np.float32)))
+    assert b.table.successors(1)[0].tolist() == list(range(10, 18))  # the next request starts warm
+    assert len(c.table.successors(1)[0]) == 0                          # another decoder's is its own

@@ -48,7 +48,7 @@ def parse_size(text: str | int) -> int:
     else:
         m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*", str(text), flags=re.IGNORECASE)
         if not m:
-            raise ValueError(f"cannot read the memory size {text!r}; write a number of bytes with an optional unit, "
+            raise ValueError(f"cannot read the memory size {text!r} (--max-memory); write a number of bytes with an optional unit, "
                              "e.g. 2G, 512M or 1.5G")
         value = int(float(m.group(1)) * _UNITS[m.group(2).upper()])
     if value <= 0:

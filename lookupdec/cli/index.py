@@ -20,21 +20,24 @@ from lookupdec.errors import LookupdecError
 @click.option("--max-memory", default=None, metavar="SIZE",
               help="Memory limit such as 2G: sets the shard size (unless --shard-tokens) and how many shards "
                    "build at once.")
+@click.option("--ray", "ray_address", is_flag=False, flag_value="auto", default=None, metavar="[ADDRESS]",
+              help="Build on a Ray cluster (pip install 'lookupdec[ray]'): --ray alone joins the running cluster "
+                   "or starts a local one; --ray HOST:PORT joins that one. The output path must be shared.")
 @click.option("--append", is_flag=True, help="Add the corpus to the existing index at -o as new shards.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing index at the output directory.")
 @click.option("--skip-invalid", is_flag=True, help="Skip and count malformed records instead of failing.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
-def build_index_cmd(corpus, output, tokenizer, text_field, shard_tokens, jobs, max_memory, append, overwrite,
-                    skip_invalid, quiet) -> None:
+def build_index_cmd(corpus, output, tokenizer, text_field, shard_tokens, jobs, max_memory, ray_address, append,
+                    overwrite, skip_invalid, quiet) -> None:
     """Build a suffix-array datastore from CORPUS files (JSONL, Parquet, Arrow, text, or directories)."""
     from lookupdec.index import append_to_index, build_index
     from lookupdec.index.info import describe_summary
 
     try:
         if append:
-            if overwrite or max_memory:
-                raise click.ClickException("--append adds to the index at -o: it takes neither --overwrite nor "
-                                           "--max-memory (use --shard-tokens)")
+            if overwrite or max_memory or ray_address:
+                raise click.ClickException("--append adds to the index at -o: it takes none of --overwrite, "
+                                           "--max-memory, --ray (use --shard-tokens)")
             summary = append_to_index(list(corpus), output, tokenizer=tokenizer, text_field=text_field,
                                       shard_tokens=shard_tokens, skip_invalid=skip_invalid, progress=not quiet,
                                       jobs=jobs)
@@ -42,6 +45,8 @@ def build_index_cmd(corpus, output, tokenizer, text_field, shard_tokens, jobs, m
             summary = build_index(
                 list(corpus), output, tokenizer=tokenizer, text_field=text_field, shard_tokens=shard_tokens,
                 overwrite=overwrite, skip_invalid=skip_invalid, progress=not quiet, jobs=jobs, max_memory=max_memory,
+                engine="ray" if ray_address else "local",
+                ray_address=None if ray_address in (None, "auto") else ray_address,
             )
     except (LookupdecError, ValueError, TypeError) as exc:
         raise click.ClickException(str(exc)) from None

@@ -103,6 +103,8 @@ def build_index(
     progress: bool = True,
     jobs: int | None = None,
     max_memory: int | str | None = None,
+    engine: str = "local",
+    ray_address: str | None = None,
 ) -> IndexSummary:
     """Tokenize corpus files and build a sharded suffix-array index in ``out_dir``.
 
@@ -124,6 +126,10 @@ def build_index(
         max_memory: a memory limit (bytes or a size like ``"2G"``) that sets the
             shard size (when ``shard_tokens`` is not given) and how many shards
             build their suffix arrays at once.
+        engine: ``"local"``, or ``"ray"``: read and tokenize with Ray Data and build
+            the shards in Ray tasks (``pip install 'lookupdec[ray]'``; the output
+            path must be shared with the workers). Same files as a local build.
+        ray_address: the Ray cluster to join (``None``: ``ray.init``'s default).
     Returns:
         An :class:`IndexSummary`.
     Raises:
@@ -143,6 +149,8 @@ def build_index(
     from lookupdec.index.corpus import CorpusReader, batched_texts, prepare_tokenizer
     from lookupdec.index.parallel import ParallelEncoder, default_jobs, parse_size, plan_memory
 
+    if engine not in ("local", "ray"):
+        raise ValueError(f"engine must be 'local' or 'ray', got {engine!r}")
     jobs = default_jobs() if jobs is None else jobs
     if isinstance(jobs, bool) or not isinstance(jobs, (int, np.integer)) or jobs < 1:
         raise ValueError(f"jobs must be an integer >= 1, got {jobs!r}; e.g. --jobs 2")
@@ -176,6 +184,11 @@ def build_index(
         "skip_invalid": skip_invalid,
         "shard_tokens": shard_tokens,
     }
+    if engine == "ray":
+        from lookupdec.index.ray_build import build_with_ray
+
+        return build_with_ray(reader, out, loaded, tok, shard_tokens=shard_tokens, overwrite=overwrite,
+                              address=ray_address, params=params)
     record = TokenizerRecord(loaded.name, loaded.fingerprint, loaded.vocab_size)
     with encoder:
         summary = _build(

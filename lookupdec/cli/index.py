@@ -16,7 +16,8 @@ from lookupdec.errors import LookupdecError
 @click.option("--shard-tokens", type=click.IntRange(min=2), default=None,
               help="Maximum tokens (plus one separator per document) per shard [default: 100,000,000].")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
-              help="Tokenizer processes [default: every core]; the index is the same whatever this is.")
+              help="Tokenizer processes [default: 1, whose batch encoding already uses every core; N > 1 spawns "
+                   "N workers]; the index is the same whatever this is.")
 @click.option("--max-memory", default=None, metavar="SIZE",
               help="Memory limit such as 2G: sets the shard size (unless --shard-tokens) and how many shards "
                    "build at once.")

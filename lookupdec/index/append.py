@@ -77,7 +77,7 @@ def append_to_index(
         120
     """
     from lookupdec.index.corpus import CorpusReader, batched_texts, prepare_tokenizer
-    from lookupdec.index.parallel import ParallelEncoder, default_jobs, peak_rss
+    from lookupdec.index.parallel import ParallelEncoder, peak_rss
 
     path = Path(index_dir).expanduser().absolute()
     old = read_manifest(path)
@@ -94,7 +94,7 @@ def append_to_index(
     reader = CorpusReader(sources, text_field=text_field, skip_invalid=skip_invalid)
     tok = prepare_tokenizer(loaded.tokenizer)
     t_start = time.perf_counter()
-    with _writer_lock(path), ParallelEncoder(tok, default_jobs() if jobs is None else jobs) as encoder:
+    with _writer_lock(path), ParallelEncoder(tok, 1 if jobs is None else jobs) as encoder:
         old = read_manifest(path)  # re-read under the lock: another writer may have gone first
         writer = ShardWriter(path, shard_tokens, first_number=_next_number(path))
         bar = _progress_bar(progress)

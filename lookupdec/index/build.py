@@ -121,8 +121,10 @@ def build_index(
         overwrite: replace an existing index at ``out_dir``.
         skip_invalid: skip and count bad records instead of failing.
         progress: show a progress bar on stderr.
-        jobs: tokenizer worker processes (``None``: every core); the output is
-            byte-identical whatever ``jobs`` is.
+        jobs: tokenizer processes. ``None`` or 1: this process, whose fast-tokenizer
+            batch encoding already uses every core (measured faster than worker
+            processes on a 2-core machine); N > 1: N spawned worker processes. The
+            output is byte-identical whatever ``jobs`` is.
         max_memory: a memory limit (bytes or a size like ``"2G"``) that sets the
             shard size (when ``shard_tokens`` is not given) and how many shards
             build their suffix arrays at once.
@@ -147,11 +149,13 @@ def build_index(
         (1000, 412345, 1)
     """
     from lookupdec.index.corpus import CorpusReader, batched_texts, prepare_tokenizer
-    from lookupdec.index.parallel import ParallelEncoder, default_jobs, parse_size, plan_memory
+    from lookupdec.index.parallel import ParallelEncoder, parse_size, plan_memory
 
     if engine not in ("local", "ray"):
         raise ValueError(f"engine must be 'local' or 'ray', got {engine!r}")
-    jobs = default_jobs() if jobs is None else jobs
+    # Default: one process; the fast tokenizer's batch encoding already runs on every core and measured
+    # faster here than worker processes (benchmarks/build_throughput.py).
+    jobs = 1 if jobs is None else jobs
     if isinstance(jobs, bool) or not isinstance(jobs, (int, np.integer)) or jobs < 1:
         raise ValueError(f"jobs must be an integer >= 1, got {jobs!r}; e.g. --jobs 2")
     if shard_tokens is not None:

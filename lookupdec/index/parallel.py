@@ -114,14 +114,6 @@ def plan_memory(max_memory: int | None, shard_tokens: int | None, jobs: int, def
     return MemoryPlan(int(shard_tokens), max(1, min(jobs, budget // (BYTES_PER_ENTRY * shard_tokens))))
 
 
-def default_jobs() -> int:
-    """The cores this process may use."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
 def _physical_memory() -> int:
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

@@ -6,7 +6,7 @@ Heavy imports (torch, transformers) happen inside the commands, so
 import click
 
 from lookupdec.cli.generate import cost_curve_cmd, generate_cmd
-from lookupdec.cli.index import build_index_cmd, index_info_cmd
+from lookupdec.cli.index import build_index_cmd, compact_cmd, index_info_cmd
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -17,5 +17,6 @@ def main() -> None:
 
 main.add_command(build_index_cmd)
 main.add_command(index_info_cmd)
+main.add_command(compact_cmd)
 main.add_command(generate_cmd)
 main.add_command(cost_curve_cmd)

@@ -1,4 +1,4 @@
-"""`lookupdec build-index` and `lookupdec index-info`: parse options, call lookupdec.index, print."""
+"""`lookupdec build-index`, `lookupdec index-info` and `lookupdec compact`: parse options, call lookupdec.index, print."""
 import click
 
 from lookupdec.errors import LookupdecError
@@ -15,21 +15,40 @@ from lookupdec.errors import LookupdecError
               help="JSON field / table column with the text (or a list of chat turns).")
 @click.option("--shard-tokens", type=click.IntRange(min=2), default=None,
               help="Maximum tokens (plus one separator per document) per shard [default: 100,000,000].")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
+              help="Tokenizer processes [default: 1, whose batch encoding already uses every core; N > 1 spawns "
+                   "N workers]; the index is the same whatever this is.")
+@click.option("--max-memory", default=None, metavar="SIZE",
+              help="Memory limit such as 2G: sets the shard size (unless --shard-tokens) and how many shards "
+                   "build at once.")
+@click.option("--ray", "ray_address", is_flag=False, flag_value="auto", default=None, metavar="[ADDRESS]",
+              help="Build on a Ray cluster (pip install 'lookupdec[ray]'): --ray alone joins the running cluster "
+                   "or starts a local one; --ray HOST:PORT joins that one. The output path must be shared.")
+@click.option("--append", is_flag=True, help="Add the corpus to the existing index at -o as new shards.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing index at the output directory.")
 @click.option("--skip-invalid", is_flag=True, help="Skip and count malformed records instead of failing.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
-def build_index_cmd(corpus, output, tokenizer, text_field, shard_tokens, overwrite, skip_invalid, quiet) -> None:
+def build_index_cmd(corpus, output, tokenizer, text_field, shard_tokens, jobs, max_memory, ray_address, append,
+                    overwrite, skip_invalid, quiet) -> None:
     """Build a suffix-array datastore from CORPUS files (JSONL, Parquet, Arrow, text, or directories)."""
-    from lookupdec.index import build_index
-    from lookupdec.index.build import DEFAULT_SHARD_TOKENS
+    from lookupdec.index import append_to_index, build_index
     from lookupdec.index.info import describe_summary
 
     try:
-        summary = build_index(
-            list(corpus), output, tokenizer=tokenizer, text_field=text_field,
-            shard_tokens=shard_tokens or DEFAULT_SHARD_TOKENS, overwrite=overwrite,
-            skip_invalid=skip_invalid, progress=not quiet,
-        )
+        if append:
+            if overwrite or max_memory or ray_address:
+                raise click.ClickException("--append adds to the index at -o: it takes none of --overwrite, "
+                                           "--max-memory, --ray (use --shard-tokens)")
+            summary = append_to_index(list(corpus), output, tokenizer=tokenizer, text_field=text_field,
+                                      shard_tokens=shard_tokens, skip_invalid=skip_invalid, progress=not quiet,
+                                      jobs=jobs)
+        else:
+            summary = build_index(
+                list(corpus), output, tokenizer=tokenizer, text_field=text_field, shard_tokens=shard_tokens,
+                overwrite=overwrite, skip_invalid=skip_invalid, progress=not quiet, jobs=jobs, max_memory=max_memory,
+                engine="ray" if ray_address else "local",
+                ray_address=None if ray_address in (None, "auto") else ray_address,
+            )
     except (LookupdecError, ValueError, TypeError) as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(describe_summary(summary))
@@ -50,3 +69,23 @@ def index_info_cmd(index_dir, verify) -> None:
     click.echo(describe_manifest(index.manifest, index_dir))
     if verify:
         click.echo("  verified:   checksums, separators and suffix arrays are all correct")
+
+
+@click.command("compact")
+@click.argument("index_dir", type=click.Path(path_type=str))
+@click.option("--target-shard-tokens", type=click.IntRange(min=2), default=None,
+              help="Largest merged shard [default: the index's shard size].")
+def compact_cmd(index_dir, target_shard_tokens) -> None:
+    """Merge consecutive small shards of INDEX_DIR (a new manifest version; open readers keep working)."""
+    from lookupdec.index import compact_index
+    from lookupdec.index.manifest import read_manifest
+
+    try:
+        before = len(read_manifest(index_dir).shards)
+        m = compact_index(index_dir, target_shard_tokens=target_shard_tokens)
+    except (LookupdecError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from None
+    if len(m.shards) == before:
+        click.echo(f"{index_dir}: nothing to merge ({before} shards, manifest version {m.version})")
+    else:
+        click.echo(f"Compacted {index_dir}: {before} shards -> {len(m.shards)}, manifest version {m.version}")

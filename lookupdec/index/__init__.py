@@ -14,5 +14,6 @@ This package never imports torch.
 """
 from lookupdec.index.build import IndexSummary, build_index, build_index_from_tokens
 from lookupdec.index.suffix import Lookup, SuffixIndex, open_index
+from lookupdec.index.append import append_to_index, compact_index
 
-__all__ = ["build_index", "build_index_from_tokens", "open_index", "SuffixIndex", "Lookup", "IndexSummary"]
+__all__ = ["build_index", "build_index_from_tokens", "open_index", "SuffixIndex", "Lookup", "IndexSummary", "append_to_index", "compact_index"]

@@ -22,12 +22,11 @@ safe and bounded:
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import os
 import shutil
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
@@ -43,13 +42,13 @@ from lookupdec.index.manifest import (
     write_manifest,
 )
 from lookupdec.index.outdir import install, make_temp, memory_failure, os_failure, prepare_out
+from lookupdec.index.shards import ShardWriter
 
 #: Default shard size in token-array entries (tokens + one separator per document):
 #: 100M entries = 400 MB of tokens + 400 MB of int32 suffix array per shard, so a
 #: build needs roughly 1 GB of RAM at a time, and a lookup touches a few shards.
 DEFAULT_SHARD_TOKENS = 100_000_000
 _MAX_TOKEN = 2**31 - 1  # token ids are stored as int32
-_WRITE_CHUNK = 1 << 21  # entries buffered before a write to the shard file (8 MB)
 
 
 @dataclass(frozen=True)
@@ -66,6 +65,9 @@ class IndexSummary:
         tokenize_seconds: time spent in the tokenizer (0 for token input).
         index_seconds: time spent building, writing and hashing suffix arrays.
         skipped: invalid corpus records skipped (``skip_invalid=True``).
+        peak_rss_bytes: peak resident memory of the build: this process plus each
+            tokenizer worker's own peak (a sum of peaks, so an upper bound); 0 if unknown.
+        jobs: tokenizer processes used.
     """
 
     path: Path
@@ -77,6 +79,8 @@ class IndexSummary:
     tokenize_seconds: float
     index_seconds: float
     skipped: int = 0
+    peak_rss_bytes: int = 0
+    jobs: int = 1
 
     @property
     def tokenize_tokens_per_s(self) -> float:
@@ -93,10 +97,14 @@ def build_index(
     *,
     tokenizer: Any = None,
     text_field: str = "text",
-    shard_tokens: int = DEFAULT_SHARD_TOKENS,
+    shard_tokens: int | None = None,
     overwrite: bool = False,
     skip_invalid: bool = False,
     progress: bool = True,
+    jobs: int | None = None,
+    max_memory: int | str | None = None,
+    engine: str = "local",
+    ray_address: str | None = None,
 ) -> IndexSummary:
     """Tokenize corpus files and build a sharded suffix-array index in ``out_dir``.
 
@@ -108,10 +116,22 @@ def build_index(
             path for :func:`lookupdec.tokenizer.load_tokenizer`, a
             ``tokenizers.Tokenizer``, or a ``LoadedTokenizer``.
         text_field: JSON field / table column with the text or chat turns.
-        shard_tokens: maximum entries (tokens + separators) per shard.
+        shard_tokens: maximum entries (tokens + separators) per shard; ``None``
+            derives it from ``max_memory`` (or uses the default).
         overwrite: replace an existing index at ``out_dir``.
         skip_invalid: skip and count bad records instead of failing.
         progress: show a progress bar on stderr.
+        jobs: tokenizer processes. ``None`` or 1: this process, whose fast-tokenizer
+            batch encoding already uses every core (measured faster than worker
+            processes on a 2-core machine); N > 1: N spawned worker processes. The
+            output is byte-identical whatever ``jobs`` is.
+        max_memory: a memory limit (bytes or a size like ``"2G"``) that sets the
+            shard size (when ``shard_tokens`` is not given) and how many shards
+            build their suffix arrays at once.
+        engine: ``"local"``, or ``"ray"``: read and tokenize with Ray Data and build
+            the shards in Ray tasks (``pip install 'lookupdec[ray]'``; the output
+            path must be shared with the workers). Same files as a local build.
+        ray_address: the Ray cluster to join (``None``: ``ray.init``'s default).
     Returns:
         An :class:`IndexSummary`.
     Raises:
@@ -120,17 +140,30 @@ def build_index(
         BuildError: the output cannot be written (permissions, a full disk) or the
             shard does not fit in memory; the message names the fix.
         ModelLoadError: the tokenizer cannot be found.
-        ValueError: an empty ``text_field`` or an invalid ``shard_tokens``.
+        ValueError: an empty ``text_field``, an invalid ``shard_tokens``, ``jobs``,
+            or ``max_memory``.
 
     Example:
         >>> s = build_index(["chats.jsonl"], "chats.index")      # doctest: +SKIP
         >>> s.documents, s.tokens, s.shards                        # doctest: +SKIP
         (1000, 412345, 1)
     """
-    from lookupdec.index.corpus import CorpusReader, batched_texts, encode_texts, prepare_tokenizer
+    from lookupdec.index.corpus import CorpusReader, batched_texts, prepare_tokenizer
+    from lookupdec.index.parallel import ParallelEncoder, parse_size, plan_memory
 
+    if engine not in ("local", "ray"):
+        raise ValueError(f"engine must be 'local' or 'ray', got {engine!r}")
+    # Default: one process; the fast tokenizer's batch encoding already runs on every core and measured
+    # faster here than worker processes (benchmarks/build_throughput.py).
+    jobs = 1 if jobs is None else jobs
+    if isinstance(jobs, bool) or not isinstance(jobs, (int, np.integer)) or jobs < 1:
+        raise ValueError(f"jobs must be an integer >= 1, got {jobs!r}; e.g. --jobs 2")
+    if shard_tokens is not None:
+        _check_shard_tokens(shard_tokens)
+    plan = plan_memory(None if max_memory is None else parse_size(max_memory), shard_tokens, int(jobs),
+                       DEFAULT_SHARD_TOKENS)
+    shard_tokens = plan.shard_tokens
     out = prepare_out(out_dir, overwrite)
-    _check_shard_tokens(shard_tokens)
     if not isinstance(text_field, str) or not text_field.strip():
         raise ValueError(f"text_field must name a JSON field or table column, got {text_field!r}; "
                          "pass e.g. --text-field text")
@@ -138,13 +171,15 @@ def build_index(
     loaded = _resolve_tokenizer(tokenizer)
     tok = prepare_tokenizer(loaded.tokenizer)
     timer = {"tokenize": 0.0}
+    encoder = ParallelEncoder(tok, int(jobs))
 
     def documents() -> Iterator[np.ndarray]:
-        for batch in batched_texts(reader):
-            t0 = time.perf_counter()
-            arrays = encode_texts(tok, batch)
+        # With workers, "tokenizing" is the time the build waits for them.
+        t0 = time.perf_counter()
+        for arrays in encoder.map(batched_texts(reader)):
             timer["tokenize"] += time.perf_counter() - t0
             yield from arrays
+            t0 = time.perf_counter()
 
     params = {
         "sources": [str(p) for p in reader.files[:100]],
@@ -153,12 +188,19 @@ def build_index(
         "skip_invalid": skip_invalid,
         "shard_tokens": shard_tokens,
     }
+    if engine == "ray":
+        from lookupdec.index.ray_build import build_with_ray
+
+        return build_with_ray(reader, out, loaded, tok, shard_tokens=shard_tokens, overwrite=overwrite,
+                              address=ray_address, params=params)
     record = TokenizerRecord(loaded.name, loaded.fingerprint, loaded.vocab_size)
-    summary = _build(
-        documents(), out, tokenizer=record, shard_tokens=shard_tokens, overwrite=overwrite,
-        progress=progress, params=params, skipped=lambda: reader.skipped, validate=False,
-    )
-    return _replace_times(summary, tokenize_seconds=timer["tokenize"])
+    with encoder:
+        summary = _build(
+            documents(), out, tokenizer=record, shard_tokens=shard_tokens, overwrite=overwrite,
+            progress=progress, params=params, skipped=lambda: reader.skipped, validate=False,
+            parallel=plan.parallel_shards, pids=encoder.worker_pids,
+        )
+    return replace(summary, tokenize_seconds=timer["tokenize"], jobs=int(jobs))
 
 
 def build_index_from_tokens(
@@ -203,13 +245,15 @@ def build_index_from_tokens(
 
 # ------------------------------------------------------------------ the build
 def _build(docs: Iterator, out: Path, *, tokenizer: TokenizerRecord | None, shard_tokens: int, overwrite: bool,
-           progress: bool, params: dict, skipped, validate: bool) -> IndexSummary:
+           progress: bool, params: dict, skipped, validate: bool, parallel: int = 1, pids=lambda: []) -> IndexSummary:
+    from lookupdec.index.parallel import peak_rss
+
     from lookupdec import __version__
 
     t_start = time.perf_counter()
     tmp = make_temp(out)  # a hidden sibling on the same filesystem, so the final rename is atomic
     bar = _progress_bar(progress)
-    writer = _ShardWriter(tmp, shard_tokens)
+    writer = ShardWriter(tmp, shard_tokens, parallel)
     try:
         limit = tokenizer.vocab_size if tokenizer is not None and tokenizer.vocab_size > 0 else None
         n = 0
@@ -222,6 +266,7 @@ def _build(docs: Iterator, out: Path, *, tokenizer: TokenizerRecord | None, shar
                     bar.update(n - bar.n, writer.total_tokens)
         bar.update(n - bar.n, writer.total_tokens)
         writer.finish()
+        rss = peak_rss(pids())  # before the workers exit
         if writer.documents == 0:
             hint = f" ({skipped()} invalid records skipped)" if skipped() else ""
             raise CorpusError(f"the corpus holds no text{hint}: nothing to index; check the files and the text field")
@@ -257,104 +302,8 @@ def _build(docs: Iterator, out: Path, *, tokenizer: TokenizerRecord | None, shar
         tokenize_seconds=0.0,
         index_seconds=writer.index_seconds,
         skipped=manifest.skipped,
+        peak_rss_bytes=rss,
     )
-
-
-class _ShardWriter:
-    """Streams documents into shard files; closes a shard (and builds its suffix array) when full."""
-
-    def __init__(self, directory: Path, shard_tokens: int):
-        self.dir = directory
-        self.capacity = shard_tokens
-        self.shards: list[ShardEntry] = []
-        self.documents = 0  # whole documents (a document cut into pieces counts once)
-        self.total_tokens = 0
-        self.index_seconds = 0.0
-        self._file = None  # open token file of the current shard
-        self._pending: list[np.ndarray] = []  # entries not yet written
-        self._pending_len = 0
-        self._len = 0  # entries in the current shard (tokens + separators)
-        self._docs = 0  # document pieces in the current shard
-        self._hash = None
-
-    def add(self, doc: np.ndarray) -> None:
-        self.documents += 1
-        self.total_tokens += int(doc.size)
-        # A document that fits in a shard is never cut: close the current shard first.
-        if self._len and self._len + doc.size + 1 > self.capacity:
-            self._close_shard()
-        start = 0
-        while start < doc.size:
-            room = self.capacity - self._len - 1  # keep one entry for the separator
-            if room <= 0:
-                self._close_shard()
-                continue
-            piece = doc[start : start + room]
-            self._append(piece)
-            self._append(_SEP_ARRAY)
-            self._docs += 1
-            start += piece.size
-
-    def finish(self) -> None:
-        if self._len:
-            self._close_shard()
-
-    def abort(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-
-    def _append(self, arr: np.ndarray) -> None:
-        if self._file is None:
-            self._file = open(self._path("tokens", "int32"), "wb")
-            self._hash = hashlib.sha256()
-        self._pending.append(arr)
-        self._pending_len += arr.size
-        self._len += arr.size
-        if self._pending_len >= _WRITE_CHUNK:
-            self._flush()
-
-    def _flush(self) -> None:
-        if self._pending:
-            data = np.concatenate(self._pending).astype("<i4", copy=False).tobytes()
-            self._file.write(data)
-            self._hash.update(data)
-            self._pending, self._pending_len = [], 0
-
-    def _close_shard(self) -> None:
-        from lookupdec import _native
-
-        self._flush()
-        self._file.flush()
-        os.fsync(self._file.fileno())
-        self._file.close()
-        self._file = None
-        tokens_path = self._path("tokens", "int32")
-        tokens_entry = ArrayFile(tokens_path.name, "int32", self._len, self._len * 4, self._hash.hexdigest())
-
-        t0 = time.perf_counter()
-        tokens = np.memmap(tokens_path, dtype="<i4", mode="r", shape=(self._len,))
-        sa = _native.suffix_array(tokens)
-        dtype = "int64" if sa.dtype == np.int64 else "int32"
-        sa_path = self._path("sa", dtype)
-        data = memoryview(np.ascontiguousarray(sa, dtype="<i8" if dtype == "int64" else "<i4")).cast("B")
-        with open(sa_path, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        sa_entry = ArrayFile(sa_path.name, dtype, int(sa.size), data.nbytes, hashlib.sha256(data).hexdigest())
-        del data, sa, tokens  # release the shard before the next one starts
-        self.index_seconds += time.perf_counter() - t0
-
-        self.shards.append(ShardEntry(tokens_entry, sa_entry, self._docs, self._len - self._docs))
-        self._len = self._docs = 0
-
-    def _path(self, kind: str, dtype: str) -> Path:
-        suffix = "i32" if dtype == "int32" else "i64"
-        return self.dir / f"shard-{len(self.shards):05d}.{kind}.{suffix}"
-
-
-_SEP_ARRAY = np.array([SEP], dtype=np.int32)
 
 
 # ------------------------------------------------------------------ helpers
@@ -437,9 +386,3 @@ class _Bar:
 
 def _progress_bar(enabled: bool) -> _Bar:
     return _Bar(enabled)
-
-
-def _replace_times(s: IndexSummary, *, tokenize_seconds: float) -> IndexSummary:
-    from dataclasses import replace
-
-    return replace(s, tokenize_seconds=tokenize_seconds)

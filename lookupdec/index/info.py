@@ -19,6 +19,7 @@ def describe_manifest(manifest: Manifest, path: str | Path) -> str:
     tok = m.tokenizer
     lines = [
         f"Index {path} ({m.format} v{m.format_version}, built by lookupdec {m.lookupdec_version or '?'} on {m.created or '?'})",
+        f"  manifest:   version {m.version}" + (f" ({len(m.build.get('appends', []))} append(s))" if m.build.get("appends") else ""),
         (f"  tokenizer:  {tok.name}, vocabulary {tok.vocab_size:,} ids, fingerprint {tok.fingerprint[:16]}"
          if tok else "  tokenizer:  none recorded (built from raw token ids)"),
         f"  documents:  {m.documents:,}" + (f" ({m.skipped:,} invalid records skipped)" if m.skipped else ""),
@@ -55,6 +56,9 @@ def describe_summary(s: IndexSummary) -> str:
         lines.append(f"  tokenizing: {s.tokenize_seconds:.2f} s ({s.tokenize_tokens_per_s:,.0f} tokens/s)")
     if s.index_seconds > 0:
         lines.append(f"  indexing:   {s.index_seconds:.2f} s ({s.index_tokens_per_s:,.0f} tokens/s)")
+    if s.peak_rss_bytes:
+        lines.append(f"  peak RSS:   {s.peak_rss_bytes / 2**20:,.0f} MiB (this process plus {s.jobs if s.jobs > 1 else 'no'} "
+                     "worker(s), peaks added)")
     return "\n".join(lines)
 
 

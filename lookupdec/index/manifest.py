@@ -87,6 +87,7 @@ class Manifest:
         shards: the shards, in corpus order.
         build: build parameters (shard size, text field, sources, ...), for the record.
         lookupdec_version / created: who built it and when (UTC, ISO 8601).
+        version: the manifest version: 1 when built, one more for every append or compaction.
     """
 
     tokenizer: TokenizerRecord | None
@@ -101,6 +102,7 @@ class Manifest:
     format_version: int = FORMAT_VERSION
     separator: int = SEP
     byte_order: str = "little"
+    version: int = 1
 
     @property
     def bytes_on_disk(self) -> int:
@@ -111,7 +113,8 @@ class Manifest:
         d = asdict(self)
         d["shards"] = [asdict(s) for s in self.shards]
         # Put the identifying fields first so `head manifest.json` is informative.
-        order = ["format", "format_version", "lookupdec_version", "created", "tokenizer", "documents", "tokens", "skipped"]
+        order = ["format", "format_version", "version", "lookupdec_version", "created", "tokenizer", "documents", "tokens",
+                 "skipped"]
         return {**{k: d[k] for k in order}, **{k: v for k, v in d.items() if k not in order}}
 
     @classmethod
@@ -153,6 +156,7 @@ class Manifest:
             build=d.get("build") if isinstance(d.get("build"), dict) else {},
             lookupdec_version=str(d.get("lookupdec_version", "")),
             created=str(d.get("created", "")),
+            version=_field(d, "version", int, where) if "version" in d else 1,
         )
         if not shards:
             raise IndexFormatError(f"{where} lists no shards; {_REBUILD}")
@@ -183,10 +187,10 @@ def read_manifest(index_dir: Path) -> Manifest:
     return Manifest.from_dict(data, str(path))
 
 
-def write_manifest(index_dir: Path, manifest: Manifest) -> int:
-    """Write ``manifest.json`` (flushed to disk); returns its size in bytes."""
+def write_manifest(index_dir: Path, manifest: Manifest, name: str = MANIFEST_NAME) -> int:
+    """Write ``manifest.json`` (or ``name``), flushed to disk; returns its size in bytes."""
     data = (json.dumps(manifest.to_dict(), indent=2) + "\n").encode("utf-8")
-    path = Path(index_dir) / MANIFEST_NAME
+    path = Path(index_dir) / name
     with open(path, "wb") as f:
         f.write(data)
         f.flush()

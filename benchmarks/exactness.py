@@ -227,6 +227,9 @@ def main(argv=None) -> int:
     ap.add_argument("--hf-kernels", action="store_true", help="transformers' forward instead of the fast one")
     ap.add_argument("--index", action="append", default=[], help="a datastore for rest and auto")
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--draft-layers", type=int, default=None, metavar="K",
+                    help="audit method draft (and auto with it) with the model cut to its first K layers as the "
+                         "draft; without it, 'all' leaves draft out (it needs a draft model)")
     ap.add_argument("--width-prompts", type=int, default=8, help="prompts for the bitwise width check (0: skip)")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--part", default="0/1", metavar="I/K",
@@ -240,11 +243,15 @@ def main(argv=None) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    methods = [m for m in METHODS if m != "ar"] if args.methods == "all" else \
+    # Method draft needs a draft model: in 'all' only when one is given.
+    methods = [m for m in METHODS if m != "ar" and (m != "draft" or args.draft_layers is not None)] \
+        if args.methods == "all" else \
         [m.strip() for m in args.methods.split(",") if m.strip() and m.strip() != "ar"]
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         ap.error(f"unknown methods {unknown}; registered: {sorted(METHODS)}")
+    if "draft" in methods and args.draft_layers is None:
+        ap.error("method draft needs a draft model: add --draft-layers K")
     try:
         part, parts = (int(x) for x in args.part.split("/"))
         if not 0 <= part < parts:
@@ -255,7 +262,7 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as history:
         dec = Decoder(args.model, dtype=args.dtype, fast_kernels=not args.hf_kernels,
-                      index=list(args.index) or None, history=history)
+                      index=list(args.index) or None, history=history, draft_layers=args.draft_layers)
         print(f"{len(prompts)} prompts, methods {methods}, {args.dtype}, backend {dec.verifier.backend}, "
               f"{torch.get_num_threads()} threads", file=sys.stderr)
         tally = audit(dec, prompts, methods, log=lambda s: print(s, file=sys.stderr, flush=True))

@@ -42,11 +42,17 @@ def test_the_prompt_set_mixes_every_kind_and_length(ex):
 
 
 def test_the_audit_runs_every_method_and_writes_json(ex, model_dir, tmp_path):
+    from lookupdec.methods import METHODS
+
     out = tmp_path / "a.json"
-    rc = ex.main(["--model", model_dir, "--n", "8", "--max-len", "16", "--width-prompts", "1", "--json", str(out)])
+    # --draft-layers 1: the model's first layer drafts, so method draft is audited too.
+    rc = ex.main(["--model", model_dir, "--n", "8", "--max-len", "16", "--width-prompts", "1", "--draft-layers", "1",
+                  "--json", str(out)])
     data = json.loads(out.read_text())
     assert rc == 0 and data["config"]["backend"] == "fast"
+    assert set(data["methods"]) == set(METHODS) - {"ar"}
     assert data["methods"]["pld"]["generations"] == 8 and data["methods"]["auto"]["tokens"] > 0
+    assert data["methods"]["draft"]["generations"] == 8
     assert all(not m["mismatches"] for m in data["methods"].values())
     assert data["widths"]["root"]["compared"] > 0
 
@@ -70,3 +76,9 @@ def test_a_differing_output_is_reported_with_its_flip_gap(ex, model_dir):
     assert len(tally["pld"].mismatches) == 3 and not tally["auto"].mismatches
     m = tally["pld"].mismatches[0]
     assert m.position == 2 and m.gap > 0
+
+
+def test_draft_without_a_draft_model_is_a_usage_error(ex, model_dir):
+    with pytest.raises(SystemExit) as e:
+        ex.main(["--model", model_dir, "--n", "1", "--methods", "draft"])
+    assert e.value.code == 2

@@ -18,9 +18,10 @@ from typing import Callable, Sequence
 import numpy as np
 
 from lookupdec.drafters.base import SOURCE_NAMES, DraftRequest, StepOutcome
-from lookupdec.errors import ContextTooLongError, DraftError, ModelLoadError
+from lookupdec.errors import ContextTooLongError, ModelLoadError
 from lookupdec.methods import METHODS, make_drafter, method_inputs  # noqa: F401  (METHODS: re-exported for callers)
 from lookupdec.models import LoadedModel, encode_prompt, load_model
+from lookupdec.proposals import check_tree, check_window, topk_of
 from lookupdec.results import GenerationResult, StepStats
 from lookupdec.stream import TextStream
 from lookupdec.tree import DraftTree
@@ -275,51 +276,8 @@ class Decoder:
         return sample(target_probs(logits, params).cpu(), generator)
 
     def _checked(self, drafter, tree: DraftTree, budget: int, max_depth: int) -> tuple[DraftTree, np.ndarray | None]:
-        """The tree cut to ``budget`` nodes and ``max_depth``, with its nodes' ids in the proposal (None: uncut)."""
-        if not isinstance(tree, DraftTree):
-            raise DraftError(f"drafter {getattr(drafter, 'name', drafter)!r} returned {type(tree).__name__}, "
-                             "not a DraftTree")
-        name = getattr(drafter, "name", drafter)
-        if tree.sampled and tree.q is None:
-            raise DraftError(f"drafter {name!r} proposed a sampled tree without q, the distributions its tokens "
-                             "were drawn from; exact acceptance needs them: set DraftTree.q, or draft deterministic "
-                             "nodes")
-        n = len(tree)
-        if n and (int(tree.tokens.max()) >= self.vocab_size or int(tree.tokens.min()) < 0):
-            bad = int(tree.tokens.max()) if int(tree.tokens.max()) >= self.vocab_size else int(tree.tokens.min())
-            raise DraftError(f"drafter {getattr(drafter, 'name', drafter)!r} proposed token id {bad}, outside the "
-                             f"model's vocabulary [0, {self.vocab_size}); check that its datastore or references "
-                             "were tokenized with this model's tokenizer")
-        if tree.sampled and n:
-            return self._checked_sampled(name, tree, budget, max_depth)
-        if n <= budget and (n == 0 or int(tree.depth.max()) <= max_depth):
-            return tree, None
-        kept = tree.best(budget, max_depth)
-        return tree.subset(kept), kept
-
-    def _checked_sampled(self, name, tree: DraftTree, budget: int, max_depth: int):
-        """A sampled tree, cut only by its shape, never by its drawn tokens' scores (that would bias them).
-
-        Without tree masks the verifier would keep the tree's longest path, whose choice
-        can depend on drawn tokens; the path of first children is taken here instead.
-        """
-        if len(tree) > budget:
-            raise DraftError(f"drafter {name!r} proposed a sampled tree of {len(tree)} nodes for a budget of "
-                             f"{budget}; a cut chosen after its tokens were drawn could bias the output, so a "
-                             "sampling drafter must respect the request's budget")
-        keep = np.flatnonzero(tree.depth <= max_depth)
-        if not self.verifier.tree_masks:
-            first: dict[int, int] = {}
-            for i, p in enumerate(tree.parents.tolist()):
-                first.setdefault(p, i)
-            path, node = [], -1
-            while node in first:
-                node = first[node]
-                path.append(node)
-            keep = np.intersect1d(keep, np.array(path, np.int64))
-        if len(keep) == len(tree):
-            return tree, None
-        return tree.subset(keep), keep.astype(np.int64)
+        """The proposal checked and cut to the step's request (``lookupdec.proposals.check_tree``)."""
+        return check_tree(drafter, tree, self.vocab_size, budget, max_depth, self.verifier.tree_masks)
 
     def _run(self, prompt_ids, drafter, method_name, max_new, params, generator, stops, on_text) -> GenerationResult:
         from lookupdec.sampling import target_probs
@@ -345,7 +303,7 @@ class Decoder:
             logits = self.verifier.prefill(cache, list(prompt_ids))
             t2 = time.perf_counter()
             outcome = StepOutcome.plain([self._choose(logits, params, generator)])
-            k = _topk_of(drafter)
+            k = topk_of(drafter)
             if k:
                 from lookupdec.verify import topk_rows
 
@@ -386,12 +344,12 @@ class Decoder:
                 t6 = time.perf_counter()
                 request = DraftRequest(budget, max_depth)
                 proposal = drafter.propose(request) if budget and max_depth else None
-                extra = self._window(drafter, request) if max_depth else None
+                extra = check_window(drafter, request, self.vocab_size, self.verifier.tree_masks) if max_depth else None
                 t7 = time.perf_counter()
                 tree, kept = self._checked(drafter, proposal, budget, max_depth) if proposal is not None \
                     else (DraftTree.empty(), None)
                 t8 = time.perf_counter()
-                res = self.verifier.forward(cache, past, root, tree, extra=extra, topk=_topk_of(drafter))
+                res = self.verifier.forward(cache, past, root, tree, extra=extra, topk=topk_of(drafter))
                 t9 = time.perf_counter()
                 # Logit rows the walk visits beyond those the verifier fetched are
                 # computed on use; their time counts as verification.
@@ -420,27 +378,6 @@ class Decoder:
         elapsed = time.perf_counter() - t_start
         return self._result(stream, new, prompt_ids, stats, elapsed, method_name, stop_reason, by_source)
 
-    def _window(self, drafter, request: DraftRequest):
-        """The drafter's extra rows for this step (protocol version 3), checked; None when it has none.
-
-        Not asked for under chain verification: extra rows need a custom mask.
-        """
-        window = getattr(drafter, "window", None)
-        if window is None or not self.verifier.tree_masks:
-            return None
-        extra = window(request)
-        if extra is None or not len(extra):
-            return None
-        from lookupdec.drafters.base import ExtraRows
-
-        if not isinstance(extra, ExtraRows):
-            raise DraftError(f"drafter {getattr(drafter, 'name', drafter)!r} window() returned "
-                             f"{type(extra).__name__}, not ExtraRows")
-        if int(extra.tokens.max()) >= self.vocab_size:
-            raise DraftError(f"drafter {getattr(drafter, 'name', drafter)!r} window() has token id "
-                             f"{int(extra.tokens.max())}, outside the model's vocabulary [0, {self.vocab_size})")
-        return extra
-
     def _result(self, stream, new, prompt_ids, stats, elapsed, method_name, stop_reason, by_source) -> GenerationResult:
         text = stream.text
         steps = len(stats)
@@ -458,12 +395,6 @@ class Decoder:
             step_stats=tuple(stats),
             accepted_by_source=by_source,
         )
-
-
-def _topk_of(drafter) -> int:
-    """How many top-k candidates per verified row the drafter asks for (protocol version 3; 0: none)."""
-    k = getattr(drafter, "topk", 0) or 0
-    return max(int(k), 0)
 
 
 def _open_history(history, tokenizer, budget: int | None):

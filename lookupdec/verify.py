@@ -48,12 +48,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 import time
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from lookupdec.accept import Acceptance, greedy_accept, main_path, sample_accept  # noqa: F401  (re-exported)
+from lookupdec.logit_rows import LazyLogits, subtree  # noqa: F401  (re-exported)
 from lookupdec.kvcache import all_full_attention, keep_rows, new_cache
 from lookupdec.tree import DraftTree
 
@@ -168,105 +169,6 @@ def topk_rows(logits: torch.Tensor, k: int) -> tuple[np.ndarray, np.ndarray]:
     vals, ids = torch.topk(logits.float(), k, dim=-1)
     probs = torch.exp(vals - torch.logsumexp(logits.float(), dim=-1, keepdim=True))
     return ids.cpu().numpy().astype(np.int64), probs.cpu().numpy().astype(np.float32)
-
-
-def reference_tree_attention_bias(tree: DraftTree, past: int, width: int) -> np.ndarray:
-    """Slow, obvious version of ``tree_attention_bias`` (bool: True = attend), for tests."""
-    n = len(tree)
-    out = np.zeros((width, past + width), dtype=bool)
-    for r in range(width):
-        for c in range(past + 1):
-            out[r, c] = True
-        if 1 <= r <= n:
-            for j in tree.path(r - 1):
-                out[r, past + 1 + j] = True
-    return out
-
-
-def subtree(tree: DraftTree, node: int) -> list[int]:
-    """``node`` and all its descendants, ascending (uses ``parents[i] < i``)."""
-    inside = {node}
-    for i in range(node + 1, len(tree)):
-        if int(tree.parents[i]) in inside:
-            inside.add(i)
-    return sorted(inside)
-
-
-class LazyLogits:
-    """The logit rows of one verify forward, each computed on first use.
-
-    Row 0 is the root, row ``1 + i`` node ``i``. An acceptance walk needs the
-    rows of the nodes it visits only, and the ``lm_head`` product costs in
-    proportion to its rows, so rows are computed in batches: ``prefetch``
-    before the walk (the verifier fetches the root and the tree's most likely
-    path), then on a miss the missing row together with its node's whole
-    subtree (the only rows the walk can visit next). Every row equals the same
-    row of a full product up to the float rounding of the batch size.
-
-    Args:
-        n_rows: ``1 + len(tree)``.
-        tree: the verified tree (for the subtree batches).
-        compute: maps a ``(R,)`` int64 row index tensor to ``(R, vocab)`` logits.
-
-    Attributes:
-        computed: how many rows have been computed so far.
-        compute_s: seconds spent computing rows.
-
-    Example:
-        >>> lz = LazyLogits.of(torch.eye(3))
-        >>> lz.row(1).tolist(), lz.computed
-        ([0.0, 1.0, 0.0], 3)
-    """
-
-    def __init__(self, n_rows: int, tree: DraftTree | None, compute: Callable[[torch.Tensor], torch.Tensor]) -> None:
-        self.n_rows = int(n_rows)
-        self.tree = tree
-        self._compute = compute
-        self._rows: dict[int, torch.Tensor] = {}
-        self.compute_s = 0.0
-
-    @classmethod
-    def of(cls, logits: torch.Tensor) -> "LazyLogits":
-        """Rows already computed (``(n_rows, vocab)``)."""
-        lz = cls(logits.shape[0], None, lambda idx: logits[idx])
-        lz._rows = {i: logits[i] for i in range(logits.shape[0])}
-        return lz
-
-    @property
-    def computed(self) -> int:
-        return len(self._rows)
-
-    def prefetch(self, rows) -> None:
-        """Compute the missing ones of ``rows`` in one product."""
-        missing = sorted({int(r) for r in rows} - self._rows.keys())
-        if not missing:
-            return
-        if missing[0] < 0 or missing[-1] >= self.n_rows:
-            raise IndexError(f"logit rows {missing} out of range 0..{self.n_rows - 1}")
-        t = time.perf_counter()
-        out = self._compute(torch.tensor(missing, dtype=torch.long))
-        self.compute_s += time.perf_counter() - t
-        for k, r in enumerate(missing):
-            self._rows[r] = out[k]
-
-    def store(self, rows, logits: torch.Tensor) -> None:
-        """Rows computed elsewhere (in a product shared with other rows): ``logits[k]`` is row ``rows[k]``."""
-        for k, r in enumerate(rows):
-            self._rows[int(r)] = logits[k]
-
-    def row(self, r: int) -> torch.Tensor:
-        """Logits ``(vocab,)`` of row ``r``; a miss also computes the rows of the node's subtree."""
-        if r not in self._rows:
-            if r >= 1 and self.tree is not None:
-                self.prefetch([1 + i for i in subtree(self.tree, r - 1)])
-            else:
-                self.prefetch([r])
-        return self._rows[r]
-
-    def full(self) -> torch.Tensor:
-        """All rows ``(n_rows, vocab)`` (computes the missing ones)."""
-        self.prefetch(range(self.n_rows))
-        return torch.stack([self._rows[r] for r in range(self.n_rows)])
 
 
 @dataclass(frozen=True)

@@ -17,10 +17,10 @@ from lookupdec.verify import (
     main_path,
     sample_accept,
     subtree,
-    reference_tree_attention_bias,
     tree_attention_bias,
 )
 from tests.conftest import TINY_VOCAB, tiny_model
+from tests.oracles.tree_mask import reference_tree_attention_bias
 
 
 def _random_tree(rng, n):

@@ -1,0 +1,109 @@
+"""What a drafter hands the decoder, checked before it reaches the verifier.
+
+A drafter's tree must be a ``DraftTree`` of ids in the model's vocabulary; a
+sampled tree must carry ``q`` and is cut only by its shape; a window must be
+``ExtraRows`` of ids in the vocabulary. Anything else is a ``DraftError``
+naming the drafter, never a crash inside the forward.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from lookupdec.drafters.base import DraftRequest, ExtraRows
+from lookupdec.errors import DraftError
+from lookupdec.tree import DraftTree
+
+
+def _name(drafter) -> str:
+    return getattr(drafter, "name", drafter)
+
+
+def check_tree(drafter, tree, vocab_size: int, budget: int, max_depth: int,
+               tree_masks: bool) -> tuple[DraftTree, np.ndarray | None]:
+    """The proposal cut to ``budget`` nodes and ``max_depth``, with its nodes' ids in the proposal (None: uncut).
+
+    Args:
+        drafter: the drafter that proposed ``tree`` (named in errors).
+        tree: its proposal.
+        vocab_size: ids must lie in ``[0, vocab_size)``.
+        budget, max_depth: the step's request.
+        tree_masks: whether the verifier verifies whole trees (else a longest path).
+    Raises:
+        DraftError: not a DraftTree, an id outside the vocabulary, a sampled tree
+            without q or over budget.
+    Example:
+        >>> check_tree("d", DraftTree.chain([5, 6, 7]), 10, budget=2, max_depth=5, tree_masks=True)[1]
+        array([0, 1])
+    """
+    if not isinstance(tree, DraftTree):
+        raise DraftError(f"drafter {_name(drafter)!r} returned {type(tree).__name__}, not a DraftTree")
+    if tree.sampled and tree.q is None:
+        raise DraftError(f"drafter {_name(drafter)!r} proposed a sampled tree without q, the distributions its "
+                         "tokens were drawn from; exact acceptance needs them: set DraftTree.q, or draft "
+                         "deterministic nodes")
+    n = len(tree)
+    if n:
+        hi, lo = int(tree.tokens.max()), int(tree.tokens.min())
+        if hi >= vocab_size or lo < 0:
+            raise DraftError(f"drafter {_name(drafter)!r} proposed token id {hi if hi >= vocab_size else lo}, "
+                             f"outside the model's vocabulary [0, {vocab_size}); check that its datastore or "
+                             "references were tokenized with this model's tokenizer")
+    if tree.sampled and n:
+        return _cut_sampled(drafter, tree, budget, max_depth, tree_masks)
+    if n <= budget and (n == 0 or int(tree.depth.max()) <= max_depth):
+        return tree, None
+    kept = tree.best(budget, max_depth)
+    return tree.subset(kept), kept
+
+
+def _cut_sampled(drafter, tree: DraftTree, budget: int, max_depth: int, tree_masks: bool):
+    """A sampled tree, cut only by its shape, never by its drawn tokens' scores (that would bias them).
+
+    Without tree masks the verifier would keep the tree's longest path, whose choice
+    can depend on drawn tokens; the path of first children is taken here instead.
+    """
+    if len(tree) > budget:
+        raise DraftError(f"drafter {_name(drafter)!r} proposed a sampled tree of {len(tree)} nodes for a budget "
+                         f"of {budget}; a cut chosen after its tokens were drawn could bias the output, so a "
+                         "sampling drafter must respect the request's budget")
+    keep = np.flatnonzero(tree.depth <= max_depth)
+    if not tree_masks:
+        first: dict[int, int] = {}
+        for i, p in enumerate(tree.parents.tolist()):
+            first.setdefault(p, i)
+        path, node = [], -1
+        while node in first:
+            node = first[node]
+            path.append(node)
+        keep = np.intersect1d(keep, np.array(path, np.int64))
+    if len(keep) == len(tree):
+        return tree, None
+    return tree.subset(keep), keep.astype(np.int64)
+
+
+def check_window(drafter, request: DraftRequest, vocab_size: int, tree_masks: bool) -> ExtraRows | None:
+    """The drafter's extra rows for this step (protocol version 3), checked; None when it has none.
+
+    Not asked for under chain verification: extra rows need a custom mask.
+
+    Raises:
+        DraftError: not ExtraRows, or an id outside the vocabulary.
+    """
+    window = getattr(drafter, "window", None)
+    if window is None or not tree_masks:
+        return None
+    extra = window(request)
+    if extra is None or not len(extra):
+        return None
+    if not isinstance(extra, ExtraRows):
+        raise DraftError(f"drafter {_name(drafter)!r} window() returned {type(extra).__name__}, not ExtraRows")
+    if int(extra.tokens.max()) >= vocab_size:
+        raise DraftError(f"drafter {_name(drafter)!r} window() has token id {int(extra.tokens.max())}, outside "
+                         f"the model's vocabulary [0, {vocab_size})")
+    return extra
+
+
+def topk_of(drafter) -> int:
+    """How many top-k candidates per verified row the drafter asks for (protocol version 3; 0: none)."""
+    k = getattr(drafter, "topk", 0) or 0
+    return max(int(k), 0)

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Callable, Sequence
 
 import numpy as np
@@ -132,7 +133,13 @@ def window_rows(levels: np.ndarray) -> ExtraRows:
         >>> x.depth.tolist(), x.visible.astype(int).tolist()
         ([1, 2, 1, 2], [[1, 0, 0, 0], [1, 1, 0, 0], [0, 0, 1, 0], [1, 0, 0, 1]])
     """
-    L, W = levels.shape
+    depth, visible = _layout(*levels.shape)
+    return ExtraRows(levels.reshape(-1).copy(), depth, visible)
+
+
+@lru_cache(maxsize=16)
+def _layout(L: int, W: int) -> tuple[np.ndarray, np.ndarray]:
+    """Depths and visibility of an ``(L, W)`` window: fixed by its shape, so built once per shape (read-only)."""
     m = L * W
     visible = np.zeros((m, m), bool)
     for l in range(L):
@@ -143,7 +150,9 @@ def window_rows(levels: np.ndarray) -> ExtraRows:
             for j in range(min(l, c) + 1):          # the diagonal up to itself
                 visible[r, (l - j) * W + (c - j)] = True
     depth = np.tile(np.arange(1, W + 1), L)
-    return ExtraRows(levels.reshape(-1).copy(), depth, visible)
+    depth.flags.writeable = False
+    visible.flags.writeable = False
+    return depth, visible
 
 
 class NgramPool:

@@ -3,7 +3,7 @@
 Streams a Zipfian token corpus (the generator of benchmarks/datastore.py,
 drawn chunk by chunk so the corpus is never held in memory) into
 ``build_index_from_tokens`` and reports the build's wall time, its peak
-resident set (VmHWM of this process, which a fresh process starts at zero)
+resident set (the build summary's peak_rss_bytes: this process's maximum RSS, fresh per run)
 and the bytes of the index on disk. Run it once per corpus size, each in its
 own process, to see whether peak RSS grows with the corpus:
 
@@ -29,14 +29,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 VOCAB = 49152
-
-
-def _status_kb(field: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(f"no {field} in /proc/self/status")
 
 
 def zipf_documents(tokens: int, *, seed: int = 0, doc_mean: int = 300, chunk: int = 1 << 22) -> Iterator[np.ndarray]:
@@ -87,15 +79,14 @@ def main() -> int:
 
     from lookupdec.index import build_index_from_tokens
 
-    rss0 = _status_kb("VmRSS")
     t0 = time.perf_counter()
     s = build_index_from_tokens(zipf_documents(args.tokens, seed=args.seed), args.out,
                                 shard_tokens=args.shard_tokens, overwrite=True)
     wall = time.perf_counter() - t0
     res = {"tokens": s.tokens, "documents": s.documents, "shards": s.shards, "shard_tokens": args.shard_tokens,
            "seconds": wall, "index_seconds": s.index_seconds, "bytes_on_disk": s.bytes_on_disk,
-           "disk_bytes_per_token": s.bytes_on_disk / s.tokens, "rss_before_mb": rss0 / 1024,
-           "peak_rss_mb": _status_kb("VmHWM") / 1024, "path": str(args.out)}
+           "disk_bytes_per_token": s.bytes_on_disk / s.tokens,
+           "peak_rss_mb": s.peak_rss_bytes / 2**20, "path": str(args.out)}
     print(json.dumps(res))
     if args.json:
         args.json.write_text(json.dumps(res, indent=2))

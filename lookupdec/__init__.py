@@ -21,8 +21,8 @@ _LAZY = {
     "open_index": "lookupdec.index",
     "SuffixIndex": "lookupdec.index",
     "Decoder": "lookupdec.decoder",
-    "generate": "lookupdec.decoder",
-    "GenerationResult": "lookupdec.decoder",
+    "generate": "lookupdec.oneshot",
+    "GenerationResult": "lookupdec.results",
 }
 
 

@@ -1,10 +1,12 @@
-"""The decoding loop: draft, verify in one forward, accept, commit, repeat.
+"""The decoder: a target model loaded once, and the loop that decodes a prompt with it.
 
 Each step the drafter proposes a DraftTree under the last committed token
 (the root); the verifier runs the root and the tree through the target in one
 forward; the acceptance rule (greedy or exact speculative sampling) picks the
 longest valid path plus a bonus token; the cache keeps only that path's rows.
 Plain autoregressive decoding (``ar``) is the same loop with empty trees.
+One request's state between forwards lives in ``lookupdec.sequence``; this
+module turns a request into one and steps it.
 
 Lossless: greedy output equals plain greedy decoding of the same model with
 the same kernels; sampled output has the target's distribution.
@@ -12,18 +14,16 @@ the same kernels; sampled output has the target's distribution.
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
 from typing import Callable, Sequence
 
 import numpy as np
 
-from lookupdec.drafters.base import SOURCE_NAMES, DraftRequest, StepOutcome
 from lookupdec.errors import ContextTooLongError, ModelLoadError
 from lookupdec.methods import METHODS, make_drafter, method_inputs  # noqa: F401  (METHODS: re-exported for callers)
 from lookupdec.models import LoadedModel, encode_prompt, load_model
-from lookupdec.proposals import check_tree, check_window, topk_of
-from lookupdec.results import GenerationResult, StepStats
-from lookupdec.stream import TextStream
+from lookupdec.proposals import check_tree
+from lookupdec.results import GenerationResult
+from lookupdec.sequence import Sequence as DecodeSequence  # typing's Sequence is used below
 from lookupdec.tree import DraftTree
 
 STOP_REASONS = ("eos", "stop", "length")
@@ -268,133 +268,21 @@ class Decoder:
             raise ValueError("references is an empty list; pass at least one document, or None")
         return out
 
-    def _choose(self, logits, params, generator) -> int:
-        if params.greedy:
-            return int(logits.argmax().item())
-        from lookupdec.sampling import sample, target_probs
-
-        return sample(target_probs(logits, params).cpu(), generator)
-
     def _checked(self, drafter, tree: DraftTree, budget: int, max_depth: int) -> tuple[DraftTree, np.ndarray | None]:
         """The proposal checked and cut to the step's request (``lookupdec.proposals.check_tree``)."""
         return check_tree(drafter, tree, self.vocab_size, budget, max_depth, self.verifier.tree_masks)
 
     def _run(self, prompt_ids, drafter, method_name, max_new, params, generator, stops, on_text) -> GenerationResult:
-        from lookupdec.sampling import target_probs
-        from lookupdec.verify import greedy_accept, sample_accept
-
-        torch = self._torch
-        eos = set(self.loaded.eos_ids)
-        stream = TextStream(self.tokenizer, stops, on_text)
-        stats: list[StepStats] = []
-        by_source: dict[str, int] = {}
-        new: list[int] = []
-        stop_reason = "length"
-        t_start = time.perf_counter()
-        if max_new == 0:
-            stream.finish(new)
-            return self._result(stream, new, prompt_ids, stats, 0.0, method_name, stop_reason, by_source)
-        budget = self.draft_budget
-        cache = self.verifier.new_cache(len(prompt_ids) + max_new + self.verifier.width(budget))
-        with torch.inference_mode():
+        """One sequence decoded alone: prefill, then plan / forward / finish until done."""
+        seq = DecodeSequence(self, prompt_ids, drafter, method_name, max_new, params, generator, stops, on_text)
+        seq.prefill()
+        verifier = self.verifier
+        while not seq.done:
+            plan = seq.plan()
             t0 = time.perf_counter()
-            drafter.begin(list(prompt_ids))
-            t1 = time.perf_counter()
-            logits = self.verifier.prefill(cache, list(prompt_ids))
-            t2 = time.perf_counter()
-            outcome = StepOutcome.plain([self._choose(logits, params, generator)])
-            k = topk_of(drafter)
-            if k:
-                from lookupdec.verify import topk_rows
-
-                ids, probs = topk_rows(logits.unsqueeze(0), k)
-                outcome = StepOutcome((), outcome.new_tokens, row_tokens=np.array([prompt_ids[-1]], np.int64),
-                                      topk_ids=ids, topk_probs=probs)
-            draft_size = 0
-            draft_ms, verify_ms, other_ms = (t1 - t0) * 1e3, (t2 - t1) * 1e3, 0.0
-            past = len(prompt_ids)
-            while True:
-                t3 = time.perf_counter()
-                # Append this step's tokens, cut at the first EOS and at max_new_tokens.
-                for tok in outcome.new_tokens:
-                    if len(new) >= max_new:
-                        break
-                    new.append(tok)
-                    if tok in eos:
-                        stop_reason = "eos"
-                        break
-                if stream.active:
-                    keep = stream.update(new)
-                    if keep is not None:
-                        del new[keep:]
-                        stop_reason = "stop"
-                done = stop_reason != "length" or len(new) >= max_new
-                t4 = time.perf_counter()
-                if not done:
-                    drafter.commit(outcome)
-                t5 = time.perf_counter()
-                stats.append(StepStats(draft_size, outcome.n_accepted, draft_ms + (t5 - t4) * 1e3, verify_ms,
-                                       other_ms + (t4 - t3) * 1e3))
-                if done:
-                    break
-                # Next step: draft, verify, accept, keep the accepted rows.
-                root = new[-1]
-                # A step emits at most depth + 1 tokens: deeper nodes could never be used.
-                max_depth = max_new - len(new) - 1
-                t6 = time.perf_counter()
-                request = DraftRequest(budget, max_depth)
-                proposal = drafter.propose(request) if budget and max_depth else None
-                extra = check_window(drafter, request, self.vocab_size, self.verifier.tree_masks) if max_depth else None
-                t7 = time.perf_counter()
-                tree, kept = self._checked(drafter, proposal, budget, max_depth) if proposal is not None \
-                    else (DraftTree.empty(), None)
-                t8 = time.perf_counter()
-                res = self.verifier.forward(cache, past, root, tree, extra=extra, topk=topk_of(drafter))
-                t9 = time.perf_counter()
-                # Logit rows the walk visits beyond those the verifier fetched are
-                # computed on use; their time counts as verification.
-                lazy_s = res.rows.compute_s
-                if params.greedy:
-                    acc = greedy_accept(res.tree, lambda r: int(res.row(r).argmax()))
-                else:
-                    acc = sample_accept(res.tree, lambda r: target_probs(res.row(r), params), generator)
-                lazy_s = res.rows.compute_s - lazy_s
-                self.verifier.commit(cache, past, acc.nodes)
-                past += 1 + acc.accepted
-                # Node ids of the verified tree -> ids in the drafter's own proposal.
-                origin = np.arange(len(res.tree)) if res.kept is None else res.kept
-                if kept is not None:
-                    origin = kept[origin]
-                for src in res.tree.sources[list(acc.nodes)].tolist():
-                    name = SOURCE_NAMES.get(src, "other")
-                    by_source[name] = by_source.get(name, 0) + 1
-                outcome = StepOutcome(tuple(int(origin[i]) for i in acc.nodes), acc.tokens, res.tree, origin,
-                                      res.row_tokens, res.topk_ids, res.topk_probs, res.extra_argmax)
-                t10 = time.perf_counter()
-                draft_size = len(res.tree)
-                verify_ms = (t9 - t8 + lazy_s) * 1e3
-                draft_ms, other_ms = (t7 - t6) * 1e3, (t8 - t7 + t10 - t9 - lazy_s) * 1e3
-        stream.finish(new)
-        elapsed = time.perf_counter() - t_start
-        return self._result(stream, new, prompt_ids, stats, elapsed, method_name, stop_reason, by_source)
-
-    def _result(self, stream, new, prompt_ids, stats, elapsed, method_name, stop_reason, by_source) -> GenerationResult:
-        text = stream.text
-        steps = len(stats)
-        return GenerationResult(
-            text=text,
-            token_ids=tuple(new),
-            prompt_tokens=len(prompt_ids),
-            new_tokens=len(new),
-            steps=steps,
-            mean_accepted=len(new) / steps if steps else 0.0,
-            tokens_per_s=len(new) / elapsed if elapsed > 0 else 0.0,
-            elapsed_s=elapsed,
-            method=method_name,
-            stop_reason=stop_reason,
-            step_stats=tuple(stats),
-            accepted_by_source=by_source,
-        )
+            res = verifier.forward(seq.cache, seq.past, plan.root, plan.tree, extra=plan.extra, topk=plan.topk)
+            seq.finish(plan, res, time.perf_counter() - t0)
+        return seq.result()
 
 
 def _open_history(history, tokenizer, budget: int | None):
@@ -416,35 +304,3 @@ def _open_indexes(index) -> list:
 
     items = [index] if isinstance(index, (str, bytes)) or not isinstance(index, (list, tuple)) else list(index)
     return [i if isinstance(i, SuffixIndex) else open_index(i) for i in items]
-
-
-# Decoders kept by ``generate`` for reuse, most recently used last; at most this many
-# (each holds a model in memory).
-_DEFAULT: "OrderedDict[tuple, Decoder]" = OrderedDict()
-DEFAULT_CACHE_SIZE = 2
-
-
-def generate(prompt, *, model=None, dtype: str = "float32", device: str | None = None, fast_kernels: bool = True,
-             **kwargs) -> GenerationResult:
-    """One-call generation; the Decoder for ``(model, dtype, device, fast_kernels)`` is kept for reuse.
-
-    At most ``DEFAULT_CACHE_SIZE`` decoders are kept; the least recently used one goes first.
-
-    Args:
-        prompt: see ``Decoder.generate``.
-        model, dtype, device, fast_kernels: see ``Decoder``.
-        **kwargs: passed to ``Decoder.generate`` (method, max_new_tokens, temperature, ...).
-    Returns:
-        A GenerationResult.
-    Example:
-        >>> from lookupdec import generate                            # doctest: +SKIP
-        >>> generate("Say hi", method="ar", max_new_tokens=8).text    # doctest: +SKIP
-    """
-    key = (model, dtype, device, fast_kernels)
-    if key in _DEFAULT:
-        _DEFAULT.move_to_end(key)
-    else:
-        _DEFAULT[key] = Decoder(model, dtype=dtype, device=device, fast_kernels=fast_kernels)
-        while len(_DEFAULT) > DEFAULT_CACHE_SIZE:
-            _DEFAULT.popitem(last=False)
-    return _DEFAULT[key].generate(prompt, **kwargs)

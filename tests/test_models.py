@@ -121,7 +121,7 @@ def test_a_missing_optional_package_is_a_message(monkeypatch):
 
 
 def test_the_module_level_decoder_cache_is_bounded(tmp_path, monkeypatch):
-    import lookupdec.decoder as decoder_mod
+    import lookupdec.oneshot as decoder_mod
 
     dirs = []
     for seed in range(3):

@@ -1,0 +1,275 @@
+"""One request's decoding state, stepped by the decoder one verify forward at a time.
+
+A ``Sequence`` holds what one generation needs between forwards: its
+drafter, its KV cache and committed length, its sampling settings and
+generator, its text stream (stop strings), the tokens made so far and the
+per-step statistics. A step is split in two so that the forward itself can
+be shared by several sequences (a batch verified in one forward):
+
+- ``plan(budget)``: draft a tree under the last committed token and check it
+  (no model work beyond what the drafter itself does);
+- the caller runs the forward (``TreeVerifier.forward`` for one sequence,
+  ``forward_batch`` for several);
+- ``finish(plan, result, forward_s)``: accept a path (greedy or exact
+  speculative sampling), keep its cache rows, hand the outcome to the
+  drafter, append the tokens and check the stopping rules.
+
+``Decoder.generate`` is ``prefill()`` then ``plan``/forward/``finish`` until
+``done``; plain autoregressive decoding (``ar``) is the same loop with empty
+trees.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Sequence as Seq
+
+import numpy as np
+
+from lookupdec.drafters.base import SOURCE_NAMES, DraftRequest, ExtraRows, StepOutcome
+from lookupdec.proposals import check_tree, check_window, topk_of
+from lookupdec.results import GenerationResult, StepStats
+from lookupdec.stream import TextStream
+from lookupdec.tree import DraftTree
+
+if TYPE_CHECKING:
+    from lookupdec.sampling import SamplingParams
+    from lookupdec.verify import VerifyResult
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """What one sequence puts into the next verify forward.
+
+    Attributes:
+        root: the last committed token (row 0).
+        tree: the checked draft (rows ``1 .. n``).
+        kept: for each node of ``tree``, its id in the drafter's own proposal
+            (None: the proposal itself, uncut).
+        extra: the drafter's window rows, or None.
+        topk: top-k per verified row the drafter asked for (0: none).
+        request: what the drafter was asked for.
+        draft_s: seconds spent drafting and checking.
+    """
+
+    root: int
+    tree: DraftTree
+    kept: np.ndarray | None
+    extra: ExtraRows | None
+    topk: int
+    request: DraftRequest
+    draft_s: float
+
+
+class Sequence:
+    """The state of one generation (see the module docstring).
+
+    Args:
+        decoder: the ``Decoder`` whose verifier, tokenizer and limits serve it.
+        prompt_ids: the prompt's token ids (already checked to fit the context).
+        drafter: the request's drafter.
+        method_name: reported in the result.
+        max_new: the most tokens generated.
+        params: ``SamplingParams`` (temperature 0 = greedy).
+        generator: the acceptance draws' ``torch.Generator`` (None when greedy).
+        stops: stop strings.
+        on_text: called with each new piece of final text.
+        constraint: reserved for structured output (None: unconstrained).
+
+    Example:
+        >>> seq = Sequence(dec, ids, NoDrafter(), "ar", 8, SamplingParams(0.0, 1.0, 0), None, [], None)  # doctest: +SKIP
+        >>> seq.prefill()                                                            # doctest: +SKIP
+        >>> while not seq.done:                                                      # doctest: +SKIP
+        ...     plan = seq.plan()
+        ...     res = dec.verifier.forward(seq.cache, seq.past, plan.root, plan.tree, extra=plan.extra, topk=plan.topk)
+        ...     seq.finish(plan, res, 0.0)
+    """
+
+    def __init__(self, decoder, prompt_ids: Seq[int], drafter, method_name: str, max_new: int,
+                 params: "SamplingParams", generator, stops: Seq[str], on_text: Callable[[str], None] | None,
+                 constraint=None) -> None:
+        self.verifier = decoder.verifier
+        self.vocab_size = decoder.vocab_size
+        self.default_budget = decoder.draft_budget
+        self.eos = set(decoder.loaded.eos_ids)
+        self.prompt_ids = list(prompt_ids)
+        self.drafter = drafter
+        self.method_name = method_name
+        self.max_new = int(max_new)
+        self.params = params
+        self.generator = generator
+        self.constraint = constraint
+        self.stream = TextStream(decoder.tokenizer, list(stops), on_text)
+        self.cache = None
+        self.past = len(self.prompt_ids)
+        self.new: list[int] = []
+        self.stats: list[StepStats] = []
+        self.by_source: dict[str, int] = {}
+        self.stop_reason = "length"
+        self.done = False
+        self._t_start = 0.0
+        self._elapsed = 0.0
+
+    # -- the steps -------------------------------------------------------------------------------
+
+    def prefill(self) -> None:
+        """Start the drafter and run the prompt through the verifier (this sequence alone)."""
+        import torch
+
+        self._t_start = time.perf_counter()
+        if self.max_new == 0:
+            self.stream.finish(self.new)
+            self.done = True  # elapsed stays 0: nothing was generated
+            return
+        verifier = self.verifier
+        self.cache = verifier.new_cache(len(self.prompt_ids) + self.max_new + verifier.width(self.default_budget))
+        with torch.inference_mode():
+            t0 = time.perf_counter()
+            self.drafter.begin(list(self.prompt_ids))
+            t1 = time.perf_counter()
+            logits = verifier.prefill(self.cache, list(self.prompt_ids))
+            t2 = time.perf_counter()
+            outcome = StepOutcome.plain([self._choose(logits)])
+            k = topk_of(self.drafter)
+            if k:
+                from lookupdec.verify import topk_rows
+
+                ids, probs = topk_rows(logits.unsqueeze(0), k)
+                outcome = StepOutcome((), outcome.new_tokens, row_tokens=np.array([self.prompt_ids[-1]], np.int64),
+                                      topk_ids=ids, topk_probs=probs)
+            self._absorb(outcome, 0, (t1 - t0) * 1e3, (t2 - t1) * 1e3, 0.0)
+
+    def plan(self, budget: int | None = None) -> StepPlan:
+        """Draft and check the next step's tree.
+
+        Args:
+            budget: most tree nodes this step (None: the decoder's ``draft_budget``);
+                a batch shares one budget among its sequences this way.
+        Returns:
+            The step's ``StepPlan``.
+        Raises:
+            DraftError: the drafter proposed an invalid tree or window.
+        """
+        import torch
+
+        if self.done:
+            raise RuntimeError("plan() on a finished sequence")
+        budget = self.default_budget if budget is None else int(budget)
+        with torch.inference_mode():
+            t0 = time.perf_counter()
+            root = self.new[-1]
+            # A step emits at most depth + 1 tokens: deeper nodes could never be used.
+            max_depth = self.max_new - len(self.new) - 1
+            request = DraftRequest(budget, max_depth)
+            drafter = self.drafter
+            proposal = drafter.propose(request) if budget and max_depth else None
+            tree_masks = self.verifier.tree_masks
+            extra = check_window(drafter, request, self.vocab_size, tree_masks) if max_depth else None
+            if proposal is not None:
+                tree, kept = check_tree(drafter, proposal, self.vocab_size, budget, max_depth, tree_masks)
+            else:
+                tree, kept = DraftTree.empty(), None
+            t1 = time.perf_counter()
+        return StepPlan(root, tree, kept, extra, topk_of(drafter), request, t1 - t0)
+
+    def finish(self, plan: StepPlan, res: "VerifyResult", forward_s: float) -> None:
+        """Accept a path of the verified tree, keep its cache rows and hand the outcome on.
+
+        Args:
+            plan: this step's plan.
+            res: the verifier's result for this sequence's rows.
+            forward_s: the forward's wall time (shared by a batch: the caller decides the share).
+        """
+        import torch
+
+        from lookupdec.sampling import target_probs
+        from lookupdec.verify import greedy_accept, sample_accept
+
+        params = self.params
+        with torch.inference_mode():
+            t0 = time.perf_counter()
+            # Logit rows the walk visits beyond those the verifier fetched are computed on
+            # use; their time counts as verification.
+            lazy_s = res.rows.compute_s
+            if params.greedy:
+                acc = greedy_accept(res.tree, lambda r: int(res.row(r).argmax()))
+            else:
+                acc = sample_accept(res.tree, lambda r: target_probs(res.row(r), params), self.generator)
+            lazy_s = res.rows.compute_s - lazy_s
+            self.verifier.commit(self.cache, self.past, acc.nodes)
+            self.past += 1 + acc.accepted
+            # Node ids of the verified tree -> ids in the drafter's own proposal.
+            origin = np.arange(len(res.tree)) if res.kept is None else res.kept
+            if plan.kept is not None:
+                origin = plan.kept[origin]
+            for src in res.tree.sources[list(acc.nodes)].tolist():
+                name = SOURCE_NAMES.get(src, "other")
+                self.by_source[name] = self.by_source.get(name, 0) + 1
+            outcome = StepOutcome(tuple(int(origin[i]) for i in acc.nodes), acc.tokens, res.tree, origin,
+                                  res.row_tokens, res.topk_ids, res.topk_probs, res.extra_argmax)
+            t1 = time.perf_counter()
+            self._absorb(outcome, len(res.tree), plan.draft_s * 1e3, (forward_s + lazy_s) * 1e3,
+                         (t1 - t0 - lazy_s) * 1e3)
+
+    def result(self) -> GenerationResult:
+        """The generation's result (call once ``done``)."""
+        stats = self.stats
+        steps = len(stats)
+        new = self.new
+        elapsed = self._elapsed
+        return GenerationResult(
+            text=self.stream.text,
+            token_ids=tuple(new),
+            prompt_tokens=len(self.prompt_ids),
+            new_tokens=len(new),
+            steps=steps,
+            mean_accepted=len(new) / steps if steps else 0.0,
+            tokens_per_s=len(new) / elapsed if elapsed > 0 else 0.0,
+            elapsed_s=elapsed,
+            method=self.method_name,
+            stop_reason=self.stop_reason,
+            step_stats=tuple(stats),
+            accepted_by_source=dict(self.by_source),
+        )
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _choose(self, logits) -> int:
+        if self.params.greedy:
+            return int(logits.argmax().item())
+        from lookupdec.sampling import sample, target_probs
+
+        return sample(target_probs(logits, self.params).cpu(), self.generator)
+
+    def _absorb(self, outcome: StepOutcome, draft_size: int, draft_ms: float, verify_ms: float,
+                other_ms: float) -> None:
+        """Append the step's tokens (cut at the first EOS, a stop string and max_new), tell the
+        drafter unless the sequence is done, and record the step."""
+        t0 = time.perf_counter()
+        new = self.new
+        for tok in outcome.new_tokens:
+            if len(new) >= self.max_new:
+                break
+            new.append(tok)
+            if tok in self.eos:
+                self.stop_reason = "eos"
+                break
+        if self.stream.active:
+            keep = self.stream.update(new)
+            if keep is not None:
+                del new[keep:]
+                self.stop_reason = "stop"
+        done = self.stop_reason != "length" or len(new) >= self.max_new
+        t1 = time.perf_counter()
+        if not done:
+            self.drafter.commit(outcome)
+        t2 = time.perf_counter()
+        self.stats.append(StepStats(draft_size, outcome.n_accepted, draft_ms + (t2 - t1) * 1e3, verify_ms,
+                                    other_ms + (t1 - t0) * 1e3))
+        if done:
+            self._finish_all()
+
+    def _finish_all(self) -> None:
+        self.stream.finish(self.new)
+        self._elapsed = time.perf_counter() - self._t_start
+        self.done = True

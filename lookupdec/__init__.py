@@ -23,6 +23,11 @@ _LAZY = {
     "Decoder": "lookupdec.decoder",
     "generate": "lookupdec.oneshot",
     "GenerationResult": "lookupdec.results",
+    "JsonSchema": "lookupdec.constraints.spec",
+    "Regex": "lookupdec.constraints.spec",
+    "Lark": "lookupdec.constraints.spec",
+    "Choice": "lookupdec.constraints.spec",
+    "ConstraintError": "lookupdec.constraints.spec",
 }
 
 

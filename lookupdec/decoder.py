@@ -162,7 +162,8 @@ class Decoder:
     def generate(self, prompt, *, method: str = "auto", max_new_tokens: int = 128, temperature: float = 0.0,
                  top_p: float = 1.0, top_k: int = 0, seed: int | None = None, stop: Sequence[str] | str | None = None,
                  references: Sequence[str] | None = None, chat_template: bool = True,
-                 on_text: Callable[[str], None] | None = None, drafter=None, remember: bool = True) -> GenerationResult:
+                 on_text: Callable[[str], None] | None = None, drafter=None, remember: bool = True,
+                 grammar=None) -> GenerationResult:
         """Generate a continuation of ``prompt``.
 
         Args:
@@ -179,11 +180,17 @@ class Decoder:
             on_text: called with each new piece of text as it becomes final.
             drafter: an object implementing the Drafter protocol, used instead of ``method``.
             remember: add the output to the decoder's history store (when it has one).
+            grammar: structured output: a JSON Schema dict, a list of choices, or
+                ``lookupdec.JsonSchema`` / ``Regex`` / ``Lark`` / ``Choice``. The output then
+                follows it exactly as constrained ``ar`` would (EOS only once it is complete);
+                ``result.incomplete`` tells when ``max_new_tokens`` ran out first.
         Returns:
             A GenerationResult.
         Raises:
             ContextTooLongError: prompt plus max_new_tokens exceed the model's context.
             DraftError: a drafter proposed an invalid tree.
+            ConstraintError: a ``grammar`` that is malformed or does not compile (raised
+                before any model work).
             ValueError: bad settings (unknown method, negative max_new_tokens,
                 references for a method that does not use them, ...).
         """
@@ -194,6 +201,7 @@ class Decoder:
         if isinstance(max_new_tokens, bool) or int(max_new_tokens) != max_new_tokens or max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
         stops = [stop] if isinstance(stop, str) else list(stop or [])
+        constraint = None if grammar is None else self.constraint(grammar)
         prompt_ids = self.prepare(prompt, max_new_tokens, chat_template)
         if drafter is None:
             ref_ids = self._reference_ids(references)
@@ -225,7 +233,8 @@ class Decoder:
                 draft_gen = torch.Generator(device="cpu")
                 draft_gen.manual_seed((generator.initial_seed() * 0x9E3779B97F4A7C15 + 1) % (1 << 63))
             drafter.set_sampling(params, draft_gen)
-        result = self._run(prompt_ids, drafter, method_name, int(max_new_tokens), params, generator, stops, on_text)
+        result = self._run(prompt_ids, drafter, method_name, int(max_new_tokens), params, generator, stops, on_text,
+                           constraint)
         if remember and self.history is not None and result.token_ids:
             self.history.append(result.token_ids)  # remembered whatever produced it
         return result
@@ -272,9 +281,21 @@ class Decoder:
         """The proposal checked and cut to the step's request (``lookupdec.proposals.check_tree``)."""
         return check_tree(drafter, tree, self.vocab_size, budget, max_depth, self.verifier.tree_masks)
 
-    def _run(self, prompt_ids, drafter, method_name, max_new, params, generator, stops, on_text) -> GenerationResult:
+    def constraint(self, grammar):
+        """A fresh ``lookupdec.constraints.Constraint`` for ``grammar`` with this model's tokenizer.
+
+        Raises:
+            ConstraintError: the grammar is malformed or does not compile.
+        """
+        from lookupdec.constraints import Constraint
+
+        return Constraint(grammar, self.tokenizer, self.vocab_size, self.loaded.eos_ids)
+
+    def _run(self, prompt_ids, drafter, method_name, max_new, params, generator, stops, on_text,
+             constraint=None) -> GenerationResult:
         """One sequence decoded alone: prefill, then plan / forward / finish until done."""
-        seq = DecodeSequence(self, prompt_ids, drafter, method_name, max_new, params, generator, stops, on_text)
+        seq = DecodeSequence(self, prompt_ids, drafter, method_name, max_new, params, generator, stops, on_text,
+                             constraint)
         seq.prefill()
         verifier = self.verifier
         while not seq.done:

@@ -41,6 +41,9 @@ class GenerationResult:
         step_stats: one StepStats per step.
         accepted_by_source: accepted draft tokens per source name
             (``lookupdec.drafters.base.SOURCES``), for sources that had any.
+        incomplete: a ``grammar=`` constraint was given and the output is not a complete
+            match of it (``max_new_tokens`` or a stop string ended generation first).
+        constraint_s: seconds the constraint's engine took (masks, pruning, forced tokens).
     """
 
     text: str
@@ -55,3 +58,5 @@ class GenerationResult:
     stop_reason: str
     step_stats: tuple[StepStats, ...]
     accepted_by_source: dict[str, int] = field(default_factory=dict)
+    incomplete: bool = False
+    constraint_s: float = 0.0

@@ -26,11 +26,39 @@ from typing import TYPE_CHECKING, Callable, Sequence as Seq
 
 import numpy as np
 
-from lookupdec.drafters.base import SOURCE_NAMES, DraftRequest, ExtraRows, StepOutcome
+from lookupdec.drafters.base import SOURCE_NAMES, SOURCES, DraftRequest, ExtraRows, NoDrafter, StepOutcome
 from lookupdec.proposals import check_tree, check_window, topk_of
 from lookupdec.results import GenerationResult, StepStats
 from lookupdec.stream import TextStream
 from lookupdec.tree import DraftTree
+
+
+
+def masked_argmax(logits, allowed: np.ndarray) -> int:
+    """The highest logit among ``allowed`` tokens (bool mask over the vocabulary)."""
+    import torch
+
+    mask = torch.from_numpy(np.ascontiguousarray(allowed)).to(logits.device)
+    return int(logits.masked_fill(~mask, float("-inf")).argmax().item())
+
+
+def masked_probs(logits, params: "SamplingParams", allowed: np.ndarray):
+    """The target distribution (temperature, top-p, top-k) renormalised over ``allowed`` tokens.
+
+    When the target's filters leave no mass on any allowed token, the tempered softmax
+    over the allowed tokens is used instead (the grammar must still be followed).
+    """
+    import torch
+
+    from lookupdec.sampling import target_probs
+
+    mask = torch.from_numpy(np.ascontiguousarray(allowed)).to(logits.device)
+    p = target_probs(logits, params) * mask
+    total = p.sum()
+    if float(total) > 0:
+        return p / total
+    return torch.softmax(logits.float().masked_fill(~mask, float("-inf")) / max(params.temperature, 1e-6), -1)
+
 
 if TYPE_CHECKING:
     from lookupdec.sampling import SamplingParams
@@ -74,7 +102,10 @@ class Sequence:
         generator: the acceptance draws' ``torch.Generator`` (None when greedy).
         stops: stop strings.
         on_text: called with each new piece of final text.
-        constraint: reserved for structured output (None: unconstrained).
+        constraint: a ``lookupdec.constraints.Constraint`` (None: unconstrained). Drafts are
+            pruned to the paths it allows, its forced tokens join the draft, and every
+            verified row is masked with the state of the path leading to it (greedy: argmax
+            over allowed tokens; sampling: the target's probabilities renormalised over them).
 
     Example:
         >>> seq = Sequence(dec, ids, NoDrafter(), "ar", 8, SamplingParams(0.0, 1.0, 0), None, [], None)  # doctest: +SKIP
@@ -169,6 +200,8 @@ class Sequence:
                 tree, kept = check_tree(drafter, proposal, self.vocab_size, budget, max_depth, tree_masks)
             else:
                 tree, kept = DraftTree.empty(), None
+            if self.constraint is not None and budget and max_depth:
+                tree, kept = self._constrain(tree, kept, budget, max_depth)
             t1 = time.perf_counter()
         return StepPlan(root, tree, kept, extra, topk_of(drafter), request, t1 - t0)
 
@@ -191,10 +224,15 @@ class Sequence:
             # Logit rows the walk visits beyond those the verifier fetched are computed on
             # use; their time counts as verification.
             lazy_s = res.rows.compute_s
-            if params.greedy:
+            allowed = None if self.constraint is None else self.constraint.row_masks(res.tree)
+            if allowed is None and params.greedy:
                 acc = greedy_accept(res.tree, lambda r: int(res.row(r).argmax()))
-            else:
+            elif allowed is None:
                 acc = sample_accept(res.tree, lambda r: target_probs(res.row(r), params), self.generator)
+            elif params.greedy:
+                acc = greedy_accept(res.tree, lambda r: masked_argmax(res.row(r), allowed(r)))
+            else:
+                acc = sample_accept(res.tree, lambda r: masked_probs(res.row(r), params, allowed(r)), self.generator)
             lazy_s = res.rows.compute_s - lazy_s
             self.verifier.commit(self.cache, self.past, acc.nodes)
             self.past += 1 + acc.accepted
@@ -205,7 +243,9 @@ class Sequence:
             for src in res.tree.sources[list(acc.nodes)].tolist():
                 name = SOURCE_NAMES.get(src, "other")
                 self.by_source[name] = self.by_source.get(name, 0) + 1
-            outcome = StepOutcome(tuple(int(origin[i]) for i in acc.nodes), acc.tokens, res.tree, origin,
+            # Forced tokens the grammar added (origin -1) are not the drafter's nodes.
+            mine = tuple(int(origin[i]) for i in acc.nodes if origin[i] >= 0)
+            outcome = StepOutcome(mine, acc.tokens, res.tree, origin,
                                   res.row_tokens, res.topk_ids, res.topk_probs, res.extra_argmax)
             t1 = time.perf_counter()
             self._absorb(outcome, len(res.tree), plan.draft_s * 1e3, (forward_s + lazy_s) * 1e3,
@@ -230,16 +270,44 @@ class Sequence:
             stop_reason=self.stop_reason,
             step_stats=tuple(stats),
             accepted_by_source=dict(self.by_source),
+            incomplete=self.constraint is not None and not self.constraint.is_complete,
+            constraint_s=0.0 if self.constraint is None else self.constraint.mask_s,
         )
 
     # -- internals -------------------------------------------------------------------------------
 
     def _choose(self, logits) -> int:
+        allowed = None if self.constraint is None else self.constraint.mask()
         if self.params.greedy:
-            return int(logits.argmax().item())
+            return int(logits.argmax().item()) if allowed is None else masked_argmax(logits, allowed)
         from lookupdec.sampling import sample, target_probs
 
-        return sample(target_probs(logits, self.params).cpu(), self.generator)
+        probs = target_probs(logits, self.params) if allowed is None else masked_probs(logits, self.params, allowed)
+        return sample(probs.cpu(), self.generator)
+
+    def _constrain(self, tree: DraftTree, kept, budget: int, max_depth: int):
+        """The checked draft cut to the paths the grammar allows, with its forced tokens joined.
+
+        A sampled tree (with q) is left whole: cutting it by its drawn tokens would bias
+        it, and the masked acceptance rejects a forbidden token anyway (its mass is 0).
+        """
+        from lookupdec.constraints import join_forced
+
+        if tree.sampled:
+            return tree, kept
+        base = np.arange(len(tree)) if kept is None else kept
+        if len(tree):
+            keep = self.constraint.prune(tree)
+            if len(keep) < len(tree):
+                tree, base = tree.subset(keep), base[keep]
+        # Plain ``ar`` (a drafter that never drafts) stays one token per forward.
+        forced = [] if isinstance(self.drafter, NoDrafter) else self.constraint.forced(max_depth)
+        if not forced:
+            return tree, (None if kept is None and len(base) == len(tree) and np.array_equal(
+                base, np.arange(len(tree))) else base)
+        joined = join_forced(tree, forced, SOURCES["grammar"], budget, max_depth)
+        origin = np.where(joined.origin >= 0, base[np.maximum(joined.origin, 0)] if len(base) else -1, -1)
+        return joined.tree, origin.astype(np.int64)
 
     def _absorb(self, outcome: StepOutcome, draft_size: int, draft_ms: float, verify_ms: float,
                 other_ms: float) -> None:
@@ -247,6 +315,7 @@ class Sequence:
         drafter unless the sequence is done, and record the step."""
         t0 = time.perf_counter()
         new = self.new
+        start = len(new)
         for tok in outcome.new_tokens:
             if len(new) >= self.max_new:
                 break
@@ -254,6 +323,8 @@ class Sequence:
             if tok in self.eos:
                 self.stop_reason = "eos"
                 break
+        if self.constraint is not None:
+            self.constraint.commit(new[start:])
         if self.stream.active:
             keep = self.stream.update(new)
             if keep is not None:

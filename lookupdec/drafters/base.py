@@ -61,6 +61,7 @@ SOURCES: dict[str, int] = {
     "lookahead": 5,  # n-grams from Jacobi iterations of the target
     "recycle": 6,    # the target's own earlier top-k candidates
     "draft": 7,      # a small draft model
+    "grammar": 8,    # tokens a structured-output constraint forces (no drafting cost)
 }
 SOURCE_NAMES: dict[int, str] = {v: k for k, v in SOURCES.items()} | {0: "other"}
 

@@ -1,0 +1,13 @@
+"""Structured output: constraints (JSON Schema, regex, Lark/GBNF grammar, choice list) on generation.
+
+``Constraint`` holds one request's grammar state (llguidance underneath, see
+``engine``); the decoder's ``Sequence`` prunes drafts with it, joins its forced
+tokens to the draft and masks every verified row with the state of the path
+leading to it, so constrained output equals constrained ``ar``.
+"""
+from lookupdec.constraints.constraint import Constraint, Joined, join_forced
+from lookupdec.constraints.spec import (Choice, ConstraintError, GrammarText, JsonSchema, Lark, Regex, as_spec,
+                                        grammar_text)
+
+__all__ = ["Choice", "Constraint", "ConstraintError", "GrammarText", "Joined", "JsonSchema", "Lark", "Regex",
+           "as_spec", "grammar_text", "join_forced"]

@@ -231,6 +231,8 @@ def join_forced(tree: DraftTree, forced: Sequence[int], source: int, budget: int
             break
         node, k = nxt, k + 1
     add = forced[k:]
+    chain = tree.path(node) if node >= 0 else []
+    chain = chain + list(range(n, n + len(add)))
     if add:
         base = 1.0 if node < 0 else float(tree.scores[node])
         tokens = np.concatenate([tree.tokens, np.asarray(add, np.int64)])
@@ -242,6 +244,24 @@ def join_forced(tree: DraftTree, forced: Sequence[int], source: int, budget: int
         tree = DraftTree(tokens, parents, scores, sources)
         origin = np.concatenate([origin, np.full(len(add), -1, np.int64)])
     if len(tree) > budget:
-        keep = tree.best(budget, max_depth)
-        tree, origin = tree.subset(keep), origin[np.sort(np.asarray(keep, np.int64))]
+        keep = _chain_first(tree, chain, budget, max_depth)
+        tree, origin = tree.subset(keep), origin[keep]
     return Joined(tree, origin)
+
+
+def _chain_first(tree: DraftTree, chain: list[int], budget: int, max_depth: int) -> np.ndarray:
+    """``budget`` nodes: the forced chain's first, then the best others (ancestor-closed), sorted."""
+    keep = list(chain[:budget])
+    taken = set(keep)
+    depth = tree.depth
+    order = np.lexsort((np.arange(len(tree)), depth, -tree.path_scores()))
+    parents = tree.parents
+    for i in order.tolist():
+        if len(keep) >= budget:
+            break
+        if i in taken or depth[i] > max_depth:
+            continue
+        if parents[i] < 0 or int(parents[i]) in taken:
+            keep.append(i)
+            taken.add(i)
+    return np.sort(np.asarray(keep, np.int64))

@@ -76,8 +76,38 @@ def _json_row(res) -> str:
         "tokens_per_s": round(res.tokens_per_s, 3), "elapsed_s": round(res.elapsed_s, 4),
         "prompt_tokens": res.prompt_tokens, "method": res.method, "stop_reason": res.stop_reason,
         "accepted_per_step": [s.accepted for s in res.step_stats],
-        "accepted_by_source": res.accepted_by_source,
+        "accepted_by_source": res.accepted_by_source, "incomplete": res.incomplete,
     }, ensure_ascii=False)
+
+
+def read_grammar(json_schema, regex, grammar, choices):
+    """The ``grammar=`` spec from the structured-output options (None: none given), compiled once as a check.
+
+    Raises:
+        click.UsageError: more than one kind given.
+        click.ClickException: an unreadable file or a grammar that does not compile.
+    """
+    given = [name for name, v in (("--json-schema", json_schema), ("--regex", regex), ("--grammar", grammar),
+                                  ("--choice", choices)) if v]
+    if not given:
+        return None
+    if len(given) > 1:
+        raise click.UsageError(f"give one structured-output option, not {' and '.join(given)}")
+    from lookupdec.constraints import Choice, ConstraintError, JsonSchema, Lark, Regex, grammar_text
+
+    if json_schema:
+        spec = JsonSchema(_read_text(json_schema, "--json-schema"))
+    elif regex:
+        spec = Regex(regex)
+    elif grammar:
+        spec = Lark(_read_text(grammar, "--grammar"))
+    else:
+        spec = Choice(list(choices))
+    try:
+        grammar_text(spec)  # compile errors before the model loads
+    except ConstraintError as exc:
+        raise click.ClickException(f"{given[0]}: {exc}")
+    return spec
 
 
 @click.command("generate")
@@ -120,11 +150,19 @@ def _json_row(res) -> str:
 @click.option("--no-chat-template", is_flag=True, help="Use the prompt text as-is.")
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per prompt instead of streaming text.")
+@click.option("--json-schema", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              help="Structured output: the output is one JSON value valid against this JSON Schema file.")
+@click.option("--regex", default=None, help="Structured output: the output matches this regular expression.")
+@click.option("--grammar", "grammar_file", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              help="Structured output: the output follows this Lark (or GBNF) grammar file's start rule.")
+@click.option("--choice", "choices", multiple=True,
+              help="Structured output: the output is exactly one of the --choice strings (repeatable).")
 def generate_cmd(model, prompt, prompt_file, input_path, method, references, indexes, history, history_budget,
                  draft_model, draft_layers, max_new_tokens, temperature, top_p, top_k, seed, stop, draft_budget, device, hf_kernels,
-                 no_chat_template, dtype, as_json) -> None:
+                 no_chat_template, dtype, as_json, json_schema, regex, grammar_file, choices) -> None:
     """Generate text with lossless speculative decoding."""
     requests = read_requests(prompt, prompt_file, input_path)
+    grammar = read_grammar(json_schema, regex, grammar_file, choices)
     if method == "draft" and draft_model is None and draft_layers is None:
         raise click.UsageError("--method draft needs a draft model: --draft-model ID|DIR|GGUF or --draft-layers K")
     shared_refs = tuple(_read_text(p, "--reference") for p in references)
@@ -161,7 +199,7 @@ def generate_cmd(model, prompt, prompt_file, input_path, method, references, ind
             refs = list(shared_refs + req.references) or None
             res = dec.generate(req.prompt, method=method, max_new_tokens=max_new_tokens, temperature=temperature,
                                top_p=top_p, top_k=top_k, seed=seed, stop=list(stop) or None, references=refs,
-                               chat_template=not no_chat_template, on_text=on_text)
+                               chat_template=not no_chat_template, on_text=on_text, grammar=grammar)
             if as_json:
                 click.echo(_json_row(res))
             else:
@@ -170,6 +208,9 @@ def generate_cmd(model, prompt, prompt_file, input_path, method, references, ind
                 click.echo(f"[{res.method}] {res.new_tokens} new tokens, {res.steps} steps, "
                            f"{res.mean_accepted:.2f} tokens/step, {res.tokens_per_s:.1f} tokens/s "
                            f"(stop: {res.stop_reason}{'; accepted from ' + by_src if by_src else ''})", err=True)
+                if res.incomplete:
+                    click.echo("warning: the output does not complete the structured-output constraint "
+                               "(max_new_tokens ran out first); raise --max-new-tokens", err=True)
     except (LookupdecError, ValueError, TypeError, RuntimeError) as exc:
         raise click.ClickException(str(exc))
 

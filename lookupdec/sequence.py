@@ -195,7 +195,8 @@ class Sequence:
             drafter = self.drafter
             proposal = drafter.propose(request) if budget and max_depth else None
             tree_masks = self.verifier.tree_masks
-            extra = check_window(drafter, request, self.vocab_size, tree_masks) if max_depth else None
+            # The window is part of the step's draft: no budget, no window rows.
+            extra = check_window(drafter, request, self.vocab_size, tree_masks) if budget and max_depth else None
             if proposal is not None:
                 tree, kept = check_tree(drafter, proposal, self.vocab_size, budget, max_depth, tree_masks)
             else:

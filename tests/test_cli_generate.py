@@ -53,3 +53,13 @@ def test_errors_are_clean(model_dir, tmp_path):
     assert r.exit_code != 0 and "bad.jsonl:2" in r.output
     r = runner.invoke(main, ["generate", "--model", model_dir])
     assert r.exit_code != 0 and "exactly one of" in r.output
+
+
+def test_method_help_names_every_registered_method():
+    from lookupdec.methods import METHODS
+
+    r = CliRunner().invoke(main, ["generate", "--help"])
+    assert r.exit_code == 0
+    text = " ".join(r.output.split())
+    for name in METHODS:
+        assert f"{name}:" in text, name

@@ -104,6 +104,26 @@ def test_window_is_not_asked_for_under_chain_verification():
     assert out.token_ids == ar.token_ids
 
 
+class _CountingWindow(LookaheadDrafter):
+    calls = 0
+
+    def window(self, request):
+        type(self).calls += 1
+        return super().window(request)
+
+
+def test_the_window_never_runs_at_draft_budget_zero():
+    # The window's rows are part of a step's draft: with no budget a step is a plain one.
+    lm = tiny_loaded(5)
+    prompt = [9, 10, 11, 12, 9, 10]
+    _CountingWindow.calls = 0
+    out = Decoder(lm, draft_budget=0).generate(prompt, max_new_tokens=20, drafter=_CountingWindow(window=3, ngram=3))
+    assert _CountingWindow.calls == 0 and out.new_tokens == 20
+    assert all(s.draft_size == 0 for s in out.step_stats)
+    Decoder(lm, draft_budget=8).generate(prompt, max_new_tokens=20, drafter=_CountingWindow(window=3, ngram=3))
+    assert _CountingWindow.calls > 0  # the same drafter does ask for its window once there is a budget
+
+
 @pytest.mark.parametrize("fast", [True, False])
 @pytest.mark.parametrize("scale", [4.0, 1.0])
 def test_lookahead_and_auto_greedy_equal_ar(fast, scale):

@@ -120,7 +120,9 @@ def read_grammar(json_schema, regex, grammar, choices):
 @click.option("--method", type=click.Choice(sorted(METHODS)), default="auto", show_default=True,
               help="auto: every available source in one tree sized by the cost curve; pld: the prompt and the "
                    "output; llma: --reference documents; rest: --index datastores; history: --history; "
-                   "ar: no drafting; draft: the small LM of --draft-model / --draft-layers alone.")
+                   "recycle: the target's own earlier top-k candidates (Token Recycling); lookahead: an n-gram "
+                   "pool from Jacobi iterations beside verification; draft: the small LM of --draft-model / "
+                   "--draft-layers alone; ar: no drafting.")
 @click.option("--reference", "references", multiple=True, type=click.Path(dir_okay=False),
               help="A document to draft from (a text file; repeatable), for every prompt.")
 @click.option("--index", "indexes", multiple=True, type=click.Path(file_okay=False),
@@ -186,7 +188,7 @@ def generate_cmd(model, prompt, prompt_file, input_path, method, references, ind
             except (LookupdecError, ValueError, TypeError) as exc:
                 where = f"prompt {i + 1}: " if len(requests) > 1 else ""
                 raise click.ClickException(f"{where}{exc}")
-        if method in ("auto", "llma", "rest", "history", "draft"):
+        if method not in ("ar", "pld"):  # every other method sizes its drafts by the curve: measure it before timing
             from lookupdec.costs import curve_path
 
             path = curve_path(dec.verifier, torch_threads())

@@ -26,7 +26,7 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
@@ -43,52 +43,13 @@ from lookupdec.index.manifest import (
 )
 from lookupdec.index.outdir import install, make_temp, memory_failure, os_failure, prepare_out
 from lookupdec.index.shards import ShardWriter
+from lookupdec.index.summary import IndexSummary  # noqa: F401  (re-exported: build's result)
 
 #: Default shard size in token-array entries (tokens + one separator per document):
 #: 100M entries = 400 MB of tokens + 400 MB of int32 suffix array per shard, so a
 #: build needs roughly 1 GB of RAM at a time, and a lookup touches a few shards.
 DEFAULT_SHARD_TOKENS = 100_000_000
 _MAX_TOKEN = 2**31 - 1  # token ids are stored as int32
-
-
-@dataclass(frozen=True)
-class IndexSummary:
-    """What a build produced and how long it took.
-
-    Attributes:
-        path: the index directory.
-        documents: documents indexed (empty ones are not counted).
-        tokens: corpus tokens (separators excluded).
-        shards: number of shards.
-        bytes_on_disk: bytes of all files in the index directory.
-        seconds: wall time of the whole build.
-        tokenize_seconds: time spent in the tokenizer (0 for token input).
-        index_seconds: time spent building, writing and hashing suffix arrays.
-        skipped: invalid corpus records skipped (``skip_invalid=True``).
-        peak_rss_bytes: peak resident memory of the build: this process plus each
-            tokenizer worker's own peak (a sum of peaks, so an upper bound); 0 if unknown.
-        jobs: tokenizer processes used.
-    """
-
-    path: Path
-    documents: int
-    tokens: int
-    shards: int
-    bytes_on_disk: int
-    seconds: float
-    tokenize_seconds: float
-    index_seconds: float
-    skipped: int = 0
-    peak_rss_bytes: int = 0
-    jobs: int = 1
-
-    @property
-    def tokenize_tokens_per_s(self) -> float:
-        return self.tokens / self.tokenize_seconds if self.tokenize_seconds > 0 else float("nan")
-
-    @property
-    def index_tokens_per_s(self) -> float:
-        return self.tokens / self.index_seconds if self.index_seconds > 0 else float("nan")
 
 
 def build_index(

@@ -183,7 +183,7 @@ def build_with_ray(reader, out: Path, loaded, tok, *, shard_tokens: int, overwri
     import datetime as _dt
 
     from lookupdec import __version__
-    from lookupdec.index.build import IndexSummary
+    from lookupdec.index.summary import IndexSummary
     from lookupdec.index.manifest import Manifest, TokenizerRecord, write_manifest
     from lookupdec.index.parallel import peak_rss
 

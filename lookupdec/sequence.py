@@ -292,7 +292,7 @@ class Sequence:
         A sampled tree (with q) is left whole: cutting it by its drawn tokens would bias
         it, and the masked acceptance rejects a forbidden token anyway (its mass is 0).
         """
-        from lookupdec.constraints import join_forced
+        from lookupdec.constraints import extend_best_leaf, join_forced
 
         if tree.sampled:
             return tree, kept
@@ -302,13 +302,25 @@ class Sequence:
             if len(keep) < len(tree):
                 tree, base = tree.subset(keep), base[keep]
         # Plain ``ar`` (a drafter that never drafts) stays one token per forward.
-        forced = [] if isinstance(self.drafter, NoDrafter) else self.constraint.forced(max_depth)
-        if not forced:
-            return tree, (None if kept is None and len(base) == len(tree) and np.array_equal(
-                base, np.arange(len(tree))) else base)
+        if isinstance(self.drafter, NoDrafter):
+            return tree, (None if kept is None and len(base) == len(tree) else base)
+        forced = self.constraint.forced(max_depth)
         joined = join_forced(tree, forced, SOURCES["grammar"], budget, max_depth)
+        tree = joined.tree
         origin = np.where(joined.origin >= 0, base[np.maximum(joined.origin, 0)] if len(base) else -1, -1)
-        return joined.tree, origin.astype(np.int64)
+        # The best path's leaf continues with what the grammar forces after it (a closing quote,
+        # the next key), in the budget left.
+        room = budget - len(tree)
+        if len(tree) and room > 0:
+            depth = tree.depth
+            leaves = tree.leaves()
+            leaf = int(leaves[np.lexsort((-depth[leaves], -tree.path_scores()[leaves]))[0]])
+            more = self.constraint.forced_after(tree.tokens[tree.path(leaf)].tolist(),
+                                                min(room, max_depth - int(depth[leaf])))
+            if more:
+                ext = extend_best_leaf(tree, origin, more, leaf, SOURCES["grammar"])
+                tree, origin = ext.tree, ext.origin
+        return tree, np.asarray(origin, np.int64)
 
     def _absorb(self, outcome: StepOutcome, draft_size: int, draft_ms: float, verify_ms: float,
                 other_ms: float) -> None:

@@ -197,3 +197,13 @@ def test_bad_grammars_raise_a_constraint_error_naming_the_problem(bad, match):
     with pytest.raises(ConstraintError, match=match):
         make(bad)
     assert issubclass(ConstraintError, ValueError)
+
+
+def test_forced_after_a_path_is_the_oracles_shared_continuation_and_leaves_the_state_alone():
+    lang = FiniteLanguage(CHOICES)
+    c = make(CHOICES)
+    assert text_of(c.forced_after([cid("b")], 10)) == lang.forced("b") == "lue"
+    assert text_of(c.forced_after([cid(ch) for ch in "blueb"], 10)) == lang.forced("blueb") == "erry"
+    assert c.forced_after([cid(ch) for ch in "blue"], 10) == []
+    assert c.forced_after([cid("z")], 10) == []            # a path the grammar rejects
+    assert np.array_equal(c.mask(), oracle_mask(lang, ""))  # looked ahead only

@@ -166,13 +166,29 @@ class Constraint:
         They are a draft, verified like any other: the grammar forces the bytes, and
         the model may still pick another tokenization of them.
         """
+        return self.forced_after((), max_len)
+
+    def forced_after(self, path: Sequence[int], max_len: int) -> list[int]:
+        """``forced`` after the committed output followed by ``path`` (the state is unchanged).
+
+        Returns:
+            The forced tokens (empty when ``path`` is not allowed, ends the output, or nothing is forced).
+        """
         if max_len <= 0 or self._ended:
             return []
         t0 = time.perf_counter()
-        ff = [int(t) for t in self._m.compute_ff_tokens()][:max_len]
-        ff = [t for t in ff if t < self.vocab_size]
-        if ff:
-            ff = ff[: self._m.validate_tokens(ff)]
+        m = self._m
+        path = [int(t) for t in path]
+        ff: list[int] = []
+        if not any(t in self.eos_ids for t in path):
+            n = m.try_consume_tokens(path) if path else 0
+            if n == len(path):
+                ff = [int(t) for t in m.compute_ff_tokens()][:max_len]
+                ff = [t for t in ff if t < self.vocab_size]
+                if ff:
+                    ff = ff[: m.validate_tokens(ff)]
+            if n:
+                m.rollback(n)
         self.mask_s += time.perf_counter() - t0
         return ff
 
@@ -265,3 +281,24 @@ def _chain_first(tree: DraftTree, chain: list[int], budget: int, max_depth: int)
             keep.append(i)
             taken.add(i)
     return np.sort(np.asarray(keep, np.int64))
+
+
+def extend_best_leaf(tree: DraftTree, origin: np.ndarray, forced: Sequence[int], leaf: int, source: int) -> Joined:
+    """``tree`` with the chain ``forced`` hung under node ``leaf`` (added nodes get origin -1).
+
+    Example:
+        >>> j = extend_best_leaf(DraftTree.chain([5, 6]), np.array([0, 1]), [7, 8], 1, 8)
+        >>> j.tree.tokens.tolist(), j.tree.parents.tolist(), j.origin.tolist()
+        ([5, 6, 7, 8], [-1, 0, 1, 2], [0, 1, -1, -1])
+    """
+    forced = list(forced)
+    if not forced:
+        return Joined(tree, origin)
+    n = len(tree)
+    base = float(tree.scores[leaf])
+    tokens = np.concatenate([tree.tokens, np.asarray(forced, np.int64)])
+    parents = np.concatenate([tree.parents, np.asarray([leaf] + list(range(n, n + len(forced) - 1)), np.int32)])
+    scores = np.concatenate([tree.scores, np.full(len(forced), base)])
+    sources = np.concatenate([tree.sources, np.full(len(forced), source, np.int16)])
+    return Joined(DraftTree(tokens, parents, scores, sources),
+                  np.concatenate([np.asarray(origin, np.int64), np.full(len(forced), -1, np.int64)]))

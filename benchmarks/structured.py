@@ -19,7 +19,7 @@ whether constrained auto equals constrained ar token for token (exit 1 if not).
 
 Usage (from the repository root)::
 
-    .venv/bin/python benchmarks/structured.py --per-category 10 --max-new-tokens 160
+    .venv/bin/python benchmarks/structured.py --per-category 10 --max-new-tokens 256
     .venv/bin/python benchmarks/structured.py --per-category 1 --max-new-tokens 16   # a quick check
 
 Writes ``structured.json`` and ``structured.md`` into ``--out`` (default
@@ -124,7 +124,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default=DATA)
     ap.add_argument("--per-category", type=int, default=10, help="passages per category (summarization, rag)")
-    ap.add_argument("--max-new-tokens", type=int, default=160)
+    ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--tasks", default="extract,label,regex")
     ap.add_argument("--method", default="auto", help="the drafting method compared with ar")
     ap.add_argument("--model", default=None, help="default: the embedded SmolLM2-135M-Instruct")

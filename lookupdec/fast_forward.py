@@ -18,7 +18,10 @@ computation from the loaded model's own weights with the fewest torch calls:
   run with no mask, tree steps with the float tree bias;
 - the final norm and ``lm_head`` only for the rows whose logits are needed
   (``logit_rows="hidden"`` defers ``lm_head`` so a verifier can compute only
-  the rows its acceptance walk visits).
+  the rows its acceptance walk visits);
+- several sequences in one forward (``forward_batch``, continuous batching): the
+  linear products run once over the rows of all of them, attention per sequence
+  over its own cache.
 
 The result equals the model's forward up to float rounding (tests compare
 logits within 1e-4); greedy exactness is stated against decoding with this
@@ -304,6 +307,87 @@ class FastForward:
         if not isinstance(logit_rows, slice):
             logit_rows = torch.as_tensor(logit_rows, dtype=torch.long)
         return self.logits(self.final_hidden(x[logit_rows]))
+
+    @torch.inference_mode()
+    def forward_batch(self, caches: Sequence[FlatKVCache], ids_list: Sequence[torch.Tensor],
+                      pos_list: Sequence[torch.Tensor], bias_list: Sequence[torch.Tensor | None]) -> list[torch.Tensor]:
+        """Several sequences' rows in one forward: each linear product runs once over all rows.
+
+        Row blocks are concatenated in order (sequence ``s`` owns rows ``off[s] .. off[s+1]-1``)
+        for every product (q/k/v, o, gate/up, down); rotary is row-wise; attention runs per
+        sequence over its own cache with its own bias, so a row never sees another sequence's
+        keys. Each block's keys and values are appended to its own cache.
+
+        Args:
+            caches: one cache per sequence (distinct objects); each grows by its block's width.
+            ids_list, pos_list: ``(W_s,)`` int64 token ids and rotary positions of each block.
+            bias_list: each block's float ``(W_s, past_s + W_s)`` bias, or None (see ``forward``:
+                every row attends to the whole cache and the whole block; right for ``W_s == 1``).
+        Returns:
+            Each block's final-normed hidden states ``(W_s, hidden)`` (``logits`` makes logits of them).
+        Raises:
+            ValueError: lists of different lengths, or one cache given twice.
+
+        Example:
+            >>> hs = ff.forward_batch([c1, c2], [torch.tensor([5]), torch.tensor([6, 7])],  # doctest: +SKIP
+            ...                       [torch.tensor([3]), torch.tensor([9, 10])], [None, bias2])
+            >>> [h.shape[0] for h in hs]                                                      # doctest: +SKIP
+            [1, 2]
+        """
+        n = len(caches)
+        if not (len(ids_list) == len(pos_list) == len(bias_list) == n):
+            raise ValueError(f"forward_batch needs one ids, positions and bias per cache, got {len(ids_list)}, "
+                             f"{len(pos_list)}, {len(bias_list)} for {n} caches")
+        if len({id(c) for c in caches}) != n:
+            raise ValueError("forward_batch got the same cache twice; every sequence needs its own")
+        if n == 0:
+            return []
+        widths = [int(i.shape[0]) for i in ids_list]
+        offs = [0]
+        for w in widths:
+            offs.append(offs[-1] + w)
+        total = offs[-1]
+        pasts = [c.length for c in caches]
+        for c, p, w in zip(caches, pasts, widths):
+            c.reserve(p + w)
+        ids = torch.cat(list(ids_list))
+        positions = torch.cat(list(pos_list))
+        self._ensure_positions(int(positions.max()) + 1)
+        H, Hk, D = self.n_heads, self.n_kv_heads, self.head_dim
+        q_size, kv_size = H * D, Hk * D
+        cos = self._cos.index_select(0, positions).unsqueeze(1)         # (R, 1, D)
+        sin = self._sin_signed.index_select(0, positions).unsqueeze(1)
+        masks = [None if b is None else b.view(1, 1, w, p + w) for b, w, p in zip(bias_list, widths, pasts)]
+        x = F.embedding(ids, self.embed)                                  # (R, hidden)
+        half = D // 2
+        att = x.new_empty((total, q_size))
+        for li, layer in enumerate(self.layers):
+            h = self._rms(x, layer.in_norm, self.eps)
+            qkv = layer.qkv(h)                                            # (R, (H + 2 Hk) D), all sequences
+            qk = qkv[:, : q_size + kv_size].view(total, H + Hk, D)
+            qk = torch.addcmul(qk * cos, torch.roll(qk, half, -1), sin)
+            vv = qkv[:, q_size + kv_size:].view(total, Hk, D)
+            for s in range(n):
+                lo, hi, past, w = offs[s], offs[s + 1], pasts[s], widths[s]
+                end = past + w
+                kv = caches[s].kv
+                kv[li, 0, past:end] = qk[lo:hi, H:]
+                kv[li, 1, past:end] = vv[lo:hi]
+                q = qk[lo:hi, :H].transpose(0, 1).unsqueeze(0)            # (1, H, W_s, D)
+                k = kv[li, 0, :end].transpose(0, 1).unsqueeze(0)
+                v = kv[li, 1, :end].transpose(0, 1).unsqueeze(0)
+                o = F.scaled_dot_product_attention(q, k, v, attn_mask=masks[s], scale=self.scaling,
+                                                   enable_gqa=H != Hk)
+                att[lo:hi] = o[0].transpose(0, 1).reshape(w, q_size)
+            x.add_(layer.o(att))
+            h = self._rms(x, layer.post_norm, self.eps)
+            gu = layer.gate_up(h)
+            act = F.silu(gu[:, : self.intermediate]).mul_(gu[:, self.intermediate:])
+            x.add_(layer.down(act))
+        for c, p, w in zip(caches, pasts, widths):
+            c.length = p + w
+        hidden = self.final_hidden(x)
+        return [hidden[offs[s]:offs[s + 1]] for s in range(n)]
 
     def final_hidden(self, x: torch.Tensor) -> torch.Tensor:
         """The final norm of residual rows ``x`` ``(R, hidden)``: what ``logits`` takes (row by row)."""

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence as Seq
 
 import numpy as np
 import torch
@@ -203,6 +203,26 @@ class VerifyResult:
         return self.rows.row(r)
 
 
+@dataclass(frozen=True)
+class VerifyItem:
+    """One sequence's part of a batched verify forward (``TreeVerifier.forward_batch``).
+
+    Attributes:
+        cache, past: the sequence's own cache and committed length.
+        root: its last committed token.
+        tree: its draft.
+        extra: its drafter's extra rows, or None.
+        topk: top-k per tree row it asks for (0: none).
+    """
+
+    cache: object
+    past: int
+    root: int
+    tree: DraftTree
+    extra: "ExtraRows | None" = None
+    topk: int = 0
+
+
 class TreeVerifier:
     """Runs verify forwards of one model and commits accepted rows to its cache.
 
@@ -354,6 +374,84 @@ class TreeVerifier:
         rows.compute_s += time.perf_counter() - t
         rows.store(want, out[: len(want)])
         return self._result(rows, tree, root, out[len(want):] if m else None, topk)
+
+    @torch.inference_mode()
+    def forward_batch(self, items: "Seq[VerifyItem]") -> list[VerifyResult]:
+        """Several sequences' verify forwards as one (continuous batching).
+
+        On the fast backend every linear product runs once over the rows of all the items
+        and attention runs per sequence over its own cache (``FastForward.forward_batch``):
+        each row sees only its own sequence's past, its root and its tree ancestors (and an
+        extra row the rows its ``visible`` names), so every item's result equals its own
+        ``forward`` up to the float rounding of the wider products. The first ``lm_head``
+        product is shared too. transformers' backend runs the items one after another.
+
+        Args:
+            items: one ``VerifyItem`` per sequence, each with its own cache.
+        Returns:
+            One ``VerifyResult`` per item, in order; afterwards call ``commit`` per item.
+        Raises:
+            ValueError: the same cache in two items; extra rows under chain verification.
+
+        Example:
+            >>> res = verifier.forward_batch([VerifyItem(c1, p1, r1, t1), VerifyItem(c2, p2, r2, t2)])  # doctest: +SKIP
+        """
+        items = list(items)
+        if len({id(it.cache) for it in items}) != len(items):
+            raise ValueError("forward_batch got the same cache in two items; every sequence needs its own")
+        if self.fast is None or len(items) <= 1:
+            return [self.forward(it.cache, it.past, it.root, it.tree, extra=it.extra, topk=it.topk) for it in items]
+        prepared = []
+        for it in items:
+            extra = it.extra if it.extra is not None and len(it.extra) else None
+            if extra is not None and not self.tree_masks:
+                raise ValueError("extra rows need tree masks; this verifier verifies chains (tree_masks=False)")
+            tree, kept = it.tree, None
+            if not self.tree_masks and len(tree):
+                nodes = np.asarray(longest_path_nodes(tree), np.int64)
+                if len(nodes) < len(tree):
+                    tree, kept = tree.subset(nodes), nodes
+            assert it.cache.length == it.past, (it.cache.length, it.past)
+            prepared.append((it, tree, kept, extra))
+        ids_list, pos_list, bias_list = [], [], []
+        for it, tree, _, extra in prepared:
+            n, m = len(tree), 0 if extra is None else len(extra)
+            if n == 0 and m == 0:
+                ids_list.append(torch.tensor([it.root]))
+                pos_list.append(torch.tensor([it.past]))
+                bias_list.append(None)
+                continue
+            width = self.width(n + m)
+            ids, pos = tree_inputs(it.root, tree, it.past, width, extra)
+            ids_list.append(ids)
+            pos_list.append(pos)
+            bias_list.append(tree_attention_bias(tree, it.past, width, torch.float32, "cpu", extra)[0, 0])
+        fast = self.fast
+        hiddens = fast.forward_batch([it.cache for it, *_ in prepared], ids_list, pos_list, bias_list)
+        # One lm_head product for the rows every item needs now (as in ``_fast_forward``).
+        wants, picks = [], []
+        for (it, tree, _, extra), hidden in zip(prepared, hiddens):
+            n, m = len(tree), 0 if extra is None else len(extra)
+            want = [0] if n == 0 else (list(range(1 + n)) if it.topk > 0 else [0] + [1 + i for i in main_path(tree)])
+            wants.append(want)
+            picks.append(hidden.index_select(0, torch.tensor(want + list(range(1 + n, 1 + n + m)))))
+        t = time.perf_counter()
+        out = fast.logits(torch.cat(picks))
+        share = (time.perf_counter() - t) / max(out.shape[0], 1)
+        results, at = [], 0
+        for (it, tree, kept, extra), hidden, want, pick in zip(prepared, hiddens, wants, picks):
+            n, m = len(tree), 0 if extra is None else len(extra)
+            mine = out[at:at + pick.shape[0]]
+            at += pick.shape[0]
+            if n == 0 and m == 0:
+                rows = LazyLogits.of(mine)
+            else:
+                rows = LazyLogits(1 + n, tree, lambda idx, h=hidden: fast.logits(h.index_select(0, idx)))
+                rows.store(want, mine[: len(want)])
+            rows.compute_s += share * pick.shape[0]
+            res = self._result(rows, tree, it.root, mine[len(want):] if m else None, it.topk)
+            results.append(res if kept is None else replace(res, kept=kept))
+        return results
 
     @torch.inference_mode()
     def commit(self, cache, past: int, nodes: tuple[int, ...]) -> None:

@@ -1,0 +1,155 @@
+"""Batched verification (continuous batching): several sequences' trees in one forward.
+
+Oracles: each sequence's own single forward (``TreeVerifier.forward`` on a cache prefilled
+the same way), and the model's own causal forward of each node's root-to-node chain.
+Isolation: changing one sequence's tokens leaves the others' logits where they were.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from lookupdec.drafters.base import ExtraRows
+from lookupdec.fast_forward import FastForward
+from lookupdec.tree import DraftTree
+from lookupdec.verify import TreeVerifier, VerifyItem
+from tests.conftest import TINY_VOCAB, tiny_model
+
+ATOL = 1e-4
+
+
+def _random_tree(rng, n):
+    parents = np.array([int(rng.integers(-1, i)) for i in range(n)], np.int32)
+    return DraftTree(rng.integers(3, TINY_VOCAB, n), parents, rng.uniform(0.1, 1.0, n))
+
+
+def _window(rng, m):
+    """A Lookahead-like window: m rows, row i sees rows 0..i."""
+    return ExtraRows(rng.integers(3, TINY_VOCAB, m), np.arange(1, m + 1), np.tril(np.ones((m, m), bool)))
+
+
+def _specs(rng, sizes):
+    """(prompt, root, tree, extra, topk) per sequence: prompts of different lengths, trees of ``sizes``
+    (0: a plain step), one with a window, one asking for top-k."""
+    out = []
+    for k, n in enumerate(sizes):
+        prompt = rng.integers(3, TINY_VOCAB, int(rng.integers(3, 40))).tolist()
+        tree = _random_tree(rng, n) if n else DraftTree.empty()
+        extra = _window(rng, 3) if k == 1 and n else None
+        out.append((prompt, int(rng.integers(3, TINY_VOCAB)), tree, extra, 4 if k == 2 else 0))
+    return out
+
+
+def _run(verifier, specs, batched: bool):
+    caches, items = [], []
+    for prompt, root, tree, extra, topk in specs:
+        cache = verifier.new_cache(8)  # small: the batch must grow it
+        verifier.prefill(cache, prompt)
+        caches.append(cache)
+        items.append(VerifyItem(cache, len(prompt), root, tree, extra, topk))
+    if batched:
+        res = verifier.forward_batch(items)
+    else:
+        res = [verifier.forward(it.cache, it.past, it.root, it.tree, extra=it.extra, topk=it.topk) for it in items]
+    return caches, res
+
+
+@pytest.mark.parametrize("scale", [4.0, 1.0])
+def test_each_sequence_in_a_batch_equals_its_own_forward(scale):
+    """Logits, top-k, window argmax and cache rows of every sequence equal those of its own forward."""
+    model = tiny_model(3, layers=3, scale=scale)
+    verifier = TreeVerifier(model, fast=True)
+    assert verifier.backend == "fast"
+    rng = np.random.default_rng(0)
+    specs = _specs(rng, [5, 9, 6, 0, 14, 1])
+    c_b, batch = _run(verifier, specs, True)
+    c_s, single = _run(verifier, specs, False)
+    assert len(batch) == len(specs)
+    for (prompt, root, tree, extra, topk), b, s, cb, cs in zip(specs, batch, single, c_b, c_s):
+        assert len(b.tree) == len(tree)
+        torch.testing.assert_close(b.logits, s.logits, atol=ATOL, rtol=1e-5)
+        if topk:
+            assert b.topk_ids.shape == (1 + len(tree), topk)
+            np.testing.assert_allclose(b.topk_probs, s.topk_probs, atol=1e-5)
+        if extra is not None:
+            assert len(b.extra_argmax) == len(extra)
+            # argmax of a near-tie could differ by rounding; the tiny scaled model has none here
+            assert b.extra_argmax.tolist() == s.extra_argmax.tolist()
+        w = len(prompt) + 1 + len(tree) + (0 if extra is None else len(extra))
+        assert cb.length == cs.length == w
+        torch.testing.assert_close(cb.kv[:, :, :w], cs.kv[:, :, :w], atol=1e-5, rtol=1e-5)
+
+
+def test_batch_rows_equal_the_models_own_chains():
+    """Every node of every sequence equals transformers' causal forward of its root-to-node chain."""
+    model = tiny_model(4, layers=2)
+    verifier = TreeVerifier(model, fast=True)
+    rng = np.random.default_rng(1)
+    specs = _specs(rng, [4, 0, 7])
+    _, batch = _run(verifier, specs, True)
+    for (prompt, root, tree, _, _), res in zip(specs, batch):
+        with torch.no_grad():
+            ref_root = model(torch.tensor([prompt + [root]])).logits[0, -1]
+        torch.testing.assert_close(res.row(0), ref_root, atol=ATOL, rtol=1e-5)
+        for i in range(len(tree)):
+            with torch.no_grad():
+                ref = model(torch.tensor([prompt + [root] + tree.path_tokens(i)])).logits[0, -1]
+            torch.testing.assert_close(res.row(1 + i), ref, atol=ATOL, rtol=1e-5)
+
+
+def test_a_row_never_sees_another_sequence():
+    """Changing one sequence's prompt, root and tree tokens (same shapes) leaves the others' logits unchanged."""
+    model = tiny_model(5, layers=2, scale=1.0)
+    verifier = TreeVerifier(model, fast=True)
+    rng = np.random.default_rng(2)
+    specs = _specs(rng, [6, 3, 8])
+    _, before = _run(verifier, specs, True)
+    prompt, root, tree, extra, topk = specs[1]
+    other = DraftTree((tree.tokens + 17) % TINY_VOCAB, tree.parents, tree.scores)
+    changed = [specs[0], ([(t + 5) % TINY_VOCAB for t in prompt], (root + 9) % TINY_VOCAB, other, extra, topk),
+               specs[2]]
+    _, after = _run(verifier, changed, True)
+    assert not torch.allclose(before[1].logits, after[1].logits, atol=1e-3)  # the change itself shows
+    for k in (0, 2):
+        torch.testing.assert_close(after[k].logits, before[k].logits, atol=1e-6, rtol=0)
+
+
+def test_one_item_batch_is_forward_and_errors():
+    model = tiny_model(6)
+    verifier = TreeVerifier(model, fast=True)
+    rng = np.random.default_rng(3)
+    specs = _specs(rng, [5])
+    _, b = _run(verifier, specs, True)
+    _, s = _run(verifier, specs, False)
+    assert torch.equal(b[0].logits, s[0].logits)
+    cache = verifier.new_cache(8)
+    verifier.prefill(cache, [5, 6, 7])
+    item = VerifyItem(cache, 3, 9, DraftTree.chain([4, 5]))
+    with pytest.raises(ValueError, match="same cache"):
+        verifier.forward_batch([item, item])
+    assert verifier.forward_batch([]) == []
+
+
+def test_chain_verification_and_hf_backend_in_a_batch():
+    """tree_masks=False cuts every tree to its longest path (kept says which); the hf backend loops."""
+    model = tiny_model(7)
+    rng = np.random.default_rng(4)
+    specs = [(p, r, t, None, k) for p, r, t, _, k in _specs(rng, [6, 0, 5])]
+    for verifier in (TreeVerifier(model, fast=True, tree_masks=False), TreeVerifier(model, fast=False)):
+        _, b = _run(verifier, specs, True)
+        _, s = _run(verifier, specs, False)
+        for rb, rs in zip(b, s):
+            assert (rb.kept is None) == (rs.kept is None)
+            if rb.kept is not None:
+                assert rb.kept.tolist() == rs.kept.tolist()
+            torch.testing.assert_close(rb.logits, rs.logits, atol=ATOL, rtol=1e-5)
+
+
+def test_fast_forward_batch_checks_its_lists():
+    ff = FastForward(tiny_model(8))
+    c1, c2 = ff.new_cache(4), ff.new_cache(4)
+    with pytest.raises(ValueError, match="one ids"):
+        ff.forward_batch([c1, c2], [torch.tensor([5])], [torch.tensor([0])], [None])
+    with pytest.raises(ValueError, match="same cache"):
+        ff.forward_batch([c1, c1], [torch.tensor([5])] * 2, [torch.tensor([0])] * 2, [None, None])

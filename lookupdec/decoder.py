@@ -163,7 +163,7 @@ class Decoder:
                  top_p: float = 1.0, top_k: int = 0, seed: int | None = None, stop: Sequence[str] | str | None = None,
                  references: Sequence[str] | None = None, chat_template: bool = True,
                  on_text: Callable[[str], None] | None = None, drafter=None, remember: bool = True,
-                 grammar=None) -> GenerationResult:
+                 grammar=None, prediction: str | None = None) -> GenerationResult:
         """Generate a continuation of ``prompt``.
 
         Args:
@@ -184,6 +184,9 @@ class Decoder:
                 ``lookupdec.JsonSchema`` / ``Regex`` / ``Lark`` / ``Choice``. The output then
                 follows it exactly as constrained ``ar`` would (EOS only once it is complete);
                 ``result.incomplete`` tells when ``max_new_tokens`` ran out first.
+            prediction: text the output will mostly repeat (a file being edited, a document being
+                corrected: OpenAI's Predicted Outputs), drafted from by ``auto`` and ``llma``; its
+                accepted tokens are counted under ``accepted_by_source["prediction"]``.
         Returns:
             A GenerationResult.
         Raises:
@@ -193,6 +196,45 @@ class Decoder:
                 before any model work).
             ValueError: bad settings (unknown method, negative max_new_tokens,
                 references for a method that does not use them, ...).
+        """
+        seq = self.new_sequence(prompt, method=method, max_new_tokens=max_new_tokens, temperature=temperature,
+                                top_p=top_p, top_k=top_k, seed=seed, stop=stop, references=references,
+                                chat_template=chat_template, on_text=on_text, drafter=drafter, grammar=grammar,
+                                prediction=prediction)
+        seq.prefill()
+        verifier = self.verifier
+        while not seq.done:
+            plan = seq.plan()
+            t0 = time.perf_counter()
+            res = verifier.forward(seq.cache, seq.past, plan.root, plan.tree, extra=plan.extra, topk=plan.topk)
+            seq.finish(plan, res, time.perf_counter() - t0)
+        result = seq.result()
+        if remember:
+            self.remember(result)
+        return result
+
+    def remember(self, result: GenerationResult) -> None:
+        """Add a result's tokens to the decoder's history store (when it has one)."""
+        if self.history is not None and result.token_ids:
+            self.history.append(result.token_ids)  # remembered whatever produced it
+
+    def new_sequence(self, prompt, *, method: str = "auto", max_new_tokens: int = 128, temperature: float = 0.0,
+                     top_p: float = 1.0, top_k: int = 0, seed: int | None = None,
+                     stop: Sequence[str] | str | None = None, references: Sequence[str] | None = None,
+                     chat_template: bool = True, on_text: Callable[[str], None] | None = None, drafter=None,
+                     grammar=None, prediction: str | None = None) -> DecodeSequence:
+        """One request as a ``lookupdec.sequence.Sequence``, checked and ready for ``prefill``.
+
+        Args:
+            prompt ... grammar: as for ``generate``.
+            prediction: text the output is expected to repeat mostly (OpenAI's Predicted
+                Outputs), drafted from as LLMA drafts from a reference (methods ``auto`` and
+                ``llma``); its accepted tokens are counted under the source ``prediction``.
+        Returns:
+            The sequence (not yet prefilled): ``generate`` steps it alone, ``generate_batch``
+            and the server step several together.
+        Raises:
+            As ``generate`` (every check happens here, before any model work).
         """
         from lookupdec.sampling import SamplingParams
 
@@ -205,17 +247,25 @@ class Decoder:
         prompt_ids = self.prepare(prompt, max_new_tokens, chat_template)
         if drafter is None:
             ref_ids = self._reference_ids(references)
+            pred_ids = None
+            if prediction is not None:
+                if not isinstance(prediction, str):
+                    raise TypeError(f"prediction must be a string, got {type(prediction).__name__}")
+                if prediction.strip():
+                    pred_ids = list(self.tokenizer(prediction, add_special_tokens=False)["input_ids"])
             # Datastores and the history belong to the decoder: methods that do not
             # draft from them simply do not get them.
             uses = method_inputs(method)
-            drafter = make_drafter(method, references=ref_ids, indexes=self.indexes if "indexes" in uses else None,
+            drafter = make_drafter(method, references=ref_ids, prediction=pred_ids,
+                                   indexes=self.indexes if "indexes" in uses else None,
                                    history=self.history if "history" in uses else None,
                                    calibration=self.calibration, cost=self.cost_curve, vocab_size=self.vocab_size,
                                    draft_model=self.draft)
             method_name = method
         else:
-            if references:
-                raise ValueError("references go to the method's drafters; with drafter=, pass them to it directly")
+            if references or prediction:
+                raise ValueError("references and a prediction go to the method's drafters; with drafter=, pass "
+                                 "them to it directly")
             method_name = getattr(drafter, "name", type(drafter).__name__)
         generator = None
         if not params.greedy:
@@ -233,11 +283,93 @@ class Decoder:
                 draft_gen = torch.Generator(device="cpu")
                 draft_gen.manual_seed((generator.initial_seed() * 0x9E3779B97F4A7C15 + 1) % (1 << 63))
             drafter.set_sampling(params, draft_gen)
-        result = self._run(prompt_ids, drafter, method_name, int(max_new_tokens), params, generator, stops, on_text,
-                           constraint)
-        if remember and self.history is not None and result.token_ids:
-            self.history.append(result.token_ids)  # remembered whatever produced it
-        return result
+        return DecodeSequence(self, prompt_ids, drafter, method_name, int(max_new_tokens), params, generator, stops,
+                              on_text, constraint)
+
+    def generate_batch(self, prompts: Sequence, *, batch_size: int = 8, references=None, predictions=None,
+                       remember: bool = True, on_result: Callable[[int, GenerationResult], None] | None = None,
+                       **kwargs) -> list[GenerationResult]:
+        """Generate for several prompts, up to ``batch_size`` at a time verified in one forward per step.
+
+        Continuous batching: a prompt joins as soon as another finishes. Each step prices the
+        batch's drafts together at the batch's total width (``lookupdec.batch.price_batch``),
+        so speculation shrinks as the batch grows. Greedy outputs equal ``generate``'s for
+        each prompt alone (up to the float rounding of wider products); sampled outputs
+        keep the target's distribution (each prompt draws from its own generator: with a
+        ``seed`` every prompt gets ``seed + i``).
+
+        Args:
+            prompts: the prompts (as for ``generate``).
+            batch_size: most sequences stepped together.
+            references: None, or one list of documents per prompt (None entries allowed).
+            predictions: None, or one predicted-output string per prompt (None entries allowed).
+            remember: add every output to the history store.
+            on_result: called with (index, result) as each prompt finishes.
+            **kwargs: the other ``generate`` settings, shared by every prompt (method,
+                max_new_tokens, temperature, top_p, top_k, seed, stop, chat_template, grammar).
+        Returns:
+            One ``GenerationResult`` per prompt, in order.
+        Raises:
+            ValueError, TypeError, ContextTooLongError, ConstraintError: a bad setting or prompt,
+                raised for the first bad prompt before any model work.
+
+        Example:
+            >>> dec.generate_batch(["Say a", "Say b"], method="ar", max_new_tokens=4)  # doctest: +SKIP
+        """
+        from lookupdec.batch import step_together
+
+        if isinstance(batch_size, bool) or int(batch_size) != batch_size or batch_size < 1:
+            raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+        prompts = list(prompts)
+        n = len(prompts)
+        for name, per in (("references", references), ("predictions", predictions)):
+            if per is not None and len(per) != n:
+                raise ValueError(f"{name} needs one entry per prompt: {len(per)} for {n} prompts")
+        if "on_text" in kwargs or "drafter" in kwargs:
+            raise ValueError("generate_batch takes no on_text or drafter (one per prompt would be needed)")
+        seed = kwargs.pop("seed", None)
+        grammar = kwargs.pop("grammar", None)
+        seqs = []
+        for i, prompt in enumerate(prompts):
+            try:
+                seqs.append(self.new_sequence(
+                    prompt, references=None if references is None else references[i],
+                    prediction=None if predictions is None else predictions[i],
+                    seed=None if seed is None else int(seed) + i, grammar=grammar, **kwargs))
+            except Exception as exc:
+                if n > 1 and isinstance(exc, (ValueError, TypeError)):
+                    raise type(exc)(f"prompt {i}: {exc}") from exc
+                raise
+        # Plain decoding drafts nothing, so only other methods need the curve that prices the batch.
+        curve = None if kwargs.get("method", "auto") == "ar" else self.cost_curve()
+        results: list[GenerationResult | None] = [None] * n
+        waiting = list(range(n))
+        active: list[int] = []
+
+        def done(i: int) -> None:
+            res = seqs[i].result()
+            results[i] = res
+            seqs[i].cache = None  # free its KV cache now
+            if remember:
+                self.remember(res)
+            if on_result is not None:
+                on_result(i, res)
+
+        while waiting or active:
+            while waiting and len(active) < batch_size:
+                i = waiting.pop(0)
+                seqs[i].prefill()
+                if seqs[i].done:
+                    done(i)
+                else:
+                    active.append(i)
+            if not active:
+                continue
+            step_together(self.verifier, [seqs[i] for i in active], curve)
+            for i in [i for i in active if seqs[i].done]:
+                active.remove(i)
+                done(i)
+        return results
 
     def prepare(self, prompt, max_new_tokens: int, chat_template: bool = True) -> list[int]:
         """The prompt's token ids, checked to fit the context with ``max_new_tokens`` more.
@@ -290,20 +422,6 @@ class Decoder:
         from lookupdec.constraints import Constraint
 
         return Constraint(grammar, self.tokenizer, self.vocab_size, self.loaded.eos_ids)
-
-    def _run(self, prompt_ids, drafter, method_name, max_new, params, generator, stops, on_text,
-             constraint=None) -> GenerationResult:
-        """One sequence decoded alone: prefill, then plan / forward / finish until done."""
-        seq = DecodeSequence(self, prompt_ids, drafter, method_name, max_new, params, generator, stops, on_text,
-                             constraint)
-        seq.prefill()
-        verifier = self.verifier
-        while not seq.done:
-            plan = seq.plan()
-            t0 = time.perf_counter()
-            res = verifier.forward(seq.cache, seq.past, plan.root, plan.tree, extra=plan.extra, topk=plan.topk)
-            seq.finish(plan, res, time.perf_counter() - t0)
-        return seq.result()
 
 
 def _open_history(history, tokenizer, budget: int | None):

@@ -5,7 +5,7 @@ first use. Its constructor takes
 the request's inputs it uses as keyword arguments:
 
 - user inputs: ``references`` (token-id lists of documents passed with the
-  request), ``indexes`` (opened corpus datastores), ``history`` (a store of
+  request), ``prediction`` (token ids of the request's predicted output), ``indexes`` (opened corpus datastores), ``history`` (a store of
   earlier outputs);
 - decoder state: ``calibration`` (the shared acceptance rates), ``cost``
   (a callable returning the verifier's cost curve), ``vocab_size``,
@@ -34,7 +34,8 @@ METHODS: dict[str, str] = {
 }
 
 # Inputs a user passes with a request, and what to call them in messages.
-USER_INPUTS = {"references": "references", "indexes": "an index", "history": "a history store"}
+USER_INPUTS = {"references": "references", "prediction": "a prediction", "indexes": "an index",
+               "history": "a history store"}
 
 
 def method_class(method: str):

@@ -92,6 +92,8 @@ class AutoDrafter:
 
     Args:
         references: token-id lists of documents passed with the request (LLMA).
+        prediction: token ids of the request's predicted output (drafted as LLMA drafts,
+            under the source ``prediction``).
         indexes: opened corpus datastores (REST).
         history: a store of earlier outputs.
         calibration: shared acceptance rates (a private one when None).
@@ -114,7 +116,8 @@ class AutoDrafter:
 
     name = "auto"
 
-    def __init__(self, *, references: Sequence[Sequence[int]] | None = None, indexes: Sequence | None = None,
+    def __init__(self, *, references: Sequence[Sequence[int]] | None = None,
+                 prediction: Sequence[int] | None = None, indexes: Sequence | None = None,
                  history=None, calibration: Calibration | None = None,
                  cost: CostCurve | Callable[[], CostCurve] | None = None,
                  sources: Sequence[Drafter] | None = None, margin: float = DEFAULT_MARGIN,
@@ -127,6 +130,10 @@ class AutoDrafter:
                 from lookupdec.drafters.llma import LLMADrafter
 
                 sources.append(LLMADrafter(references, calibration=self.calibration))
+            if prediction:
+                from lookupdec.drafters.llma import LLMADrafter
+
+                sources.append(LLMADrafter([prediction], calibration=self.calibration, source="prediction"))
             if indexes:
                 from lookupdec.drafters.rest import RESTDrafter
 
@@ -298,17 +305,22 @@ class AutoDrafter:
             s.commit(shared(i, StepOutcome(tuple(own), new, outcome.tree, origin)))
 
 
-def llma_method(*, references: Sequence[Sequence[int]] | None = None, calibration: Calibration | None = None,
+def llma_method(*, references: Sequence[Sequence[int]] | None = None, prediction: Sequence[int] | None = None,
+                calibration: Calibration | None = None,
                 cost: CostCurve | Callable[[], CostCurve] | None = None) -> AutoDrafter:
-    """Method ``llma``: reference documents alone, sized by the cost curve as ``auto`` sizes its tree.
+    """Method ``llma``: reference documents (and a predicted output) alone, sized by the cost curve as ``auto``.
 
     Raises:
-        ValueError: no references.
+        ValueError: neither references nor a prediction.
     """
     from lookupdec.drafters.llma import LLMADrafter
 
-    return AutoDrafter(sources=[LLMADrafter(references or (), calibration=calibration)], calibration=calibration,
-                       cost=cost, name="llma")
+    sources = []
+    if references or not prediction:
+        sources.append(LLMADrafter(references or (), calibration=calibration))
+    if prediction:
+        sources.append(LLMADrafter([prediction], calibration=calibration, source="prediction"))
+    return AutoDrafter(sources=sources, calibration=calibration, cost=cost, name="llma")
 
 
 def history_method(*, history=None, calibration: Calibration | None = None,

@@ -62,6 +62,7 @@ SOURCES: dict[str, int] = {
     "recycle": 6,    # the target's own earlier top-k candidates
     "draft": 7,      # a small draft model
     "grammar": 8,    # tokens a structured-output constraint forces (no drafting cost)
+    "prediction": 9, # the request's predicted output (OpenAI's Predicted Outputs), drafted as LLMA drafts
 }
 SOURCE_NAMES: dict[int, str] = {v: k for k, v in SOURCES.items()} | {0: "other"}
 

@@ -25,6 +25,8 @@ class LLMADrafter(IndexDrafter):
         references: token ids of each document.
         settings: lookup settings (default ``LLMA_SETTINGS``).
         calibration: shared acceptance rates.
+        source: the ``SOURCES`` name its nodes carry: "llma" for reference documents,
+            "prediction" for a request's predicted output (the same drafting, counted apart).
     Raises:
         ValueError: no references, or only empty ones.
 
@@ -37,9 +39,9 @@ class LLMADrafter(IndexDrafter):
     """
 
     def __init__(self, references: Sequence[Sequence[int]], settings: LookupSettings | None = None, *,
-                 calibration: Calibration | None = None) -> None:
+                 calibration: Calibration | None = None, source: str = "llma") -> None:
         from lookupdec.index.memory import memory_index
 
         if not references:
             raise ValueError("method 'llma' needs references: pass references=[...] (--reference FILE)")
-        super().__init__([memory_index(references)], "llma", settings or LLMA_SETTINGS, calibration=calibration)
+        super().__init__([memory_index(references)], source, settings or LLMA_SETTINGS, calibration=calibration)

@@ -1,0 +1,191 @@
+"""Several sequences stepped together: one verify forward for all their trees.
+
+Continuous batching: sequences join (after their own prefill) and leave (when done)
+between steps. Each step:
+
+1. every active sequence plans its draft alone (``Sequence.plan``), sized by its drafter
+   as if it ran alone;
+2. ``price_batch`` cuts those drafts to what pays *for the batch*: the forward's cost is
+   the cost curve at the batch's total width, ``c(B + nodes)``, against ``B`` tokens for
+   the same batch decoding plainly (``c(B)``). Nodes are taken best first (their
+   acceptance estimates, the same scores ``auto`` ranks by) while the modelled tokens per
+   ms keep rising; a batch keeps no draft at all unless it beats plain decoding by the
+   selection margin. So a step is never priced slower than the batch decoding plainly,
+   and speculation shrinks as the batch widens (a node's expected token is worth less
+   against ``B`` sure ones);
+3. one ``TreeVerifier.forward_batch`` verifies every sequence's tree;
+4. every sequence accepts its own path (``Sequence.finish``).
+
+Window rows (a Lookahead drafter's extra rows) bring no token in their own step, so in a
+batch of two or more they are dropped (the drafter then skips that step's window). A
+sampled tree (with q) is never cut here: a cut chosen by its drawn tokens' scores would
+bias the sampling, so it is verified whole, as its drafter sized it.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Sequence as Seq
+
+import numpy as np
+
+from lookupdec.drafters.select import DEFAULT_MARGIN
+
+if TYPE_CHECKING:
+    from lookupdec.costs import CostCurve
+    from lookupdec.sequence import Sequence, StepPlan
+
+
+@dataclass(frozen=True)
+class BatchPrice:
+    """What ``price_batch`` chose for one batched step.
+
+    Attributes:
+        plans: the plans to verify, cut (same order as given).
+        width: rows of the forward (roots, kept nodes, kept sampled trees).
+        expected_tokens: modelled tokens the step yields (``B`` + the kept nodes' scores).
+        ms: modelled ms of the forward at ``width``.
+        plain_ms: modelled ms of the same batch decoding plainly (width ``B``).
+    """
+
+    plans: tuple
+    width: int
+    expected_tokens: float
+    ms: float
+    plain_ms: float
+
+
+def price_batch(plans: "Seq[StepPlan]", curve: "CostCurve | None", past: int | None = None,
+                margin: float = DEFAULT_MARGIN) -> BatchPrice:
+    """Cut the plans of one batched step to the drafts that pay at the batch's total width.
+
+    Args:
+        plans: one plan per active sequence.
+        curve: the verifier's cost curve (None: every width costs the same, so every node is kept).
+        past: cached rows to price at (the batch's mean; None: the curve's own).
+        margin: a draft must beat plain decoding's tokens per ms by this fraction.
+    Returns:
+        A ``BatchPrice``; its plans keep their node provenance (``kept``) so drafters learn
+        from the nodes they proposed.
+
+    Example:
+        >>> # two sequences whose drafts are sure (score 1) under a flat curve: everything is kept
+        >>> # price_batch([plan_a, plan_b], flat_curve).width == 2 + len(a) + len(b)   # doctest: +SKIP
+    """
+    plans = list(plans)
+    b = len(plans)
+    fixed = sum(len(p.tree) for p in plans if p.tree.sampled)
+    cand = []  # (path score, depth, sequence, node)
+    for s, p in enumerate(plans):
+        t = p.tree
+        if len(t) and not t.sampled:
+            ps, depth = t.path_scores(), t.depth
+            cand.extend((float(ps[i]), int(depth[i]), s, i) for i in range(len(t)))
+    cand.sort(key=lambda c: (-c[0], c[1], c[2], c[3]))  # a node never before its ancestors
+
+    def ms(width: int) -> float:
+        return 1.0 if curve is None else curve.ms_at(width, past)
+
+    plain_ms = ms(b)
+    plain_rate = b / plain_ms
+    base_tokens = b + sum(float(p.tree.path_scores().sum()) for p in plans if p.tree.sampled)
+    best_k, best_rate = 0, (base_tokens / ms(b + fixed))
+    if curve is None:
+        best_k = len(cand)
+    else:
+        tokens = base_tokens
+        for k, c in enumerate(cand, 1):
+            tokens += c[0]
+            rate = tokens / ms(b + fixed + k)
+            if rate > best_rate:
+                best_k, best_rate = k, rate
+        if best_k and best_rate <= plain_rate * (1.0 + margin):
+            best_k = 0
+    keep: list[list[int]] = [[] for _ in plans]
+    for c in cand[:best_k]:
+        keep[c[2]].append(c[3])
+    out = []
+    expected = base_tokens
+    for s, p in enumerate(plans):
+        t = p.tree
+        plan = p if b < 2 or p.extra is None else replace(p, extra=None)
+        if len(t) and not t.sampled and len(keep[s]) < len(t):
+            nodes = np.sort(np.asarray(keep[s], np.int64))
+            kept = nodes if p.kept is None else p.kept[nodes]
+            plan = replace(plan, tree=t.subset(nodes), kept=kept)
+        if len(t) and not t.sampled:
+            expected += float(t.path_scores()[keep[s]].sum()) if keep[s] else 0.0
+        out.append(plan)
+    width = b + fixed + best_k
+    return BatchPrice(tuple(out), width, expected, ms(width), plain_ms)
+
+
+@dataclass(frozen=True)
+class BatchStep:
+    """One step of a batch.
+
+    Attributes:
+        size: sequences verified together.
+        width: rows of the forward.
+        drafted: draft nodes verified (all sequences).
+        accepted: draft tokens accepted (all sequences).
+        new_tokens: tokens committed (all sequences).
+        forward_s: the forward's wall time.
+        step_s: the whole step's wall time (plans, forward, acceptance).
+        accepted_by_source: accepted draft tokens per source this step.
+    """
+
+    size: int
+    width: int
+    drafted: int
+    accepted: int
+    new_tokens: int
+    forward_s: float
+    step_s: float
+    accepted_by_source: dict
+
+
+def step_together(verifier, seqs: "Seq[Sequence]", curve: "CostCurve | None", budget: int | None = None,
+                  margin: float = DEFAULT_MARGIN) -> BatchStep:
+    """One step of every sequence in ``seqs`` (all prefilled, none done) with one verify forward.
+
+    Args:
+        verifier: the decoder's ``TreeVerifier`` (every sequence's).
+        seqs: the active sequences.
+        curve: the cost curve that prices the batch (``price_batch``); with one sequence its
+            own drafter has already priced its tree, and it is verified as planned.
+        budget: each sequence's planning budget (None: the decoder's draft budget).
+        margin: see ``price_batch``.
+    Returns:
+        A ``BatchStep``.
+    Raises:
+        DraftError: a drafter proposed an invalid tree (the caller decides whose request fails).
+    """
+    from lookupdec.verify import VerifyItem
+
+    t0 = time.perf_counter()
+    seqs = list(seqs)
+    plans = [s.plan(budget) for s in seqs]
+    if len(seqs) > 1:
+        past = int(np.mean([s.past for s in seqs]))
+        plans = list(price_batch(plans, curve, past, margin).plans)
+    items = [VerifyItem(s.cache, s.past, p.root, p.tree, p.extra, p.topk) for s, p in zip(seqs, plans)]
+    t1 = time.perf_counter()
+    results = verifier.forward_batch(items)
+    forward_s = time.perf_counter() - t1
+    rows = [1 + len(p.tree) + (0 if p.extra is None else len(p.extra)) for p in plans]
+    width = sum(rows)
+    before = [(len(s.new), dict(s.by_source)) for s in seqs]
+    for s, p, r, w in zip(seqs, plans, results, rows):
+        s.finish(p, r, forward_s * w / width)  # each sequence's share of the shared forward
+    by_source: dict[str, int] = {}
+    accepted = new = 0
+    for s, (n0, src0) in zip(seqs, before):
+        new += len(s.new) - n0
+        for k, v in s.by_source.items():
+            d = v - src0.get(k, 0)
+            if d:
+                by_source[k] = by_source.get(k, 0) + d
+                accepted += d
+    return BatchStep(len(seqs), width, sum(len(p.tree) for p in plans), accepted, new, forward_s,
+                     time.perf_counter() - t0, by_source)

@@ -1,0 +1,185 @@
+"""Decoder.generate_batch and the batch pricer (lookupdec/batch.py).
+
+Oracles: each prompt decoded alone (``ar``), a brute-force search over every
+ancestor-closed choice of nodes for the pricer, and the exact marginals of the
+first tokens for sampling through a batch.
+"""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from lookupdec.batch import price_batch, step_together
+from lookupdec.costs import CostCurve
+from lookupdec.decoder import Decoder
+from lookupdec.drafters.base import DraftRequest
+from lookupdec.sampling import SamplingParams
+from lookupdec.sequence import StepPlan
+from lookupdec.tree import DraftTree
+from tests.conftest import TINY_VOCAB, tiny_loaded
+from tests.test_sampling import TopTokensDrafter, _exact_marginals, assert_matches
+
+PROMPTS = [[5, 6, 7, 8, 5, 6, 7], [40, 41, 42, 43, 44, 40, 41, 42] * 3, [9], "abcabcabc abc", [70, 71, 72, 73] * 6,
+           [11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22]]
+
+
+def _flat(ms1=10.0, slope=0.05):
+    """A memory-bound curve: a row costs little next to the weights' read."""
+    return CostCurve((1, 64), (ms1, ms1 + 63 * slope), 0, (0.0, 0.0), "cpu", "flat")
+
+
+@pytest.mark.parametrize("scale", [4.0, 1.0])
+@pytest.mark.parametrize("method", ["ar", "pld", "auto"])
+def test_batched_greedy_equals_each_prompt_alone(scale, method):
+    """Every prompt's tokens through a batch of 3 (prompts joining as others finish) equal ``ar`` alone."""
+    lm = tiny_loaded(1, scale=scale)
+    dec = Decoder(lm, cost_curve=_flat(), draft_budget=16)
+    order = []
+    res = dec.generate_batch(PROMPTS, method=method, max_new_tokens=40, batch_size=3,
+                             on_result=lambda i, r: order.append(i))
+    assert sorted(order) == list(range(len(PROMPTS)))
+    for k, (r, p) in enumerate(zip(res, PROMPTS)):
+        alone = dec.generate(p, method="ar", max_new_tokens=40).token_ids
+        assert r.token_ids == alone, (method, k)
+        assert r.method == method and r.new_tokens == len(r.token_ids)
+    if method != "ar":  # drafting really happened inside the batch
+        assert sum(sum(r.accepted_by_source.values()) for r in res) > 0
+
+
+def test_prediction_drafts_and_is_counted():
+    """A predicted output equal to the answer is drafted from (source 'prediction'), output unchanged."""
+    lm = tiny_loaded(2)
+    dec = Decoder(lm, cost_curve=_flat(), draft_budget=24)
+    prompt = [30, 31, 32, 33]
+    ar = dec.generate(prompt, method="ar", max_new_tokens=40)
+    pred = lm.tokenizer.decode(list(ar.token_ids))
+    out = dec.generate(prompt, method="auto", max_new_tokens=40, prediction=pred)
+    assert out.token_ids == ar.token_ids
+    assert out.accepted_by_source.get("prediction", 0) > 0  # auto's other sources propose the same tokens too
+    assert out.steps < ar.steps
+    # llma drafts from the prediction alone: nearly every token comes from it.
+    batch = dec.generate_batch([prompt, [5, 6, 7]], method="llma", max_new_tokens=40, predictions=[pred, "xyz"])
+    assert batch[0].token_ids == ar.token_ids and batch[0].accepted_by_source.get("prediction", 0) > 25
+    with pytest.raises(ValueError, match="does not use a prediction"):
+        dec.generate(prompt, method="pld", prediction=pred)
+
+
+def test_generate_batch_errors_name_the_prompt():
+    dec = Decoder(tiny_loaded(3), cost_curve=_flat())
+    with pytest.raises(ValueError, match="batch_size"):
+        dec.generate_batch([[5]], batch_size=0)
+    with pytest.raises(ValueError, match="one entry per prompt"):
+        dec.generate_batch([[5], [6]], references=[["a"]])
+    with pytest.raises(ValueError, match="prompt 1: .*context"):
+        dec.generate_batch([[5], [6] * 300], method="ar", max_new_tokens=4)
+    assert dec.generate_batch([], method="ar") == []
+
+
+def _plan(tree: DraftTree) -> StepPlan:
+    return StepPlan(1, tree, None, None, 0, DraftRequest(64, 64), 0.0)
+
+
+def _brute(trees, curve, margin):
+    """Best (tokens per ms) over every ancestor-closed choice of nodes, and the plain rate."""
+    b = len(trees)
+    options = []
+    for t in trees:
+        ps = t.path_scores()
+        subsets = []
+        for mask in itertools.product([0, 1], repeat=len(t)):
+            chosen = [i for i in range(len(t)) if mask[i]]
+            if all(t.parents[i] < 0 or mask[t.parents[i]] for i in chosen):
+                subsets.append((len(chosen), float(ps[chosen].sum()) if chosen else 0.0))
+        options.append(subsets)
+    best = 0.0
+    for combo in itertools.product(*options):
+        k = sum(c[0] for c in combo)
+        rate = (b + sum(c[1] for c in combo)) / curve.ms_at(b + k)
+        best = max(best, rate)
+    return best, b / curve.ms_at(b)
+
+
+def test_price_batch_equals_brute_force_and_never_beats_plain_slower():
+    rng = np.random.default_rng(0)
+    curves = [_flat(), CostCurve((1, 4, 8, 64), (10.0, 10.5, 14.0, 80.0), 0, (0.0,) * 4, "cpu", "knee"),
+              CostCurve((1, 64), (1.0, 64.0), 0, (0.0, 0.0), "cpu", "compute-bound")]
+    for trial in range(60):
+        trees = []
+        for _ in range(int(rng.integers(1, 4))):
+            n = int(rng.integers(0, 5))
+            parents = [int(rng.integers(-1, i)) for i in range(n)]
+            trees.append(DraftTree(rng.integers(3, 100, n), np.array(parents, np.int32), rng.uniform(0.01, 1.0, n)))
+        curve = curves[trial % 3]
+        price = price_batch([_plan(t) for t in trees], curve, margin=0.02)
+        best, plain = _brute(trees, curve, 0.02)
+        rate = price.expected_tokens / price.ms
+        assert rate >= plain - 1e-12  # never priced slower than the batch decoding plainly
+        if best > plain * 1.02:
+            assert rate == pytest.approx(best, rel=1e-9)
+        else:
+            assert price.width == len(trees)  # nothing pays: nothing drafted
+        for p, t in zip(price.plans, trees):
+            if len(p.tree) < len(t):
+                assert p.kept is not None and len(p.kept) == len(p.tree)
+                assert p.tree.tokens.tolist() == t.tokens[p.kept].tolist()
+
+
+def test_speculation_shrinks_as_the_batch_grows():
+    """The same confident drafts: kept in full alone, cut in a wide batch, dropped when rows cost their share."""
+    tree = DraftTree.chain([5, 6, 7, 8, 9, 10], scores=[0.9, 0.8, 0.7, 0.6, 0.5, 0.4])
+    knee = CostCurve((1, 8, 16, 64), (10.0, 10.4, 16.0, 64.0), 0, (0.0,) * 4, "cpu", "knee")
+    kept = []
+    for b in (1, 2, 4, 8, 16):
+        price = price_batch([_plan(tree)] * b, knee)
+        kept.append((price.width - b) / b)  # nodes per sequence
+    assert kept[0] == 6 and kept[-1] == 0
+    assert all(x > y for x, y in zip(kept, kept[1:])), kept
+    compute_bound = CostCurve((1, 64), (1.0, 64.0), 0, (0.0, 0.0), "cpu", "linear")
+    assert price_batch([_plan(tree)] * 4, compute_bound).width == 4
+
+
+def test_windows_dropped_and_sampled_trees_kept_whole_in_a_batch():
+    from lookupdec.drafters.base import ExtraRows
+
+    x = ExtraRows(np.array([5, 6]), np.array([1, 2]), np.tril(np.ones((2, 2), bool)))
+    sampled = DraftTree(np.array([5, 6]), np.array([-1, 0], np.int32), np.array([0.01, 0.01]),
+                        q=np.full((2, TINY_VOCAB), 1.0 / TINY_VOCAB))
+    plan = StepPlan(1, DraftTree.chain([7]), None, x, 0, DraftRequest(8, 8), 0.0)
+    price = price_batch([plan, _plan(sampled)], _flat())
+    assert price.plans[0].extra is None
+    assert len(price.plans[1].tree) == 2  # never cut, however low its scores
+    assert price_batch([plan], _flat()).plans[0].extra is x  # alone, its drafter already priced it
+
+
+def test_sampling_through_a_batch_keeps_the_target_distribution():
+    """The first three tokens' marginals of one prompt sampled inside batches of 6 mixed sequences
+    (trees three deep, every verify forward shared) equal the exact marginals."""
+    lm = tiny_loaded(7)
+    dec = Decoder(lm)
+    assert dec.verifier.backend == "fast"
+    params = dict(temperature=1.0, top_k=4, top_p=0.95)
+    prompt = [10, 11, 12]
+    exact = _exact_marginals(lm, prompt, SamplingParams(1.0, 0.95, 4), 3)
+    top = np.argsort(-exact[1])[:3].tolist()
+    seqs_tree = [[y, z, w] for y in top for z in top[:2] for w in top[:2]]
+    counts = [np.zeros(TINY_VOCAB) for _ in range(3)]
+    accepted = 0
+    draws = 1500
+    for start in range(0, draws, 5):
+        seqs = [dec.new_sequence(prompt, max_new_tokens=4, seed=s, drafter=TopTokensDrafter(seqs_tree), **params)
+                for s in range(start, start + 5)]
+        seqs.append(dec.new_sequence([50, 51, 52, 53, 54], max_new_tokens=6, seed=start, method="pld", **params))
+        for s in seqs:
+            s.prefill()
+        while any(not s.done for s in seqs):
+            step_together(dec.verifier, [s for s in seqs if not s.done], None)
+        for s in seqs[:5]:
+            out = s.result()
+            for k in range(3):
+                counts[k][out.token_ids[k]] += 1
+            accepted += out.step_stats[1].accepted
+    assert accepted > 150  # speculation was really exercised inside the batches
+    for k in range(3):
+        assert_matches(counts[k], exact[k])

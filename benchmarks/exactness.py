@@ -261,8 +261,8 @@ def main(argv=None) -> int:
     prompts = prompt_set(args.n, args.seed, args.max_len)[part::parts]
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as history:
-        dec = Decoder(args.model, dtype=args.dtype, fast_kernels=not args.hf_kernels,
-                      index=list(args.index) or None, history=history, draft_layers=args.draft_layers)
+        dec = Decoder(args.model, dtype=args.dtype, hf_kernels=args.hf_kernels,
+                      indexes=list(args.index) or None, history=history, draft_layers=args.draft_layers)
         print(f"{len(prompts)} prompts, methods {methods}, {args.dtype}, backend {dec.verifier.backend}, "
               f"{torch.get_num_threads()} threads", file=sys.stderr)
         tally = audit(dec, prompts, methods, log=lambda s: print(s, file=sys.stderr, flush=True))

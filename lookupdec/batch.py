@@ -68,9 +68,8 @@ def price_batch(plans: "Seq[StepPlan]", curve: "CostCurve | None", past: int | N
         A ``BatchPrice``; its plans keep their node provenance (``kept``) so drafters learn
         from the nodes they proposed.
 
-    Example:
-        >>> # two sequences whose drafts are sure (score 1) under a flat curve: everything is kept
-        >>> # price_batch([plan_a, plan_b], flat_curve).width == 2 + len(a) + len(b)   # doctest: +SKIP
+    Under a flat curve (every width costs the same) every node is kept, so two sequences with
+    trees of ``a`` and ``b`` nodes give ``width == 2 + a + b``.
     """
     plans = list(plans)
     b = len(plans)

@@ -40,21 +40,22 @@ class Decoder:
             default, or an already ``LoadedModel``.
         dtype: "float32" (default), "bfloat16" or "float16".
         device: torch device; None = CUDA when available, else CPU.
-        fast_kernels: CPU float32 only (ignored elsewhere): Llama-family
-            models run the lean forward of ``lookupdec.fast_forward``, others
-            transformers' forward with linear weights prepacked for oneDNN
-            (only for a model loaded here: a model passed in is never
-            changed). Greedy output then equals our ``ar`` with the same
-            kernels; turn off to match transformers' kernels (and its
-            ``generate()``) exactly. With a model loaded here, the fast
-            forward keeps the only copy of its linear weights, so
+        hf_kernels: run transformers' own forward and kernels (CLI ``--hf-kernels``).
+            Default False: on CPU in float32, Llama-family models run the lean
+            forward of ``lookupdec.fast_forward``, others transformers' forward
+            with linear weights prepacked for oneDNN (only for a model loaded
+            here: a model passed in is never changed). Greedy output then equals
+            our ``ar`` with the same kernels; set True to match transformers'
+            kernels (and its ``generate()``) exactly. With a model loaded here,
+            the fast forward keeps the only copy of its linear weights, so
             ``decoder.model``'s own forward is not usable then.
         tree_masks: None = from the model's attention implementation; False
             forces chain verification.
         draft_budget: most tree nodes verified per step.
-        index: corpus datastores for ``rest`` and ``auto``: index directories or
-            opened ``SuffixIndex`` objects (one or a list). Opened and checked
-            against the model's tokenizer here, before any generation.
+        indexes: corpus datastores for ``rest`` and ``auto`` (CLI ``--index``,
+            repeatable): index directories or opened ``SuffixIndex`` objects (one
+            or a list). Opened and checked against the model's tokenizer here,
+            before any generation.
         cost_curve: the verifier's ``CostCurve`` for ``auto``; None = measured
             on first use and cached on disk (``lookupdec.costs``).
         history: a store of earlier outputs (a directory, created if needed, or an
@@ -80,10 +81,10 @@ class Decoder:
         >>> dec.generate("Repeat: a b c d").text                    # doctest: +SKIP
     """
 
-    def __init__(self, model=None, *, dtype: str = "float32", device: str | None = None, fast_kernels: bool = True,
-                 tree_masks: bool | None = None, draft_budget: int = DEFAULT_DRAFT_BUDGET, index=None,
+    def __init__(self, model=None, *, dtype: str = "float32", device: str | None = None, hf_kernels: bool = False,
+                 tree_masks: bool | None = None, draft_budget: int = DEFAULT_DRAFT_BUDGET, indexes=None,
                  cost_curve=None, history=None, history_budget: int | None = None, draft_model=None,
-                 draft_layers: int | None = None) -> None:
+                 draft_layers: int | None = None, **renamed) -> None:
         import torch
 
         from lookupdec.drafters.calibrate import Calibration
@@ -93,7 +94,9 @@ class Decoder:
         if isinstance(draft_budget, bool) or int(draft_budget) != draft_budget or draft_budget < 0:
             raise ValueError(f"draft_budget must be an integer >= 0, got {draft_budget!r}")
         self.draft_budget = int(draft_budget)
-        indexes = _open_indexes(index)  # file errors before the model loads
+        indexes, hf_kernels = _renamed_arguments(renamed, indexes, hf_kernels)
+        fast_kernels = not hf_kernels
+        indexes = _open_indexes(indexes)  # file errors before the model loads
         self.loaded = model if isinstance(model, LoadedModel) else load_model(model, dtype=dtype, device=device)
         from lookupdec.kvcache import unsupported_attention
 
@@ -163,7 +166,7 @@ class Decoder:
                  top_p: float = 1.0, top_k: int = 0, seed: int | None = None, stop: Sequence[str] | str | None = None,
                  references: Sequence[str] | None = None, chat_template: bool = True,
                  on_text: Callable[[str], None] | None = None, drafter=None, remember: bool = True,
-                 grammar=None, prediction: str | None = None) -> GenerationResult:
+                 grammar=None, prediction: str | None = None, do_sample: bool | None = None) -> GenerationResult:
         """Generate a continuation of ``prompt``.
 
         Args:
@@ -171,6 +174,12 @@ class Decoder:
             method: drafting method (``lookupdec.methods.METHODS``: "auto", "pld", "ar", ...).
             max_new_tokens: the most tokens generated (never exceeded).
             temperature, top_p, top_k: sampling settings; temperature 0 = greedy.
+            do_sample: transformers' switch, accepted with its meaning: False decodes
+                greedily whatever ``temperature`` says; True samples, at temperature 1.0
+                (transformers' default) when ``temperature`` is 0. None (default): sample
+                exactly when ``temperature`` > 0. The model's ``generation_config``
+                sampling defaults are not applied: lookupdec decodes greedily unless
+                asked, so an output is ``ar``'s unless sampling was requested.
             seed: seeds the sampling generator (same seed, same output).
             stop: stop string(s): generation ends when the text contains one;
                 the text is cut where it starts.
@@ -200,7 +209,7 @@ class Decoder:
         seq = self.new_sequence(prompt, method=method, max_new_tokens=max_new_tokens, temperature=temperature,
                                 top_p=top_p, top_k=top_k, seed=seed, stop=stop, references=references,
                                 chat_template=chat_template, on_text=on_text, drafter=drafter, grammar=grammar,
-                                prediction=prediction)
+                                prediction=prediction, do_sample=do_sample)
         seq.prefill()
         verifier = self.verifier
         while not seq.done:
@@ -222,7 +231,7 @@ class Decoder:
                      top_p: float = 1.0, top_k: int = 0, seed: int | None = None,
                      stop: Sequence[str] | str | None = None, references: Sequence[str] | None = None,
                      chat_template: bool = True, on_text: Callable[[str], None] | None = None, drafter=None,
-                     grammar=None, prediction: str | None = None) -> DecodeSequence:
+                     grammar=None, prediction: str | None = None, do_sample: bool | None = None) -> DecodeSequence:
         """One request as a ``lookupdec.sequence.Sequence``, checked and ready for ``prefill``.
 
         Args:
@@ -239,6 +248,10 @@ class Decoder:
         from lookupdec.sampling import SamplingParams
 
         torch = self._torch
+        if do_sample is not None:
+            if not isinstance(do_sample, bool):
+                raise TypeError(f"do_sample must be True, False or None, got {do_sample!r}")
+            temperature = (temperature or 1.0) if do_sample else 0.0
         params = SamplingParams(float(temperature), float(top_p), int(top_k))
         if isinstance(max_new_tokens, bool) or int(max_new_tokens) != max_new_tokens or max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
@@ -433,6 +446,30 @@ def _open_history(history, tokenizer, budget: int | None):
     if isinstance(history, HistoryStore):
         return history
     return open_history(history, tokenizer=tokenizer, budget_tokens=budget or DEFAULT_BUDGET_TOKENS)
+
+
+def _renamed_arguments(renamed: dict, indexes, hf_kernels: bool):
+    """``indexes`` and ``hf_kernels`` given under their earlier names (``index=``, ``fast_kernels=``).
+
+    The old names still work, with a ``DeprecationWarning``; any other unknown keyword is a TypeError.
+    """
+    import warnings
+
+    for old, new in (("index", "indexes"), ("fast_kernels", "hf_kernels")):
+        if old not in renamed:
+            continue
+        value = renamed.pop(old)
+        warnings.warn(f"Decoder({old}=...) is renamed {new}=" + (" (the inverse)" if old == "fast_kernels" else ""),
+                      DeprecationWarning, stacklevel=3)
+        if old == "index":
+            if indexes is not None:
+                raise TypeError("give indexes= (index= is its earlier name), not both")
+            indexes = value
+        else:
+            hf_kernels = not value
+    if renamed:
+        raise TypeError(f"Decoder() got an unexpected keyword argument {next(iter(renamed))!r}")
+    return indexes, hf_kernels
 
 
 def _open_indexes(index) -> list:

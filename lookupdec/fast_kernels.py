@@ -70,7 +70,7 @@ def pack_linears(model: nn.Module) -> int:
         211
     """
     if not fast_kernels_available(model):
-        raise ValueError("fast kernels need a float32 model on the CPU; pass fast_kernels=False")
+        raise ValueError("fast kernels need a float32 model on the CPU; pass hf_kernels=True")
     count = 0
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):

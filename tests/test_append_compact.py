@@ -45,10 +45,10 @@ def test_append_then_lookup_finds_the_new_documents_and_old_readers_keep_working
     assert idx.manifest.version == 2 and idx.n_documents == 101 and idx.n_shards == old_reader.n_shards + s.shards
     assert idx.lookup(new_ids[:2], max_n=2, min_n=2).tree.tokens.tolist()[:1] == [new_ids[2]]
     assert lookups(old_reader, [tok.encode(t).ids[:3] for t in a[:5]]) == before  # its files were untouched
-    compact_index(tmp_path / "i", target_shard_tokens=10_000)
-    compact_index(tmp_path / "i", target_shard_tokens=100_000)  # a no-op: nothing left to merge
+    compact_index(tmp_path / "i", shard_tokens=10_000)
+    compact_index(tmp_path / "i", shard_tokens=100_000)  # a no-op: nothing left to merge
     append_to_index([tmp_path / "b.jsonl"], tmp_path / "i", tokenizer=tok, jobs=1, progress=False)
-    compact_index(tmp_path / "i", target_shard_tokens=100_000)  # now the original shard files are unlinked
+    compact_index(tmp_path / "i", shard_tokens=100_000)  # now the original shard files are unlinked
     assert not (tmp_path / "i" / old_reader.manifest.shards[0].tokens.file).exists()
     assert lookups(old_reader, [tok.encode(t).ids[:3] for t in a[:5]]) == before  # its maps stay valid
 
@@ -58,7 +58,7 @@ def test_compact_gives_the_lookups_of_a_fresh_build_with_those_boundaries(built)
     append_to_index([tmp_path / "b.jsonl"], tmp_path / "i", tokenizer=tok, jobs=1, progress=False)
     before = open_index(tmp_path / "i")
     assert before.n_shards > 3
-    m = compact_index(tmp_path / "i", target_shard_tokens=100_000)
+    m = compact_index(tmp_path / "i", shard_tokens=100_000)
     assert len(m.shards) == 1 and m.version == 3
     idx = open_index(tmp_path / "i", verify=True)
     docs = [tok.encode(t).ids for t in a + b + ["unique words home park return"]]

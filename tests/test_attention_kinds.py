@@ -42,7 +42,7 @@ def test_decoding_far_past_the_window_equals_transformers(make, seed):
     assert len(ref) == 60
     lm = LoadedModel(model, char_tokenizer(), make.__name__, (2,), 256)
     for fast in (True, False):
-        dec = Decoder(lm, fast_kernels=fast, cost_curve=FLAT)
+        dec = Decoder(lm, hf_kernels=not fast, cost_curve=FLAT)
         for method in ("ar", "pld", "auto"):
             out = dec.generate(prompt, method=method, max_new_tokens=60)
             assert list(out.token_ids) == ref, (method, fast)

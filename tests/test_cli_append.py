@@ -19,9 +19,9 @@ def test_append_compact_and_info_show_the_manifest_version(tmp_path, tok_path, c
     assert open_index(out).n_documents == 3
     r = run("index-info", out)
     assert "manifest:   version 2 (1 append(s))" in r.output, r.output
-    r = run("compact", out, "--target-shard-tokens", 100)
+    r = run("compact", "--index", out, "--shard-tokens", 100)
     assert r.exit_code == 0 and "3 shards -> 1, manifest version 3" in r.output, r.output
-    assert "version 3" in run("index-info", out, "--verify").output
+    assert "version 3" in run("index-info", "--index", out, "--verify").output
     r = run("compact", out)
     assert r.exit_code == 0 and "nothing to merge" in r.output
 

@@ -50,7 +50,7 @@ def decoders(tmp_path_factory):
         prompt_ids = lm.tokenizer(PROMPT, add_special_tokens=False)["input_ids"]
         build_index_from_tokens([rng.integers(3, 100, 200).tolist() for _ in range(5)] + [prompt_ids],
                                 d / "i", tokenizer=lm.tokenizer)
-        out[(seed, scale)] = Decoder(lm, index=str(d / "i"), history=str(d / "h"), cost_curve=FLAT)
+        out[(seed, scale)] = Decoder(lm, indexes=str(d / "i"), history=str(d / "h"), cost_curve=FLAT)
     return out
 
 
@@ -165,7 +165,7 @@ def test_pruned_plans_hold_only_paths_the_grammar_allows():
 
 def _exact_first_two(lm, prompt_ids, grammar, temperature):
     """The exact law of the first two constrained tokens: masked, renormalised softmax rows from the model."""
-    dec = Decoder(lm, fast_kernels=False)
+    dec = Decoder(lm, hf_kernels=True)
     con = dec.constraint(grammar)
     model = lm.model
     with torch.no_grad():

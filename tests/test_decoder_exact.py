@@ -93,7 +93,7 @@ def _prompt(rng, n):
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_oracle_and_random_trees_match_transformers_greedy(seed):
     lm = tiny_loaded(seed)
-    dec = Decoder(lm, fast_kernels=False, draft_budget=24)
+    dec = Decoder(lm, hf_kernels=True, draft_budget=24)
     rng = np.random.default_rng(seed)
     for plen in (1, 7, 40):
         prompt = _prompt(rng, plen)
@@ -111,7 +111,7 @@ def test_oracle_and_random_trees_match_transformers_greedy(seed):
 @pytest.mark.parametrize("seed", [0, 3])
 def test_context_drafter_matches_transformers_greedy(seed):
     lm = tiny_loaded(seed)
-    dec = Decoder(lm, fast_kernels=False)
+    dec = Decoder(lm, hf_kernels=True)
     rng = np.random.default_rng(100 + seed)
     for plen in (5, 30):
         prompt = _prompt(rng, plen)
@@ -123,7 +123,7 @@ def test_context_drafter_matches_transformers_greedy(seed):
 
 def test_max_new_tokens_reached_mid_acceptance():
     lm = tiny_loaded(0)
-    dec = Decoder(lm, fast_kernels=False)
+    dec = Decoder(lm, hf_kernels=True)
     prompt = [5, 6, 7, 8]
     ref = hf_greedy(lm.model, prompt, 40)
     for limit in (1, 2, 5, 13):
@@ -137,7 +137,7 @@ def test_max_new_tokens_reached_mid_acceptance():
 
 def test_eos_inside_a_draft_stops_there():
     lm = tiny_loaded(0)
-    dec = Decoder(lm, fast_kernels=False)
+    dec = Decoder(lm, hf_kernels=True)
     prompt = [5, 6, 7, 8]
     ref = hf_greedy(lm.model, prompt, 30)
     eos_at = 10
@@ -146,7 +146,7 @@ def test_eos_inside_a_draft_stops_there():
     eos_tok = ref[eos_at]
     first = ref.index(eos_tok)
     lm2 = lm.__class__(lm.model, lm.tokenizer, lm.name, (EOS_ID, eos_tok), lm.max_context)
-    dec = Decoder(lm2, fast_kernels=False)
+    dec = Decoder(lm2, hf_kernels=True)
     out = dec.generate(prompt, max_new_tokens=30, drafter=OracleDrafter(ref, 9, 0, branches=1))
     assert list(out.token_ids) == ref[:first + 1]  # the EOS token is kept, nothing after it
     assert out.stop_reason == "eos"
@@ -154,7 +154,7 @@ def test_eos_inside_a_draft_stops_there():
 
 def test_fast_kernels_tree_decoding_equals_fast_kernels_ar():
     lm = tiny_loaded(4)
-    dec = Decoder(lm, fast_kernels=True)
+    dec = Decoder(lm, hf_kernels=False)
     assert dec.fast_kernels and dec.verifier.backend == "fast"  # a Llama on the CPU: the lean forward
     rng = np.random.default_rng(4)
     for plen in (3, 25):
@@ -169,7 +169,7 @@ def test_fast_kernels_tree_decoding_equals_fast_kernels_ar():
 def test_chain_fallback_for_models_without_tree_masks():
     """Forcing chain verification (what models without 4D-mask attention get) stays exact."""
     lm = tiny_loaded(5)
-    dec = Decoder(lm, fast_kernels=False, tree_masks=False)
+    dec = Decoder(lm, hf_kernels=True, tree_masks=False)
     prompt = [9, 10, 11, 12, 9, 10]
     ref = hf_greedy(lm.model, prompt, 40)
     out = dec.generate(prompt, max_new_tokens=40, drafter=OracleDrafter(ref, 5, 3))
@@ -180,7 +180,7 @@ def test_chain_fallback_for_models_without_tree_masks():
 
 def test_eager_attention_model_verifies_trees_exactly():
     lm = tiny_loaded(6, attn="eager")
-    dec = Decoder(lm, fast_kernels=False)
+    dec = Decoder(lm, hf_kernels=True)
     assert dec.verifier.tree_masks
     prompt = [20, 21, 22, 23]
     ref = hf_greedy(lm.model, prompt, 40)
@@ -204,7 +204,7 @@ def test_unscaled_weights_with_near_ties_still_equal_ar(seed):
     top2 = torch.topk(logits, 2).values
     assert float((top2[:, 0] - top2[:, 1]).min()) < 2e-3
     for fast in (True, False):
-        dec = Decoder(lm, fast_kernels=fast, draft_budget=24)
+        dec = Decoder(lm, hf_kernels=not fast, draft_budget=24)
         ar = dec.generate(prompt, method="ar", max_new_tokens=64)
         if not fast:
             assert list(ar.token_ids) == ref[:len(ar.token_ids)]

@@ -179,7 +179,7 @@ def test_flat_cache_keep_rows_equals_reference():
 @pytest.mark.parametrize("kind", ["llama", "qwen2"])
 def test_tree_decoding_equals_ar_through_the_fast_backend(kind):
     lm = _loaded(MODELS[kind](), kind)
-    dec = Decoder(lm, fast_kernels=True, draft_budget=20)
+    dec = Decoder(lm, hf_kernels=False, draft_budget=20)
     assert dec.verifier.backend == "fast"
     rng = np.random.default_rng(11)
     for plen in (2, 30):
@@ -196,7 +196,7 @@ def test_tree_decoding_equals_ar_through_the_fast_backend(kind):
 def test_fast_ar_equals_transformers_greedy_on_tiny_models():
     for kind in ("llama", "qwen2"):
         lm = _loaded(MODELS[kind](), kind)
-        dec = Decoder(lm, fast_kernels=True)
+        dec = Decoder(lm, hf_kernels=False)
         prompt = [5, 9, 17, 33, 40, 41]
         assert list(dec.generate(prompt, method="ar", max_new_tokens=40).token_ids) == hf_greedy(lm.model, prompt, 40)
 
@@ -215,7 +215,7 @@ def test_unsupported_models_fall_back_to_transformers(tmp_path):
     with pytest.raises(ValueError, match="does not support"):
         FastForward(model)
     lm = _loaded(model, "dynamic-rope")
-    dec = Decoder(lm, fast_kernels=True)
+    dec = Decoder(lm, hf_kernels=False)
     # A caller's model is never changed: transformers' forward, its linears as they are.
     assert dec.verifier.backend == "hf" and not dec.fast_kernels
     prompt = [5, 6, 7, 5, 6]
@@ -224,7 +224,7 @@ def test_unsupported_models_fall_back_to_transformers(tmp_path):
     # Loaded by the Decoder itself: prepacked linears on transformers' forward.
     model.save_pretrained(tmp_path)
     lm.tokenizer.save_pretrained(tmp_path)
-    own = Decoder(str(tmp_path), fast_kernels=True)
+    own = Decoder(str(tmp_path), hf_kernels=False)
     assert own.verifier.backend == "hf" and own.fast_kernels
     assert any(type(m).__name__ == "PackedLinear" for m in own.model.modules())
     own_ar = own.generate(prompt, method="ar", max_new_tokens=30)
@@ -232,7 +232,7 @@ def test_unsupported_models_fall_back_to_transformers(tmp_path):
     # Other dtypes and the explicit flag keep transformers' forward too.
     assert "float32" in fast_forward_unsupported_reason(tiny_model(0).to(torch.bfloat16))
     assert TreeVerifier(tiny_model(0), fast=False).backend == "hf"
-    assert Decoder(_loaded(tiny_model(0), "t"), fast_kernels=False).verifier.backend == "hf"
+    assert Decoder(_loaded(tiny_model(0), "t"), hf_kernels=True).verifier.backend == "hf"
 
 
 def test_mistral_without_sliding_window_is_supported():
@@ -253,7 +253,7 @@ def test_mistral_without_sliding_window_is_supported():
 
 @pytest.mark.slow
 def test_embedded_model_pld_equals_ar_equals_generate(real_loaded):
-    dec = Decoder(real_loaded, fast_kernels=True)
+    dec = Decoder(real_loaded, hf_kernels=False)
     assert dec.verifier.backend == "fast"
     prompts = ["Repeat this sentence three times: the quick brown fox jumps over the lazy dog.",
                "Write a Python function that returns the squares of a list of numbers, then explain it."]

@@ -97,7 +97,7 @@ class _NoWindowAllowed(LookaheadDrafter):
 
 def test_window_is_not_asked_for_under_chain_verification():
     lm = tiny_loaded(5)
-    dec = Decoder(lm, fast_kernels=False, tree_masks=False)
+    dec = Decoder(lm, hf_kernels=True, tree_masks=False)
     prompt = [9, 10, 11, 12, 9, 10]
     ar = dec.generate(prompt, method="ar", max_new_tokens=30)
     out = dec.generate(prompt, max_new_tokens=30, drafter=_NoWindowAllowed(window=3, ngram=3))
@@ -128,7 +128,7 @@ def test_the_window_never_runs_at_draft_budget_zero():
 @pytest.mark.parametrize("scale", [4.0, 1.0])
 def test_lookahead_and_auto_greedy_equal_ar(fast, scale):
     lm = tiny_loaded(6, scale=scale)
-    dec = Decoder(lm, fast_kernels=fast, cost_curve=FLAT)
+    dec = Decoder(lm, hf_kernels=not fast, cost_curve=FLAT)
     rng = np.random.default_rng(6)
     sped = 0
     for plen in (3, 25):
@@ -156,7 +156,7 @@ def test_a_bad_window_is_refused_with_the_drafter_named():
     from lookupdec.drafters.base import ExtraRows
     from lookupdec.errors import DraftError
 
-    dec = Decoder(tiny_loaded(0), fast_kernels=False)
+    dec = Decoder(tiny_loaded(0), hf_kernels=True)
     for bad, msg in (([5, 6], "not ExtraRows"),
                      (ExtraRows(np.array([TINY_VOCAB]), np.array([1]), np.ones((1, 1))), "outside the model")):
         with pytest.raises(DraftError, match=msg):

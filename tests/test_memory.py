@@ -25,7 +25,7 @@ def assert_unchanged(model, before):
 def test_a_callers_llama_model_is_not_changed_by_the_fast_backend():
     lm = tiny_loaded(0)
     before = snapshot(lm.model)
-    dec = Decoder(lm, fast_kernels=True)
+    dec = Decoder(lm, hf_kernels=False)
     assert dec.verifier.backend == "fast"
     dec.generate([5, 6, 7, 5, 6], method="pld", max_new_tokens=20)
     assert_unchanged(lm.model, before)
@@ -40,7 +40,7 @@ def test_a_callers_model_that_runs_transformers_forward_is_not_repacked():
                                              num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                                              max_position_embeddings=256, sliding_window=16, eos_token_id=2)).eval()
     before = snapshot(model)
-    dec = Decoder(LoadedModel(model, char_tokenizer(), "tiny-mistral", (2,), 256), fast_kernels=True)
+    dec = Decoder(LoadedModel(model, char_tokenizer(), "tiny-mistral", (2,), 256), hf_kernels=False)
     assert dec.verifier.backend == "hf" and not dec.fast_kernels
     dec.generate([5, 6, 7], method="pld", max_new_tokens=20)
     assert_unchanged(model, before)

@@ -39,7 +39,7 @@ def _drafter(kind):
 @pytest.mark.parametrize("kind", ["recycle", "lookahead", "auto"])
 def test_token_distributions_match_plain_sampling(kind):
     lm = tiny_loaded(7)
-    dec = Decoder(lm, fast_kernels=True)
+    dec = Decoder(lm, hf_kernels=False)
     params = SamplingParams(1.0, top_k=4, top_p=0.95)
     # [10, 11, 12] and the model's own greedy continuation (tokens 54 and 96 recur, and both are
     # likely next tokens): its n-grams seed the pools, its rows fill the recycle table.

@@ -59,7 +59,7 @@ def test_devices_this_machine_lacks_are_refused_before_loading(tmp_path):
 
 
 def test_prompt_longer_than_context_is_refused():
-    dec = Decoder(tiny_loaded(0), fast_kernels=False)
+    dec = Decoder(tiny_loaded(0), hf_kernels=True)
     with pytest.raises(ContextTooLongError, match=r"250 tokens.*max_new_tokens is 10.*256"):
         dec.generate([5, 6, 7, 8, 9] * 50, method="ar", max_new_tokens=10)
     out = dec.generate([5, 6, 7, 8, 9] * 50, method="ar", max_new_tokens=6)
@@ -67,7 +67,7 @@ def test_prompt_longer_than_context_is_refused():
 
 
 def test_stop_strings_and_streaming():
-    dec = Decoder(tiny_loaded(0), fast_kernels=False)
+    dec = Decoder(tiny_loaded(0), hf_kernels=True)
     full = dec.generate("ab", method="ar", max_new_tokens=40)
     assert len(full.text) > 6
     stop = full.text[4:6]
@@ -88,8 +88,8 @@ def test_embedded_model_greedy_pld_equals_ar_and_transformers(real_loaded):
 
     prompts = ["Repeat exactly: the cat sat on the mat, the cat sat on the mat.",
                "Write a Python function that returns the sum of a list."]
-    plain = Decoder(real_loaded, fast_kernels=False)
-    fast = Decoder(real_loaded, fast_kernels=True)
+    plain = Decoder(real_loaded, hf_kernels=True)
+    fast = Decoder(real_loaded, hf_kernels=False)
     accepted = 0
     for p in prompts:
         ids = plain.encode(p)

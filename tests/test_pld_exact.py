@@ -27,7 +27,7 @@ def _repetitive_prompt(rng, phrase_len: int, repeats: int) -> list[int]:
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
 def test_pld_matches_transformers_greedy_on_tiny_models(seed):
     lm = tiny_loaded(seed)
-    dec = Decoder(lm, fast_kernels=False)  # default kernels: the reference is transformers itself
+    dec = Decoder(lm, hf_kernels=True)  # default kernels: the reference is transformers itself
     rng = np.random.default_rng(seed)
     accepted = 0
     for phrase_len, repeats in ((6, 4), (15, 3), (3, 1)):
@@ -45,7 +45,7 @@ def test_pld_stops_exactly_at_max_new_tokens_and_eos():
     rng = np.random.default_rng(7)
     prompt = _repetitive_prompt(rng, 8, 4)
     ref = hf_greedy(lm.model, prompt, 48)
-    dec = Decoder(lm, fast_kernels=False)
+    dec = Decoder(lm, hf_kernels=True)
     for limit in (1, 3, 17):
         out = dec.generate(prompt, method="pld", max_new_tokens=limit)
         assert list(out.token_ids) == ref[:limit] and out.stop_reason == "length"
@@ -53,13 +53,13 @@ def test_pld_stops_exactly_at_max_new_tokens_and_eos():
     eos_tok = ref[12]
     first = ref.index(eos_tok)
     lm_eos = lm.__class__(lm.model, lm.tokenizer, lm.name, (EOS_ID, eos_tok), lm.max_context)
-    out = Decoder(lm_eos, fast_kernels=False).generate(prompt, method="pld", max_new_tokens=48)
+    out = Decoder(lm_eos, hf_kernels=True).generate(prompt, method="pld", max_new_tokens=48)
     assert list(out.token_ids) == ref[: first + 1] and out.stop_reason == "eos"
 
 
 def test_pld_with_fast_kernels_equals_ar_with_fast_kernels():
     lm = tiny_loaded(2)
-    dec = Decoder(lm, fast_kernels=True)
+    dec = Decoder(lm, hf_kernels=False)
     rng = np.random.default_rng(11)
     for phrase_len, repeats in ((5, 5), (12, 2)):
         prompt = _repetitive_prompt(rng, phrase_len, repeats)
@@ -71,7 +71,7 @@ def test_pld_with_fast_kernels_equals_ar_with_fast_kernels():
 @pytest.mark.slow
 def test_pld_on_the_embedded_model_equals_transformers_greedy(real_loaded):
     """The real model, default kernels: pld, ar and transformers agree token for token."""
-    dec = Decoder(real_loaded, fast_kernels=False)
+    dec = Decoder(real_loaded, hf_kernels=True)
     article = (
         "The city council met on Tuesday to discuss the new bridge. The new bridge will connect "
         "the north bank to the old market. Council members said the new bridge would cost less "

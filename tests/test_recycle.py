@@ -114,7 +114,7 @@ def test_drafter_learns_the_table_from_outcomes_and_drafts_the_root_successors()
 @pytest.mark.parametrize("scale", [4.0, 1.0])
 def test_recycle_greedy_equals_ar(fast, scale):
     lm = tiny_loaded(3, scale=scale)
-    dec = Decoder(lm, fast_kernels=fast, cost_curve=FLAT)
+    dec = Decoder(lm, hf_kernels=not fast, cost_curve=FLAT)
     rng = np.random.default_rng(3)
     prompt = rng.integers(3, TINY_VOCAB, 20).tolist()
     ar = dec.generate(prompt, method="ar", max_new_tokens=60)

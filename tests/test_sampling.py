@@ -166,7 +166,7 @@ def test_end_to_end_token_distributions_match_plain_sampling(backend):
     from the model (2,000 seeded draws), through transformers' forward, the fast forward, and the chain
     fallback; the drafted tree is three deep, so a step can accept two nodes before its bonus token."""
     lm = tiny_loaded(7)
-    dec = Decoder(lm, fast_kernels=backend == "fast", tree_masks=False if backend == "chain" else None)
+    dec = Decoder(lm, hf_kernels=backend != "fast", tree_masks=False if backend == "chain" else None)
     assert dec.verifier.backend == ("fast" if backend == "fast" else "hf")
     params = SamplingParams(1.0, top_k=4, top_p=0.95)
     prompt = [10, 11, 12]
@@ -190,7 +190,7 @@ def test_end_to_end_token_distributions_match_plain_sampling(backend):
 
 def test_same_seed_same_output_and_ar_equals_itself():
     lm = tiny_loaded(8)
-    dec = Decoder(lm, fast_kernels=False)
+    dec = Decoder(lm, hf_kernels=True)
     a = dec.generate([5, 6, 7], method="ar", max_new_tokens=20, temperature=0.8, seed=3)
     b = dec.generate([5, 6, 7], method="ar", max_new_tokens=20, temperature=0.8, seed=3)
     c = dec.generate([5, 6, 7], method="ar", max_new_tokens=20, temperature=0.8, seed=4)

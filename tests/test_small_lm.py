@@ -88,7 +88,7 @@ class _NoQ:
 
 
 def test_a_sampled_draft_without_q_is_refused():
-    dec = Decoder(tiny_loaded(0), fast_kernels=False)
+    dec = Decoder(tiny_loaded(0), hf_kernels=True)
     with pytest.raises(DraftError, match="'noq' proposed a sampled tree without q"):
         dec.generate([5, 6, 7], max_new_tokens=4, temperature=1.0, seed=0, drafter=_NoQ())
 
@@ -99,7 +99,7 @@ def test_draft_and_auto_with_a_draft_model_equal_ar(fast):
     one layer; draft and auto (with the small LM) give ar's tokens, and the small LM's drafts were verified."""
     target = tiny_loaded(0)
     for draft in (dict(draft_model=tiny_loaded(5, layers=1)), dict(draft_layers=1)):
-        dec = Decoder(target, fast_kernels=fast, cost_curve=SLOW_TARGET, **draft)
+        dec = Decoder(target, hf_kernels=not fast, cost_curve=SLOW_TARGET, **draft)
         drafted = 0
         for prompt in ([5, 6, 7], [9, 30, 40, 50, 9, 30, 40, 12]):
             ar = dec.generate(prompt, method="ar", max_new_tokens=40)
@@ -114,7 +114,7 @@ def test_draft_and_auto_with_a_draft_model_equal_ar(fast):
 def test_draft_equal_to_target_accepts_every_chain_token():
     """The draft model is the target: every step accepts its whole chain (draft size minus the top-2 sibling)."""
     target = tiny_loaded(0)
-    dec = Decoder(target, fast_kernels=False, cost_curve=SLOW_TARGET, draft_model=target)
+    dec = Decoder(target, hf_kernels=True, cost_curve=SLOW_TARGET, draft_model=target)
     out = dec.generate([5, 6, 7], method="draft", max_new_tokens=40)
     drafted = [s for s in out.step_stats if s.draft_size]
     assert len(drafted) >= 3
@@ -131,7 +131,7 @@ def test_sampled_small_lm_drafts_follow_the_target(alternates):
     """Chi-square: the first three tokens' marginals with sampled small-LM drafts (a chain, and a top-2 first
     level) equal the exact marginals of the target (1,500 seeded draws, temperature 1, top-k 4, top-p 0.95)."""
     lm = tiny_loaded(7)
-    dec = Decoder(lm, fast_kernels=False, draft_layers=1)
+    dec = Decoder(lm, hf_kernels=True, draft_layers=1)
     params = SamplingParams(1.0, top_k=4, top_p=0.95)
     prompt = [10, 11, 12]
     exact = _exact_marginals(lm, prompt, params, 3)
@@ -160,7 +160,7 @@ def test_a_draft_model_with_another_tokenizer_is_refused(tmp_path):
     other = _other_tokenizer_dir(tmp_path / "other")
     with pytest.raises(TokenizerMismatchError, match=r"draft model .*other.* does not share the tokenizer of "
                                                      r"target model 'tiny-llama-0'.*vocabularies differ"):
-        Decoder(tiny_loaded(0), fast_kernels=False, draft_model=other)
+        Decoder(tiny_loaded(0), hf_kernels=True, draft_model=other)
 
 
 def test_cli_refuses_another_tokenizer_and_a_draft_method_without_model(tmp_path):
@@ -180,7 +180,7 @@ def test_cli_refuses_another_tokenizer_and_a_draft_method_without_model(tmp_path
 
 
 def test_method_draft_needs_a_draft_model():
-    dec = Decoder(tiny_loaded(0), fast_kernels=False)
+    dec = Decoder(tiny_loaded(0), hf_kernels=True)
     with pytest.raises(ValueError, match="method 'draft' needs a draft model"):
         dec.generate([5, 6], method="draft", max_new_tokens=2)
 
@@ -205,9 +205,9 @@ def test_sampled_trees_are_cut_by_shape_only():
     """Over the budget: refused (a cut by score would depend on the drawn tokens). Without tree masks: the path
     of first children (5 -> 6), chosen by shape, with its q rows."""
     with pytest.raises(DraftError, match="sampled tree of 3 nodes for a budget of 2"):
-        Decoder(tiny_loaded(0), fast_kernels=False, draft_budget=2).generate(
+        Decoder(tiny_loaded(0), hf_kernels=True, draft_budget=2).generate(
             [5, 6], max_new_tokens=3, temperature=1.0, seed=0, drafter=_Sampled())
-    dec = Decoder(tiny_loaded(0), fast_kernels=False, tree_masks=False)
+    dec = Decoder(tiny_loaded(0), hf_kernels=True, tree_masks=False)
     tree, kept = dec._checked(_Sampled(), _Sampled().propose(None), budget=8, max_depth=8)
     assert tree.tokens.tolist() == [5, 6] and kept.tolist() == [0, 2] and tree.q.shape == (2, 128)
     tree, kept = dec._checked(_Sampled(), _Sampled().propose(None), budget=8, max_depth=1)

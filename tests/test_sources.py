@@ -48,7 +48,7 @@ def test_rest_drafts_from_a_datastore_and_equals_ar(setup, tmp_path):
     rng = np.random.default_rng(0)
     docs = [rng.integers(3, 100, 200).tolist() for _ in range(20)] + [list(prompt[-5:]) + list(ref.token_ids)]
     build_index_from_tokens(docs, tmp_path / "i", tokenizer=lm.tokenizer)
-    dec = Decoder(lm, index=str(tmp_path / "i"), cost_curve=FLAT)
+    dec = Decoder(lm, indexes=str(tmp_path / "i"), cost_curve=FLAT)
     for method in ("rest", "auto"):
         out = dec.generate(prompt, method=method, max_new_tokens=64)
         assert out.token_ids == ref.token_ids, method
@@ -64,7 +64,7 @@ def test_auto_with_every_source_on_unscaled_weights_equals_ar(seed, tmp_path):
     rng = np.random.default_rng(seed)
     build_index_from_tokens([rng.integers(3, 100, 300).tolist() for _ in range(10)], tmp_path / "i",
                             tokenizer=lm.tokenizer)
-    dec = Decoder(lm, index=str(tmp_path / "i"), cost_curve=FLAT)
+    dec = Decoder(lm, indexes=str(tmp_path / "i"), cost_curve=FLAT)
     for plen in (3, 40):
         prompt = rng.integers(3, 100, plen).tolist()
         ref = dec.generate(prompt, method="ar", max_new_tokens=48)
@@ -132,7 +132,7 @@ def test_reference_errors(setup):
 def test_index_errors_name_the_problem(tmp_path):
     lm = tiny_loaded(0)
     with pytest.raises(IndexFormatError, match="does not exist"):
-        Decoder(lm, index=str(tmp_path / "nope"))
+        Decoder(lm, indexes=str(tmp_path / "nope"))
     # An index built with another tokenizer: two ids swapped.
     other = char_tokenizer()
     vocab = other.get_vocab()
@@ -141,13 +141,13 @@ def test_index_errors_name_the_problem(tmp_path):
     swapped["a"], swapped["b"] = vocab["b"], vocab["a"]
     build_index_from_tokens([[5, 6, 7, 8]], tmp_path / "other", tokenizer=Tokenizer(models.WordLevel(swapped, "<unk>")))
     with pytest.raises(TokenizerMismatchError, match="rebuild the index"):
-        Decoder(lm, index=str(tmp_path / "other"))
+        Decoder(lm, indexes=str(tmp_path / "other"))
     # A damaged index: a truncated array file.
     build_index_from_tokens([[5, 6, 7, 8]], tmp_path / "ok", tokenizer=lm.tokenizer)
     sa = next((tmp_path / "ok").glob("*.sa.*"))
     sa.write_bytes(sa.read_bytes()[:-4])
     with pytest.raises(IndexFormatError, match="bytes"):
-        Decoder(lm, index=str(tmp_path / "ok"))
+        Decoder(lm, indexes=str(tmp_path / "ok"))
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ def test_llma_rest_history_and_auto_equal_ar_on_the_real_model(real_loaded, tmp_
               "def add(a, b):\n    return a + b\n"]
     build_index_from_tokens([tok(t, add_special_tokens=False)["input_ids"] for t in corpus], tmp_path / "i",
                             tokenizer=tok)
-    dec = Decoder(real_loaded, index=str(tmp_path / "i"), history=str(tmp_path / "h"))
+    dec = Decoder(real_loaded, indexes=str(tmp_path / "i"), history=str(tmp_path / "h"))
     prompt = dec.encode("Summarize: " + ARTICLE)
     ref = dec.generate(prompt, method="ar", max_new_tokens=64)  # also remembered in the history
     drafted = {}

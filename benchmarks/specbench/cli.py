@@ -172,7 +172,7 @@ def load_setup(args: argparse.Namespace, names: Sequence[str]) -> Setup:
         import tempfile
 
         history = tempfile.mkdtemp(prefix="spec-bench-history-")
-    decoder = Decoder(args.model, dtype="float32", index=list(args.index) or None, history=history,
+    decoder = Decoder(args.model, dtype="float32", indexes=list(args.index) or None, history=history,
                       draft_model=getattr(args, "draft_model", None), draft_layers=getattr(args, "draft_layers", None))
     peer = load_model(args.model, dtype="float32") if any(n in PEER_METHODS for n in names) else None
     return build_setup(decoder, peer, names, args.temperature, args.seed)

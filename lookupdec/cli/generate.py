@@ -152,6 +152,9 @@ def read_grammar(json_schema, regex, grammar, choices):
 @click.option("--no-chat-template", is_flag=True, help="Use the prompt text as-is.")
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per prompt instead of streaming text.")
+@click.option("--batch", "batch_size", type=click.IntRange(min=1), default=1, show_default=True, metavar="N",
+              help="Decode up to N prompts of --input together, their drafts verified in one forward per step "
+                   "(continuous batching; outputs are printed in input order as they complete, not streamed).")
 @click.option("--json-schema", type=click.Path(dir_okay=False), default=None, metavar="FILE",
               help="Structured output: the output is one JSON value valid against this JSON Schema file.")
 @click.option("--regex", default=None, help="Structured output: the output matches this regular expression.")
@@ -161,7 +164,7 @@ def read_grammar(json_schema, regex, grammar, choices):
               help="Structured output: the output is exactly one of the --choice strings (repeatable).")
 def generate_cmd(model, prompt, prompt_file, input_path, method, references, indexes, history, history_budget,
                  draft_model, draft_layers, max_new_tokens, temperature, top_p, top_k, seed, stop, draft_budget, device, hf_kernels,
-                 no_chat_template, dtype, as_json, json_schema, regex, grammar_file, choices) -> None:
+                 no_chat_template, dtype, as_json, batch_size, json_schema, regex, grammar_file, choices) -> None:
     """Generate text with lossless speculative decoding."""
     requests = read_requests(prompt, prompt_file, input_path)
     grammar = read_grammar(json_schema, regex, grammar_file, choices)
@@ -178,7 +181,7 @@ def generate_cmd(model, prompt, prompt_file, input_path, method, references, ind
             check_history_path(history)  # path problems before the model loads
         elif history_budget is not None:
             raise click.UsageError("--history-budget needs --history DIR")
-        dec = Decoder(model, dtype=dtype, device=device, fast_kernels=not hf_kernels, index=list(indexes) or None,
+        dec = Decoder(model, dtype=dtype, device=device, hf_kernels=hf_kernels, indexes=list(indexes) or None,
                       draft_budget=DEFAULT_DRAFT_BUDGET if draft_budget is None else draft_budget, history=history,
                       history_budget=history_budget, draft_model=draft_model, draft_layers=draft_layers)
         # Every prompt is checked before the first is generated: no partial output for a bad later one.
@@ -196,25 +199,51 @@ def generate_cmd(model, prompt, prompt_file, input_path, method, references, ind
                 click.echo(f"measuring the verify cost curve of this model on this machine once (cached in "
                            f"{path.parent})...", err=True)
             dec.cost_curve()
-        for req in requests:
-            on_text = None if as_json else (lambda s: (sys.stdout.write(s), sys.stdout.flush()))
-            refs = list(shared_refs + req.references) or None
-            res = dec.generate(req.prompt, method=method, max_new_tokens=max_new_tokens, temperature=temperature,
-                               top_p=top_p, top_k=top_k, seed=seed, stop=list(stop) or None, references=refs,
-                               chat_template=not no_chat_template, on_text=on_text, grammar=grammar)
-            if as_json:
-                click.echo(_json_row(res))
-            else:
-                click.echo("")
-                by_src = ", ".join(f"{k} {v}" for k, v in sorted(res.accepted_by_source.items()))
-                click.echo(f"[{res.method}] {res.new_tokens} new tokens, {res.steps} steps, "
-                           f"{res.mean_accepted:.2f} tokens/step, {res.tokens_per_s:.1f} tokens/s "
-                           f"(stop: {res.stop_reason}{'; accepted from ' + by_src if by_src else ''})", err=True)
-                if res.incomplete:
-                    click.echo("warning: the output does not complete the structured-output constraint "
-                               "(max_new_tokens ran out first); raise --max-new-tokens", err=True)
+        settings = dict(method=method, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
+                        top_k=top_k, seed=seed, stop=list(stop) or None, chat_template=not no_chat_template,
+                        grammar=grammar)
+        refs = [list(shared_refs + req.references) or None for req in requests]
+        if batch_size > 1 and len(requests) > 1:
+            printer = InOrder(lambda res: _print_result(res, as_json, streamed=False))
+            dec.generate_batch([req.prompt for req in requests], batch_size=batch_size, references=refs,
+                               on_result=printer, **settings)
+        else:
+            for req, ref in zip(requests, refs):
+                on_text = None if as_json else (lambda s: (sys.stdout.write(s), sys.stdout.flush()))
+                res = dec.generate(req.prompt, references=ref, on_text=on_text, **settings)
+                _print_result(res, as_json, streamed=True)
     except (LookupdecError, ValueError, TypeError, RuntimeError) as exc:
         raise click.ClickException(str(exc))
+
+
+class InOrder:
+    """Calls ``emit`` for results that finish in any order, in input order: each as soon as those before it are out."""
+
+    def __init__(self, emit) -> None:
+        self.emit = emit
+        self.ready: dict[int, object] = {}
+        self.next = 0
+
+    def __call__(self, i: int, result) -> None:
+        self.ready[i] = result
+        while self.next in self.ready:
+            self.emit(self.ready.pop(self.next))
+            self.next += 1
+
+
+def _print_result(res, as_json: bool, streamed: bool) -> None:
+    """One result: its JSON row, or (text mode) its text unless already streamed, then its statistics on stderr."""
+    if as_json:
+        click.echo(_json_row(res))
+        return
+    click.echo("" if streamed else res.text)
+    by_src = ", ".join(f"{k} {v}" for k, v in sorted(res.accepted_by_source.items()))
+    click.echo(f"[{res.method}] {res.new_tokens} new tokens, {res.steps} steps, "
+               f"{res.mean_accepted:.2f} tokens/step, {res.tokens_per_s:.1f} tokens/s "
+               f"(stop: {res.stop_reason}{'; accepted from ' + by_src if by_src else ''})", err=True)
+    if res.incomplete:
+        click.echo("warning: the output does not complete the structured-output constraint "
+                   "(max_new_tokens ran out first); raise --max-new-tokens", err=True)
 
 
 @click.command("cost-curve")
@@ -230,7 +259,7 @@ def cost_curve_cmd(model, device, dtype, hf_kernels, remeasure, as_json) -> None
     from lookupdec.errors import LookupdecError
 
     try:
-        dec = Decoder(model, dtype=dtype, device=device, fast_kernels=not hf_kernels)
+        dec = Decoder(model, dtype=dtype, device=device, hf_kernels=hf_kernels)
         curve = dec.cost_curve(remeasure=remeasure)
     except (LookupdecError, ValueError, TypeError, RuntimeError) as exc:
         raise click.ClickException(str(exc))

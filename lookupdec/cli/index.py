@@ -6,8 +6,8 @@ from lookupdec.errors import LookupdecError
 
 @click.command("build-index")
 @click.argument("corpus", nargs=-1, required=True, type=click.Path(path_type=str))
-@click.option("-o", "--output", "output", required=True, type=click.Path(path_type=str),
-              help="Index directory to create.")
+@click.option("-o", "--output", "--index", "output", required=True, type=click.Path(path_type=str),
+              help="Index directory to create (every command names it --index; -o/--output are the same option).")
 @click.option("--tokenizer", default=None, metavar="NAME_OR_PATH",
               help="tokenizer.json, .gguf file, local model directory, or cached hub id "
                    "[default: the embedded SmolLM2-135M-Instruct tokenizer].")
@@ -54,12 +54,28 @@ def build_index_cmd(corpus, output, tokenizer, text_field, shard_tokens, jobs, m
     click.echo(describe_summary(summary))
 
 
+def _index_dir(positional: str | None, option: str | None) -> str:
+    """The index directory given as INDEX_DIR or as --index (the name every command uses), exactly once."""
+    if positional is not None and option is not None:
+        raise click.UsageError("give the index directory once: INDEX_DIR or --index DIR")
+    if positional is None and option is None:
+        raise click.UsageError("missing the index directory: INDEX_DIR or --index DIR")
+    return positional if positional is not None else option
+
+
+_INDEX_OPTION = click.option("--index", "index_opt", type=click.Path(path_type=str), default=None, metavar="DIR",
+                             help="The index directory (the same as INDEX_DIR).")
+
+
 @click.command("index-info")
-@click.argument("index_dir", type=click.Path(path_type=str))
+@click.argument("index_dir", required=False, type=click.Path(path_type=str))
+@_INDEX_OPTION
 @click.option("--verify", is_flag=True, help="Also check every file's checksum and suffix array (reads the whole index).")
-def index_info_cmd(index_dir, verify) -> None:
-    """Describe the index at INDEX_DIR."""
+def index_info_cmd(index_dir, index_opt, verify) -> None:
+    """Describe the index at INDEX_DIR (or --index DIR)."""
     from lookupdec.index import open_index
+
+    index_dir = _index_dir(index_dir, index_opt)
     from lookupdec.index.info import describe_manifest
 
     try:
@@ -72,17 +88,19 @@ def index_info_cmd(index_dir, verify) -> None:
 
 
 @click.command("compact")
-@click.argument("index_dir", type=click.Path(path_type=str))
-@click.option("--target-shard-tokens", type=click.IntRange(min=2), default=None,
-              help="Largest merged shard [default: the index's shard size].")
-def compact_cmd(index_dir, target_shard_tokens) -> None:
-    """Merge consecutive small shards of INDEX_DIR (a new manifest version; open readers keep working)."""
+@click.argument("index_dir", required=False, type=click.Path(path_type=str))
+@_INDEX_OPTION
+@click.option("--shard-tokens", "--target-shard-tokens", "shard_tokens", type=click.IntRange(min=2), default=None,
+              help="Largest merged shard, as build-index's --shard-tokens [default: the index's shard size].")
+def compact_cmd(index_dir, index_opt, shard_tokens) -> None:
+    """Merge consecutive small shards of INDEX_DIR or --index DIR (a new manifest version; open readers keep working)."""
     from lookupdec.index import compact_index
     from lookupdec.index.manifest import read_manifest
 
+    index_dir = _index_dir(index_dir, index_opt)
     try:
         before = len(read_manifest(index_dir).shards)
-        m = compact_index(index_dir, target_shard_tokens=target_shard_tokens)
+        m = compact_index(index_dir, shard_tokens=shard_tokens)
     except (LookupdecError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
     if len(m.shards) == before:

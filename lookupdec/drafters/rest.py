@@ -30,6 +30,6 @@ class RESTDrafter(IndexDrafter):
     def __init__(self, indexes: Sequence, settings: LookupSettings | None = None, *,
                  calibration: Calibration | None = None) -> None:
         if not indexes:
-            raise ValueError("method 'rest' needs a corpus datastore: Decoder(index=DIR) or --index DIR "
+            raise ValueError("method 'rest' needs a corpus datastore: Decoder(indexes=DIR) or --index DIR "
                              "(build one with `lookupdec build-index`)")
         super().__init__(indexes, "rest", settings or REST_SETTINGS, calibration=calibration)

@@ -132,8 +132,8 @@ def append_to_index(
                         jobs=encoder.jobs)
 
 
-def compact_index(index_dir: str | os.PathLike, *, target_shard_tokens: int | None = None) -> Manifest:
-    """Merge runs of consecutive small shards into shards of at most ``target_shard_tokens`` entries.
+def compact_index(index_dir: str | os.PathLike, *, shard_tokens: int | None = None) -> Manifest:
+    """Merge runs of consecutive small shards into shards of at most ``shard_tokens`` entries.
 
     Consecutive shards are grouped greedily in order while their entries add up
     to at most the target; each group of two or more becomes one shard whose
@@ -142,7 +142,8 @@ def compact_index(index_dir: str | os.PathLike, *, target_shard_tokens: int | No
 
     Args:
         index_dir: an index.
-        target_shard_tokens: largest merged shard (default: the index's shard size).
+        shard_tokens: largest merged shard (default: the index's shard size; the name
+            ``build_index`` gives the same limit).
     Returns:
         The new :class:`Manifest` (the old one, unchanged, when nothing merges).
     Raises:
@@ -154,9 +155,9 @@ def compact_index(index_dir: str | os.PathLike, *, target_shard_tokens: int | No
     """
     path = Path(index_dir).expanduser().absolute()
     old = read_manifest(path)
-    target = target_shard_tokens or int(old.build.get("shard_tokens") or DEFAULT_SHARD_TOKENS)
+    target = shard_tokens or int(old.build.get("shard_tokens") or DEFAULT_SHARD_TOKENS)
     if isinstance(target, bool) or not isinstance(target, int) or target < 2:
-        raise ValueError(f"target_shard_tokens must be an integer >= 2, got {target!r}")
+        raise ValueError(f"shard_tokens must be an integer >= 2, got {target!r}")
     with _writer_lock(path):
         old = read_manifest(path)
         groups = plan_compaction([s.tokens.length for s in old.shards], target)

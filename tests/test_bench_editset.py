@@ -1,0 +1,54 @@
+"""The Predicted Outputs benchmark's editing set and its argument checks (no model)."""
+from __future__ import annotations
+
+import difflib
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+from editset import edit_cases, kept_share  # noqa: E402
+import predicted_outputs  # noqa: E402
+
+
+def _kept_slow(original: str, output: str) -> float:
+    """Oracle: the longest common subsequence of characters, by dynamic programming."""
+    prev = [0] * (len(output) + 1)
+    for a in original:
+        cur = [0]
+        for j, b in enumerate(output):
+            cur.append(prev[j] + 1 if a == b else max(prev[j + 1], cur[j]))
+        prev = cur
+    return prev[-1] / len(original)
+
+
+@pytest.mark.parametrize("a,b", [("abcdef", "abXcdef"), ("def f(x):\n  return x", "def f(y):\n  return y"),
+                                 ("aaaa", "aa"), ("abc", "")])
+def test_kept_share_is_at_most_the_lcs_share_and_exact_on_simple_edits(a, b):
+    fast = kept_share(a, b)
+    assert 0.0 <= fast <= _kept_slow(a, b) + 1e-12  # matching blocks are a common subsequence
+    if len(a) < 10:
+        assert fast == pytest.approx(_kept_slow(a, b))
+
+
+def test_cases_are_fixed_varied_and_each_a_small_edit():
+    cases = edit_cases(12)
+    assert len(cases) == 12
+    assert [c.name for c in cases] == [c.name for c in edit_cases(12)]
+    assert len({c.name.split(":")[1] for c in cases}) == 3  # every edit kind appears
+    for c in cases:
+        assert c.edited != c.source and kept_share(c.source, c.edited) >= 0.8
+        assert c.source in c.messages()[0]["content"] and c.source in c.prediction()
+        changed = [op for op in difflib.SequenceMatcher(None, c.source, c.edited).get_opcodes() if op[0] != "equal"]
+        assert changed  # something to edit, named in the request
+        assert "`" in c.request
+
+
+def test_methods_must_start_with_the_reference():
+    with pytest.raises(SystemExit):
+        predicted_outputs.parse_args(["--methods", "auto,ar"])
+    with pytest.raises(SystemExit):
+        predicted_outputs.parse_args(["--methods", "ar,magic"])
+    assert predicted_outputs.parse_args(["--methods", "ar,auto+prediction"]).methods == ["ar", "auto+prediction"]

@@ -176,7 +176,7 @@ def step_together(verifier, seqs: "Seq[Sequence]", curve: "CostCurve | None", bu
     width = sum(rows)
     before = [(len(s.new), dict(s.by_source)) for s in seqs]
     for s, p, r, w in zip(seqs, plans, results, rows):
-        s.finish(p, r, forward_s * w / width)  # each sequence's share of the shared forward
+        s.finish(p, r, forward_s * w / width, observe=len(seqs) == 1)  # each sequence's share of the forward
     by_source: dict[str, int] = {}
     accepted = new = 0
     for s, (n0, src0) in zip(seqs, before):

@@ -29,7 +29,7 @@ import os
 import platform
 import statistics
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -55,6 +55,8 @@ class CostCurve:
         key: the cache key (model, dtype, device, backend, threads, versions).
         head_ms: median ms of the ``lm_head`` product over as many rows as each
             width (empty: not measured, or a backend that computes every row anyway).
+        measured_for: what ``key`` stands for, readable: model, dtype, backend, threads,
+            torch (``curve_description``; empty in files written before it existed).
 
     Example:
         >>> c = CostCurve((1, 16), (30.0, 45.0), 500, (0.0, 0.0), "cpu", "k")
@@ -69,6 +71,7 @@ class CostCurve:
     device: str
     key: str
     head_ms: tuple[float, ...] = ()
+    measured_for: str = ""
 
     def __post_init__(self) -> None:
         w = list(self.widths)
@@ -138,7 +141,7 @@ class CostCurve:
                 raise ValueError("another format version")
             return cls(tuple(int(w) for w in d["widths"]), tuple(float(m) for m in d["ms"]), int(d["base_past"]),
                        tuple(float(s) for s in d["slope_ms"]), str(d["device"]), str(d["key"]),
-                       tuple(float(h) for h in d.get("head_ms", ())))
+                       tuple(float(h) for h in d.get("head_ms", ())), str(d.get("measured_for", "")))
         except (KeyError, TypeError, json.JSONDecodeError) as exc:
             raise ValueError(f"not a cost curve: {exc}") from None
 
@@ -176,6 +179,27 @@ def curve_key(model, backend: str, threads: int) -> str:
     ident = "|".join([config, str(n_params), str(param.dtype), device_description(param.device), backend,
                       str(threads), torch.__version__, str(FORMAT)])
     return hashlib.sha256(ident.encode()).hexdigest()[:20]
+
+
+def curve_description(verifier, threads: int) -> str:
+    """What a curve measured on ``verifier`` with ``threads`` threads is for, in words (``CostCurve.measured_for``).
+
+    Kept apart from ``curve_key`` (the hash that names the file): this is for the reader.
+    """
+    import torch
+
+    model = verifier.model
+    cfg = model.config.get_text_config(decoder=True) if hasattr(model.config, "get_text_config") else model.config
+    name = getattr(model.config, "_name_or_path", "") or type(model).__name__
+    shape = ", ".join(f"{k} {getattr(cfg, a)}" for k, a in (("layers", "num_hidden_layers"), ("hidden", "hidden_size"),
+                                                               ("vocab", "vocab_size")) if hasattr(cfg, a))
+    n_params = sum(p.numel() for p in model.parameters())
+    weights = getattr(getattr(verifier, "fast", None), "weights", None)
+    parts = [f"model {name} ({shape}, {n_params / 1e6:.1f}M parameters)", f"dtype {verifier.dtype}".replace("torch.", ""),
+             f"backend {verifier.backend}", f"threads {threads}", f"torch {torch.__version__}"]
+    if weights:
+        parts.insert(2, f"weights {weights}")
+    return "; ".join(parts)
 
 
 def measure(verifier, *, widths: Sequence[int] = WIDTHS, past: int = 256, far_past: int = 1024, repeats: int = 5,
@@ -276,7 +300,7 @@ def cached_curve(verifier, threads: int, *, remeasure: bool = False, cache_dir: 
             return CostCurve.from_json(path.read_text())
         except (OSError, ValueError):
             pass
-    curve = measure(verifier, key=key, **measure_kw)
+    curve = replace(measure(verifier, key=key, **measure_kw), measured_for=curve_description(verifier, threads))
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".tmp{os.getpid()}")

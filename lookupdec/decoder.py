@@ -57,7 +57,10 @@ class Decoder:
             or a list). Opened and checked against the model's tokenizer here,
             before any generation.
         cost_curve: the verifier's ``CostCurve`` for ``auto``; None = measured
-            on first use and cached on disk (``lookupdec.costs``).
+            on first use and cached on disk (``lookupdec.costs``). Either way it is
+            the prior of the decoder's ``CostModel`` (``costs()``), which measured
+            steps correct; a cached curve the steps contradict is measured again
+            before the next request (a given one is kept, and only corrected).
         history: a store of earlier outputs (a directory, created if needed, or an
             open ``HistoryStore``): every finished generation is added to it, and
             ``history`` and ``auto`` draft from it.
@@ -131,6 +134,8 @@ class Decoder:
         # Acceptance rates learned from every generation of this decoder (see drafters/calibrate.py).
         self.calibration = Calibration()
         self._cost_curve = cost_curve
+        self._cost_curve_given = cost_curve is not None
+        self._cost_model = None  # lookupdec.pricing.CostModel, made from the curve on first use
         self._torch = torch
         self.draft = None  # the small-LM fallback's DraftModel (decoder state, like the calibration)
         if draft_loaded is not None:
@@ -156,7 +161,35 @@ class Decoder:
             from lookupdec.costs import cached_curve
 
             self._cost_curve = cached_curve(self.verifier, self._torch.get_num_threads(), remeasure=remeasure)
+            if self._cost_model is not None:
+                self._cost_model.reset(self._cost_curve)
         return self._cost_curve
+
+    def costs(self):
+        """The decoder's one cost provider (``lookupdec.pricing.CostModel``): the cost curve, corrected by steps.
+
+        Resolved (the curve loaded or measured) on first call; ``new_sequence`` calls it before
+        a request's first timed step for every method that prices with it. When the steps so far
+        contradict a cached curve (``CostModel.stale``), the curve is measured again here, and
+        the decision is logged (logger ``lookupdec.pricing``).
+        """
+        from lookupdec.pricing import CostModel
+        from lookupdec.pricing import log as pricing_log
+
+        if self._cost_model is None:
+            self._cost_model = CostModel(self.cost_curve())
+        model = self._cost_model
+        if model.stale:
+            if self._cost_curve_given:
+                pricing_log.info("cost curve %s was given to the Decoder: kept as the prior, corrected by the "
+                                 "measured steps, not measured again", model.key)
+                model.stale = False
+                model.min_steps = model.steps + 10 ** 9  # said once
+            else:
+                pricing_log.warning("measuring the cost curve %s again: %d steps disagreed with it by %.0f%%",
+                                    model.key, model.steps, 100 * (np.exp(model.disagreement()) - 1))
+                self.cost_curve(remeasure=True)
+        return model
 
     def encode(self, prompt, chat_template: bool = True) -> list[int]:
         """Token ids of ``prompt`` (see ``lookupdec.models.encode_prompt``)."""
@@ -269,10 +302,14 @@ class Decoder:
             # Datastores and the history belong to the decoder: methods that do not
             # draft from them simply do not get them.
             uses = method_inputs(method)
+            from lookupdec.methods import method_prices
+
+            # The cost provider is resolved now, before the request's first timed step.
+            cost = self.costs() if method_prices(method) else self.costs
             drafter = make_drafter(method, references=ref_ids, prediction=pred_ids,
                                    indexes=self.indexes if "indexes" in uses else None,
                                    history=self.history if "history" in uses else None,
-                                   calibration=self.calibration, cost=self.cost_curve, vocab_size=self.vocab_size,
+                                   calibration=self.calibration, cost=cost, vocab_size=self.vocab_size,
                                    draft_model=self.draft)
             method_name = method
         else:
@@ -354,7 +391,7 @@ class Decoder:
                     raise type(exc)(f"prompt {i}: {exc}") from exc
                 raise
         # Plain decoding drafts nothing, so only other methods need the curve that prices the batch.
-        curve = None if kwargs.get("method", "auto") == "ar" else self.cost_curve()
+        curve = None if kwargs.get("method", "auto") == "ar" else self.costs()
         results: list[GenerationResult | None] = [None] * n
         waiting = list(range(n))
         active: list[int] = []

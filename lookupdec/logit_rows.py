@@ -67,6 +67,10 @@ class LazyLogits:
     def computed(self) -> int:
         return len(self._rows)
 
+    def computed_rows(self) -> list[int]:
+        """Indices of the rows computed so far, ascending."""
+        return sorted(self._rows)
+
     def prefetch(self, rows) -> None:
         """Compute the missing ones of ``rows`` in one product."""
         missing = sorted({int(r) for r in rows} - self._rows.keys())

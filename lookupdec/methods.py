@@ -56,6 +56,16 @@ def method_inputs(method: str) -> set[str]:
     return {k for k in USER_INPUTS if k in params}
 
 
+def method_prices(method: str) -> bool:
+    """Whether the method's drafter sizes its drafts with the cost curve (takes ``cost``).
+
+    Example:
+        >>> method_prices("auto"), method_prices("pld"), method_prices("ar")
+        (True, False, False)
+    """
+    return "cost" in inspect.signature(method_class(method)).parameters
+
+
 def make_drafter(method: str, **context: Any):
     """Instantiate the drafter registered as ``method`` for one request.
 

@@ -122,6 +122,9 @@ class Sequence:
         self.verifier = decoder.verifier
         self.vocab_size = decoder.vocab_size
         self.default_budget = decoder.draft_budget
+        # The decoder's cost provider (lookupdec.pricing.CostModel) learns from this sequence's
+        # steps; None when nothing resolved it (methods that do not price, tests without a decoder).
+        self.costs = getattr(decoder, "_cost_model", None)
         self.eos = set(decoder.loaded.eos_ids)
         self.prompt_ids = list(prompt_ids)
         self.drafter = drafter
@@ -206,13 +209,15 @@ class Sequence:
             t1 = time.perf_counter()
         return StepPlan(root, tree, kept, extra, topk_of(drafter), request, t1 - t0)
 
-    def finish(self, plan: StepPlan, res: "VerifyResult", forward_s: float) -> None:
+    def finish(self, plan: StepPlan, res: "VerifyResult", forward_s: float, observe: bool = True) -> None:
         """Accept a path of the verified tree, keep its cache rows and hand the outcome on.
 
         Args:
             plan: this step's plan.
             res: the verifier's result for this sequence's rows.
             forward_s: the forward's wall time (shared by a batch: the caller decides the share).
+            observe: feed the step's timing to the decoder's cost model (False for a share
+                of a batched forward, whose width is not this sequence's).
         """
         import torch
 
@@ -235,6 +240,12 @@ class Sequence:
             else:
                 acc = sample_accept(res.tree, lambda r: masked_probs(res.row(r), params, allowed(r)), self.generator)
             lazy_s = res.rows.compute_s - lazy_s
+            # Deferred top-k (Token Recycling): over the rows the walk computed, no lm_head row
+            # more; its time is the drafter's.
+            t_topk = time.perf_counter()
+            row_tokens, topk_ids, topk_probs = res.topk_of() if plan.topk else (
+                np.zeros(0, np.int64), np.zeros((0, 0), np.int64), np.zeros((0, 0), np.float32))
+            topk_s = time.perf_counter() - t_topk
             self.verifier.commit(self.cache, self.past, acc.nodes)
             self.past += 1 + acc.accepted
             # Node ids of the verified tree -> ids in the drafter's own proposal.
@@ -247,10 +258,13 @@ class Sequence:
             # Forced tokens the grammar added (origin -1) are not the drafter's nodes.
             mine = tuple(int(origin[i]) for i in acc.nodes if origin[i] >= 0)
             outcome = StepOutcome(mine, acc.tokens, res.tree, origin,
-                                  res.row_tokens, res.topk_ids, res.topk_probs, res.extra_argmax)
+                                  row_tokens, topk_ids, topk_probs, res.extra_argmax)
             t1 = time.perf_counter()
-            self._absorb(outcome, len(res.tree), plan.draft_s * 1e3, (forward_s + lazy_s) * 1e3,
-                         (t1 - t0 - lazy_s) * 1e3)
+            past = self.past - 1 - acc.accepted
+            self._absorb(outcome, len(res.tree), (plan.draft_s + topk_s) * 1e3, (forward_s + lazy_s) * 1e3,
+                         (t1 - t0 - lazy_s - topk_s) * 1e3)
+            if observe and self.costs is not None:
+                self._observe(plan, res, past)
 
     def result(self) -> GenerationResult:
         """The generation's result (call once ``done``)."""
@@ -276,6 +290,17 @@ class Sequence:
         )
 
     # -- internals -------------------------------------------------------------------------------
+
+    def _observe(self, plan: StepPlan, res: "VerifyResult", past: int) -> None:
+        """Hand the step just recorded to the decoder's cost model (``lookupdec.pricing``)."""
+        from lookupdec.pricing import StepTiming
+
+        st = self.stats[-1]
+        m = 0 if plan.extra is None else len(plan.extra)
+        lazy = res.rows.compute_s > 0  # the fast backend: lm_head timed apart, extra rows in its first product
+        self.costs.observe(StepTiming(self.verifier.width(len(res.tree) + m), past, st.verify_ms,
+                                      res.rows.computed + m if lazy else 0, res.rows.compute_s * 1e3,
+                                      st.draft_ms, st.other_ms))
 
     def _choose(self, logits) -> int:
         allowed = None if self.constraint is None else self.constraint.mask()

@@ -21,10 +21,12 @@ node, and no tree node sees it: tree rows' logits are the same with or
 without extra rows (up to the float rounding of the wider products), and
 the commit keeps only the root's and accepted nodes' rows, never extra ones.
 
-On request (``topk > 0``) the verifier also returns the top-k ids and
-probabilities (softmax of the raw logits) of every tree row, computed on the
-model's device from one product over all rows, and the argmax of each extra
-row.
+On request (``topk > 0``) the result gives the top-k ids and probabilities
+(softmax of the raw logits) of verified rows, deferred (``VerifyResult.topk_of``):
+after the acceptance walk, over the rows it computed, so Token Recycling's
+top-k adds no ``lm_head`` row (on the embedded model, ``lm_head`` over 32 rows
+cost ~10 ms against ~4 ms over the ~7 a walk needs). The argmax of each extra
+row comes with the forward.
 
 Tree masks need an attention implementation that takes a custom 4D mask:
 ``sdpa`` and ``eager`` do (transformers passes a 4D mask through unchanged);
@@ -180,9 +182,12 @@ class VerifyResult:
         tree: the tree actually verified (the longest path under chain verification).
         kept: for each node of ``tree``, its index in the tree passed to ``forward``
             (None: the same tree, nothing cut).
-        row_tokens: int64 ``(1 + n,)`` the input token of each row (empty unless top-k was asked).
-        topk_ids, topk_probs: ``(1 + n, k)`` each row's top-k ids and probabilities (empty unless asked).
+        row_tokens, topk_ids, topk_probs: left empty by ``forward``: the top-k asked for is
+            deferred (``topk_of``), so it costs no ``lm_head`` row beyond those the acceptance
+            walk computes.
         extra_argmax: int64 ``(m,)`` argmax of each extra row (empty without extra rows).
+        topk: top-k per row the caller asked for (0: none): ``topk_of`` gives it.
+        root: the root token (row 0's input).
     """
 
     rows: LazyLogits
@@ -192,6 +197,35 @@ class VerifyResult:
     topk_ids: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int64))
     topk_probs: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.float32))
     extra_argmax: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    topk: int = 0
+    root: int = -1
+
+    def topk_of(self, rows=None, k: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Deferred top-k: the input token, top-k ids and probabilities of ``rows``.
+
+        Args:
+            rows: row indices (0 = root, ``1 + i`` = node ``i``); None: the rows computed so
+                far (after an acceptance walk: the rows it visited, no ``lm_head`` row more).
+            k: how many per row (default: the ``topk`` asked for in the forward).
+        Returns:
+            ``(row_tokens (R,), ids (R, k), probs (R, k))``, rows ascending; empty when k is 0.
+        Example:
+            >>> res = VerifyResult(LazyLogits.of(torch.tensor([[0.0, 2.0, 1.0]])), DraftTree.empty(), topk=1, root=7)
+            >>> [a.tolist() for a in res.topk_of()[:2]]
+            [[7], [[1]]]
+        """
+        k = self.topk if k is None else int(k)
+        if k <= 0:
+            return np.zeros(0, np.int64), np.zeros((0, 0), np.int64), np.zeros((0, 0), np.float32)
+        if rows is None:
+            rows = self.rows.computed_rows()
+        rows = sorted(int(r) for r in rows)
+        self.rows.prefetch(rows)
+        logits = torch.stack([self.rows.row(r) for r in rows]) if rows else torch.zeros((0, 1))
+        ids, probs = topk_rows(logits, k)
+        tokens = np.concatenate([[int(self.root)], self.tree.tokens]).astype(np.int64)[rows] if rows else \
+            np.zeros(0, np.int64)
+        return tokens, ids, probs
 
     @property
     def logits(self) -> torch.Tensor:
@@ -301,7 +335,7 @@ class TreeVerifier:
             tree: the draft (rows ``1 .. n``).
             extra: rows after the tree's, never seen by tree rows and never
                 committed; their argmax come back in ``extra_argmax``.
-            topk: when > 0, the top-k ids and probabilities of every tree row.
+            topk: when > 0, the top-k asked for, given by ``VerifyResult.topk_of`` (deferred).
         Raises:
             ValueError: extra rows under chain verification (they need a custom mask).
         """
@@ -340,12 +374,8 @@ class TreeVerifier:
 
     def _result(self, rows: LazyLogits, tree: DraftTree, root: int, extra_logits: torch.Tensor | None,
                 topk: int) -> VerifyResult:
-        """A VerifyResult with the top-k of every tree row and the extra rows' argmax, as asked."""
-        res = VerifyResult(rows, tree)
-        if topk > 0:
-            ids, probs = topk_rows(rows.full(), topk)
-            row_tokens = np.concatenate([[int(root)], tree.tokens]).astype(np.int64)
-            res = replace(res, row_tokens=row_tokens, topk_ids=ids, topk_probs=probs)
+        """A VerifyResult with the extra rows' argmax; the top-k asked for is deferred (``topk_of``)."""
+        res = VerifyResult(rows, tree, topk=max(int(topk), 0), root=int(root))
         if extra_logits is not None:
             res = replace(res, extra_argmax=extra_logits.argmax(-1).cpu().numpy().astype(np.int64))
         return res
@@ -365,10 +395,11 @@ class TreeVerifier:
         hidden = self.fast.forward(cache, ids, pos, bias, "hidden")
         fast = self.fast
         rows = LazyLogits(1 + n, tree, lambda idx: fast.logits(hidden.index_select(0, idx)))
-        # One lm_head product for the rows needed now: every tree row when top-k is
-        # asked, else the root and the most likely path (the rows a walk that stays on
-        # that path needs; other rows only if the walk leaves it); plus the extra rows.
-        want = list(range(1 + n)) if topk > 0 else [0] + [1 + i for i in main_path(tree)]
+        # One lm_head product for the rows needed now: the root and the most likely path
+        # (the rows a walk that stays on that path needs; other rows only if the walk leaves
+        # it), plus the extra rows. A top-k asked for is taken later from the rows the walk
+        # computed (``VerifyResult.topk_of``): it costs no row more.
+        want = [0] + [1 + i for i in main_path(tree)]
         t = time.perf_counter()
         out = fast.logits(hidden.index_select(0, torch.tensor(want + list(range(1 + n, 1 + n + m)))))
         rows.compute_s += time.perf_counter() - t
@@ -432,7 +463,7 @@ class TreeVerifier:
         wants, picks = [], []
         for (it, tree, _, extra), hidden in zip(prepared, hiddens):
             n, m = len(tree), 0 if extra is None else len(extra)
-            want = [0] if n == 0 else (list(range(1 + n)) if it.topk > 0 else [0] + [1 + i for i in main_path(tree)])
+            want = [0] if n == 0 else [0] + [1 + i for i in main_path(tree)]
             wants.append(want)
             picks.append(hidden.index_select(0, torch.tensor(want + list(range(1 + n, 1 + n + m)))))
         t = time.perf_counter()

@@ -81,11 +81,12 @@ def test_verifier_tree_rows_unchanged_extra_argmax_and_topk(fast):
         a, b = got[False], got[True]
         torch.testing.assert_close(b.logits, a.logits, atol=1e-5, rtol=1e-5)  # tree rows unchanged
         full = b.logits
+        row_tokens, topk_ids, topk_probs = b.topk_of(range(1 + n))
         _, ids = torch.topk(full, 5, dim=-1)
-        assert b.topk_ids.tolist() == ids.tolist()
-        np.testing.assert_allclose(b.topk_probs, torch.topk(torch.softmax(full, -1), 5).values.numpy(), rtol=1e-5,
+        assert topk_ids.tolist() == ids.tolist()
+        np.testing.assert_allclose(topk_probs, torch.topk(torch.softmax(full, -1), 5).values.numpy(), rtol=1e-5,
                                    atol=1e-7)
-        assert b.row_tokens.tolist() == [4] + tree.tokens.tolist()
+        assert row_tokens.tolist() == [4] + tree.tokens.tolist()
         assert len(a.extra_argmax) == 0 and len(b.extra_argmax) == m
         for i in range(m):  # scaled weights: argmax are decisive, so equal to the causal run's
             ref = _causal_last(model, prompt + [4] + _chain_of(extra, i))
@@ -117,8 +118,9 @@ def test_chain_verification_refuses_extra_rows_and_keeps_topk():
         v.forward(cache, 3, 8, DraftTree.chain([9]), extra=ExtraRows(np.array([5]), np.array([1]), np.ones((1, 1))))
     tree = DraftTree.from_sequences([[9, 10], [11]])
     res = v.forward(cache, 3, 8, tree, topk=3)
-    assert res.kept.tolist() == [0, 1] and res.topk_ids.shape == (3, 3)  # the longest path's rows only
-    assert res.row_tokens.tolist() == [8, 9, 10]
+    row_tokens, topk_ids, _ = res.topk_of(range(1 + len(res.tree)))
+    assert res.kept.tolist() == [0, 1] and topk_ids.shape == (3, 3)  # the longest path's rows only
+    assert row_tokens.tolist() == [8, 9, 10]
 
 
 def test_extra_rows_are_validated():

@@ -191,14 +191,16 @@ def generate_cmd(model, prompt, prompt_file, input_path, method, references, ind
             except (LookupdecError, ValueError, TypeError) as exc:
                 where = f"prompt {i + 1}: " if len(requests) > 1 else ""
                 raise click.ClickException(f"{where}{exc}")
-        if method not in ("ar", "pld"):  # every other method sizes its drafts by the curve: measure it before timing
+        from lookupdec.methods import method_prices
+
+        if method_prices(method):  # methods that size drafts by the curve: measure it before timing
             from lookupdec.costs import curve_path
 
             path = curve_path(dec.verifier, torch_threads())
             if not path.exists():
                 click.echo(f"measuring the verify cost curve of this model on this machine once (cached in "
                            f"{path.parent})...", err=True)
-            dec.cost_curve()
+            dec.costs()
         settings = dict(method=method, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
                         top_k=top_k, seed=seed, stop=list(stop) or None, chat_template=not no_chat_template,
                         grammar=grammar)

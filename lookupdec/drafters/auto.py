@@ -160,6 +160,8 @@ class AutoDrafter:
         self._cost = cost
         self._table: np.ndarray | None = None
         self._table_past = -1
+        self._table_version = -1
+        self._extra_cache: dict[int, np.ndarray] = {}
         self.margin = float(margin)
         self._past = 0
         self._last: tuple[list[DraftTree], tuple[np.ndarray, ...], np.ndarray] | None = None
@@ -223,30 +225,37 @@ class AutoDrafter:
 
         Every row costs what its place in the forward costs, whatever its mask, so a
         tree of ``k`` nodes beside ``m`` window rows is priced ``c(1 + k + m)``, plus the
-        ``lm_head`` rows beyond those the curve was measured with: every tree row's when a
-        source asks for top-k, and the window's (``CostCurve.logits_extra_ms``).
+        window rows' ``lm_head`` (``logits_extra_ms``). A source's top-k costs no row: it
+        is taken from the rows the acceptance walk computes (deferred top-k, verify.py).
+        The table follows the cost model (``lookupdec.pricing.CostModel``) as measured
+        steps refit it.
         """
-        # Re-tabulate when the cache has grown by 64 rows: the past moves the curve slowly.
+        curve = self.cost
+        version = getattr(curve, "version", 0)
+        # Re-tabulate when the cache has grown by 64 rows (the past moves the curve slowly)
+        # or the cost model was refitted.
         need = budget + 2 + extra
-        if self._table is None or len(self._table) < need or abs(self._past - self._table_past) >= 64:
-            curve = self.cost
+        if (self._table is None or len(self._table) < need or abs(self._past - self._table_past) >= 64
+                or version != self._table_version):
             top = max(budget + 1 + extra, 2)
             if curve is None:
                 self._table = np.concatenate([[np.inf], np.ones(top)])
             else:
                 self._table = curve.table(self._past, top)
             self._table_past = self._past
-        topk = self.topk
-        curve = self.cost
-        if not extra and not (topk and curve is not None and curve.head_ms):
+            self._table_version = getattr(curve, "version", 0)  # table() may have refitted it
+            self._extra_cache = {}
+        if not extra:
             return self._table
-        out = np.concatenate([[np.inf], self._table[1 + extra:]])
-        if curve is not None and curve.head_ms:
-            from lookupdec.costs import MEASURED_LOGIT_ROWS
+        out = self._extra_cache.get(extra)
+        if out is None:
+            out = np.concatenate([[np.inf], self._table[1 + extra:]])
+            if curve is not None and curve.head_ms:
+                from lookupdec.costs import MEASURED_LOGIT_ROWS
 
-            for w in range(1, len(out)):
-                rows = (w if topk else min(w, MEASURED_LOGIT_ROWS)) + extra
-                out[w] += curve.logits_extra_ms(w + extra, rows)
+                for w in range(1, len(out)):
+                    out[w] += curve.logits_extra_ms(w + extra, min(w, MEASURED_LOGIT_ROWS) + extra)
+            self._extra_cache[extra] = out
         return out
 
     def propose(self, request: DraftRequest) -> DraftTree:

@@ -1,0 +1,178 @@
+"""The cost model: the cost curve as a prior, corrected by measured steps (lookupdec/pricing.py)."""
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+from lookupdec import costs
+from lookupdec.costs import CostCurve
+from lookupdec.pricing import CostModel, StepTiming, isotonic, scaled_curve
+from tests.conftest import tiny_loaded
+
+# The curve `make demo` cached on the AVX2 EPYC (issue 17): c(4) < c(1), no head timings.
+AVX2 = CostCurve((1, 2, 4, 8, 16, 32, 64), (67.6, 73.3, 60.1, 82.8, 87.5, 122.4, 226.3), 257,
+                 (0.0,) * 7, "cpu: AMD EPYC, AVX2", "avx2")
+
+
+def _isotonic_oracle(v, w):
+    """Weighted isotonic regression by its min-max formula: f_i = max_{j<=i} min_{k>=i} mean(v[j..k])."""
+    n = len(v)
+    out = []
+    for i in range(n):
+        best = -np.inf
+        for j in range(i + 1):
+            low = min(np.average(v[j:k + 1], weights=w[j:k + 1]) for k in range(i, n))
+            best = max(best, low)
+        out.append(best)
+    return np.array(out)
+
+
+def test_isotonic_matches_the_min_max_oracle_on_random_inputs_and_edge_shapes():
+    rng = np.random.default_rng(0)
+    assert isotonic([]).tolist() == []
+    assert isotonic([3.0]).tolist() == [3.0]
+    assert isotonic([2.0, 2.0, 2.0]).tolist() == [2.0, 2.0, 2.0]
+    assert isotonic([3.0, 2.0, 1.0]).tolist() == [2.0, 2.0, 2.0]
+    for _ in range(200):
+        n = int(rng.integers(1, 9))
+        v = rng.normal(size=n).round(1)  # rounded: ties between neighbours happen
+        w = rng.uniform(0.1, 3.0, size=n)
+        got = isotonic(v, w)
+        assert np.all(np.diff(got) >= -1e-12)
+        np.testing.assert_allclose(got, _isotonic_oracle(v, w), atol=1e-9)
+
+
+def test_a_noisy_prior_is_made_monotone_before_any_step():
+    model = CostModel(AVX2)
+    t = model.table(past=257, max_width=64)
+    assert np.all(np.diff(t[1:]) >= 0), "a wider forward must never be priced cheaper"
+    assert t[4] < AVX2.ms_at(1) + 1e-9 < t[64]  # c(1), c(2), c(4) pooled to their mean, not c(1) kept
+    assert np.all(np.diff(np.array(model.curve().ms)) >= 0)
+
+
+def test_online_fit_converges_to_a_synthetic_cost():
+    """Steps measured under a cost 1.6x steeper than the prior (plus noise) move the model to it."""
+    prior = CostCurve((1, 4, 8, 16, 32, 64), (30.0, 31.0, 34.0, 40.0, 60.0, 110.0), 256, (0.01,) * 6, "cpu", "p",
+                      head_ms=(1.0, 2.0, 3.5, 6.0, 11.0, 21.0))
+    true_body = scaled_curve(replace_head(prior), 1.6)
+    rng = np.random.default_rng(1)
+    model = CostModel(prior, min_steps=10 ** 9)
+    for _ in range(600):
+        w = int(rng.integers(1, 40))
+        past = int(rng.integers(100, 600))
+        rows = min(w, 7)
+        head = 1.3 * float(np.interp(rows, prior.widths, prior.head_ms))  # lm_head 1.3x the prior's
+        body = true_body.ms_at(w, past) * float(rng.lognormal(0.0, 0.05))
+        model.observe(StepTiming(w, past, body + head, rows, head, draft_ms=0.4, host_ms=0.8))
+    for w in (1, 4, 8, 16, 32):
+        assert model.body_ms(w, 256) == pytest.approx(true_body.ms_at(w, 256), rel=0.08), w
+    assert model.head_rows_ms(7) == pytest.approx(1.3 * float(np.interp(7, prior.widths, prior.head_ms)), rel=0.05)
+    assert model.host_ms == pytest.approx(0.8) and model.draft_ms == pytest.approx(0.4)
+    # An untouched model prices as its prior does (a uniform curve has no monotone fix to make):
+    # exactly at the measured widths, within the interpolation of body and lm_head apart between them.
+    fresh = CostModel(prior)
+    for w in (1, 4, 16, 32):
+        assert fresh.ms_at(w, 300) == pytest.approx(prior.ms_at(w, 300))
+    for w in (5, 12, 40):
+        assert fresh.ms_at(w, 300) == pytest.approx(prior.ms_at(w, 300), rel=0.01)
+        assert fresh.logits_extra_ms(w, w + 4) == pytest.approx(prior.logits_extra_ms(w, w + 4), rel=0.02)
+
+
+def replace_head(curve: CostCurve) -> CostCurve:
+    """The curve's body alone (its time less the lm_head rows it included), without head timings."""
+    from dataclasses import replace
+
+    head = [float(np.interp(min(w, 7), curve.widths, curve.head_ms)) for w in curve.widths]
+    return replace(curve, ms=tuple(m - h for m, h in zip(curve.ms, head)), head_ms=())
+
+
+def test_a_curve_that_agrees_stays_and_one_off_by_2x_is_flagged_and_logged(caplog):
+    good = CostModel(AVX2, min_steps=20)
+    truth = CostModel(AVX2)  # the monotone version of the same curve is what steps measure
+    for i in range(60):
+        w = (1, 8, 16, 32)[i % 4]
+        good.observe(StepTiming(w, 257, truth.ms_at(w, 257)))
+    assert good.table(257, 8) is not None and not good.stale
+    off = CostModel(scaled_curve(AVX2, 2.0, "all"), min_steps=20)
+    with caplog.at_level(logging.WARNING, logger="lookupdec.pricing"):
+        for i in range(60):
+            w = (1, 8, 16, 32)[i % 4]
+            off.observe(StepTiming(w, 257, truth.ms_at(w, 257)))
+        off.table(257, 8)
+    assert off.stale
+    assert any("disagrees" in r.getMessage() for r in caplog.records)
+
+
+def test_scaled_curve_steepens_or_scales_and_refuses_nonsense():
+    s = scaled_curve(AVX2, 2.0)
+    assert s.ms[0] == AVX2.ms[0] and s.ms[-1] == pytest.approx(AVX2.ms[0] + 2 * (AVX2.ms[-1] - AVX2.ms[0]))
+    assert scaled_curve(AVX2, 0.5, "all").ms == tuple(m / 2 for m in AVX2.ms)
+    for bad in (dict(factor=0.0), dict(factor=-1.0), dict(factor=2.0, how="sideways")):
+        with pytest.raises(ValueError):
+            scaled_curve(AVX2, **bad)
+
+
+def _decoder(tmp_path, monkeypatch, **kw):
+    from lookupdec.decoder import Decoder
+
+    monkeypatch.setenv("LOOKUPDEC_CACHE", str(tmp_path / "cache"))
+    return Decoder(tiny_loaded(0), **kw)
+
+
+def test_the_decoder_resolves_its_cost_provider_before_the_first_step_and_steps_feed_it(tmp_path, monkeypatch):
+    calls = []
+    real = costs.measure
+
+    def counting(*a, **k):
+        calls.append(1)
+        return real(*a, **{**k, "widths": (1, 2, 4, 8), "repeats": 1, "warmup": 0})
+
+    monkeypatch.setattr(costs, "measure", counting)
+    dec = _decoder(tmp_path, monkeypatch)
+    seq = dec.new_sequence("ab ab ab", method="pld", max_new_tokens=8)
+    assert dec._cost_model is None and not calls  # pld does not price: nothing measured
+    seq = dec.new_sequence("ab ab ab", method="auto", max_new_tokens=12)
+    assert dec._cost_model is not None and len(calls) == 1  # measured before prefill (the first timed work)
+    assert seq.costs is dec._cost_model
+    assert "model" in dec.cost_curve().measured_for and "threads" in dec.cost_curve().measured_for
+    seq.prefill()
+    while not seq.done:
+        plan = seq.plan()
+        res = dec.verifier.forward(seq.cache, seq.past, plan.root, plan.tree, extra=plan.extra, topk=plan.topk)
+        seq.finish(plan, res, 0.001)
+    assert dec._cost_model.steps == len(seq.result().step_stats) - 1  # every step but the prefill
+    assert len(calls) == 1
+
+
+def test_a_stale_cached_curve_is_measured_again_between_requests_and_a_given_one_is_kept(tmp_path, monkeypatch,
+                                                                                        caplog):
+    calls = []
+    real = costs.measure
+
+    def counting(*a, **k):
+        calls.append(1)
+        return real(*a, **{**k, "widths": (1, 2, 4, 8), "repeats": 1, "warmup": 0})
+
+    monkeypatch.setattr(costs, "measure", counting)
+    dec = _decoder(tmp_path, monkeypatch)
+    model = dec.costs()
+    assert len(calls) == 1
+    for _ in range(40):  # steps 50x slower than the curve says
+        model.observe(StepTiming(1, 20, 50 * model.ms_at(1, 20)))
+    model.table(20, 4)
+    assert model.stale
+    with caplog.at_level(logging.WARNING, logger="lookupdec.pricing"):
+        dec.new_sequence("ab ab", method="auto", max_new_tokens=4)
+    assert len(calls) == 2 and not model.stale and model.steps == 0  # re-measured, fit restarted
+    assert any("measuring the cost curve" in r.getMessage() for r in caplog.records)
+
+    given = _decoder(tmp_path, monkeypatch, cost_curve=AVX2)
+    m2 = given.costs()
+    for _ in range(40):
+        m2.observe(StepTiming(8, 257, 10 * AVX2.ms_at(8)))
+    m2.table(257, 4)
+    given.new_sequence("ab ab", method="auto", max_new_tokens=4)
+    assert len(calls) == 2 and given.cost_curve() is AVX2  # kept, only corrected
+    assert m2.ms_at(8, 257) > 3 * AVX2.ms_at(8)

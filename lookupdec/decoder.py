@@ -136,6 +136,8 @@ class Decoder:
         self._cost_curve = cost_curve
         self._cost_curve_given = cost_curve is not None
         self._cost_model = None  # lookupdec.pricing.CostModel, made from the curve on first use
+        # auto's source accounts (drafters/ledger.py), per method and temperature band, kept across requests.
+        self._ledgers: dict[tuple[str, int], object] = {}
         self._torch = torch
         self.draft = None  # the small-LM fallback's DraftModel (decoder state, like the calibration)
         if draft_loaded is not None:
@@ -190,6 +192,17 @@ class Decoder:
                                     model.key, model.steps, 100 * (np.exp(model.disagreement()) - 1))
                 self.cost_curve(remeasure=True)
         return model
+
+    def _ledger(self, method: str, temperature: float):
+        """The decoder's ``SourceLedger`` for ``method`` at ``temperature``'s band (created on first use)."""
+        from lookupdec.drafters.calibrate import temperature_band
+        from lookupdec.drafters.ledger import SourceLedger
+
+        key = (method, temperature_band(temperature))
+        led = self._ledgers.get(key)
+        if led is None:
+            led = self._ledgers[key] = SourceLedger()
+        return led
 
     def encode(self, prompt, chat_template: bool = True) -> list[int]:
         """Token ids of ``prompt`` (see ``lookupdec.models.encode_prompt``)."""
@@ -309,7 +322,8 @@ class Decoder:
             drafter = make_drafter(method, references=ref_ids, prediction=pred_ids,
                                    indexes=self.indexes if "indexes" in uses else None,
                                    history=self.history if "history" in uses else None,
-                                   calibration=self.calibration, cost=cost, vocab_size=self.vocab_size,
+                                   calibration=self.calibration.band(params.temperature), cost=cost,
+                                   vocab_size=self.vocab_size, ledger=self._ledger(method, params.temperature),
                                    draft_model=self.draft)
             method_name = method
         else:

@@ -22,8 +22,9 @@ A ``CostModel`` answers what a ``CostCurve`` answers (``ms_at``, ``table``,
 it unchanged. When the fitted knots disagree with the prior by more than
 ``margin`` (mean absolute log ratio over the knots steps have reached, after
 ``min_steps`` steps) the model says so (``stale``) and logs it; the Decoder
-then measures the curve again before the next request (never inside one) and
-logs that decision too.
+then refreshes it before the next request (never inside one: by default the
+steps' fit becomes the new prior; ``Decoder(cost_refresh="measure")`` measures
+the curve again) and logs that decision too.
 """
 from __future__ import annotations
 
@@ -114,6 +115,15 @@ def scaled_curve(curve: CostCurve, factor: float, how: str = "slope") -> CostCur
     return replace(curve, ms=ms, slope_ms=slope, head_ms=head, key=f"{curve.key}*{how}{factor:g}")
 
 
+def _past_shift(body, slope, rows):
+    """``slope * rows``, the change a shorter or longer cache makes, never taking off more than half of ``body``.
+
+    A slope measured on a busy machine can be steep enough to price a short cache's forward
+    at zero; a forward over fewer cached rows still costs its weights' products.
+    """
+    return np.maximum(slope * rows, -0.5 * np.asarray(body)) if np.ndim(body) else max(slope * rows, -0.5 * body)
+
+
 class CostModel:
     """The cost of a verify step: a CostCurve prior corrected by measured steps (module docstring).
 
@@ -185,7 +195,7 @@ class CostModel:
             b = body[-1] + max(body[-1] - body[-2], 0.0) / (xs[-1] - xs[-2]) * (width - xs[-1])
             s = slope[-1]
         if past is not None:
-            b += s * (past - self.prior.base_past)
+            b += _past_shift(b, s, past - self.prior.base_past)
         return max(b, 1e-6)
 
     def head_rows_ms(self, rows: int) -> float:
@@ -215,7 +225,7 @@ class CostModel:
         b = np.interp(inside, xs, body)
         b += max(body[-1] - body[-2], 0.0) / (xs[-1] - xs[-2]) * np.maximum(w - xs[-1], 0.0)
         if past is not None:
-            b += np.interp(inside, xs, slope) * (past - self.prior.base_past)
+            b += _past_shift(b, np.interp(inside, xs, slope), past - self.prior.base_past)
         if head:
             b += np.interp(np.minimum(w, MEASURED_LOGIT_ROWS), xs, head)
         t = np.concatenate([[np.inf], np.maximum.accumulate(np.maximum(b, 1e-6))])
@@ -296,8 +306,8 @@ class CostModel:
     def _prior_body(self, width: int, past: int) -> float:
         xs = self.prior.widths
         w = min(width, xs[-1])
-        b = float(np.interp(w, xs, self._body0)) + float(np.interp(w, xs, self.prior.slope_ms)) * (
-            past - self.prior.base_past)
+        b = float(np.interp(w, xs, self._body0))
+        b += _past_shift(b, float(np.interp(w, xs, self.prior.slope_ms)), past - self.prior.base_past)
         if width > xs[-1]:
             b += max(self._body0[-1] - self._body0[-2], 0.0) / (xs[-1] - xs[-2]) * (width - xs[-1])
         return b
@@ -332,6 +342,6 @@ class CostModel:
             if off > math.log1p(self.margin):
                 self.stale = True
                 log.warning("cost curve %s disagrees with %d measured steps: fitted forward times are %.0f%% off "
-                            "the curve (margin %.0f%%); the decoder measures it again before its next request",
+                            "the curve (margin %.0f%%); the decoder refreshes it before its next request",
                             self.prior.key, self.steps, 100 * (math.exp(off) - 1), 100 * self.margin)
         return self._cached

@@ -175,6 +175,21 @@ class Decoder:
                 self._cost_model.reset(self._cost_curve)
         return self._cost_curve
 
+    def use_cost_curve(self, curve) -> None:
+        """Price with ``curve`` from now on, as if it had been given as ``cost_curve``.
+
+        The cost model starts again from it (the steps it had seen are forgotten). Benchmarks
+        use it to start from a curve that is wrong on purpose (``pricing.scaled_curve``).
+        """
+        from lookupdec.costs import CostCurve
+
+        if not isinstance(curve, CostCurve):
+            raise TypeError(f"use_cost_curve takes a CostCurve, got {type(curve).__name__}")
+        self._cost_curve = curve
+        self._cost_curve_given = True
+        if self._cost_model is not None:
+            self._cost_model.reset(curve)
+
     def costs(self):
         """The decoder's one cost provider (``lookupdec.pricing.CostModel``): the cost curve, corrected by steps.
 

@@ -191,3 +191,14 @@ def test_a_stale_curve_is_refreshed_between_requests_as_the_decoder_is_told(tmp_
     assert m2.ms_at(8, 257) > 3 * AVX2.ms_at(8)
     with pytest.raises(ValueError, match="cost_refresh"):
         _decoder(tmp_path, monkeypatch, cost_refresh="sometimes")
+
+
+def test_use_cost_curve_restarts_the_model_from_a_wrong_curve_and_refuses_other_things(tmp_path, monkeypatch):
+    dec = _decoder(tmp_path, monkeypatch, cost_curve=AVX2)
+    model = dec.costs()
+    model.observe(StepTiming(8, 257, 80.0))
+    off = scaled_curve(AVX2, 2.0)
+    dec.use_cost_curve(off)
+    assert dec.costs() is model and model.prior is off and model.steps == 0
+    with pytest.raises(TypeError, match="CostCurve"):
+        dec.use_cost_curve({"1": 30.0})

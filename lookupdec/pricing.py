@@ -185,6 +185,12 @@ class CostModel:
     def device(self) -> str:
         return self.prior.device
 
+    @property
+    def version(self) -> int:
+        """Changes whenever the fit changes (refitting first if steps are pending): tables keyed by it stay current."""
+        self._fit()
+        return self._version
+
     def curve(self) -> CostCurve:
         """The fitted model as a CostCurve (monotone in width)."""
         body, slope, head = self._fit()
@@ -268,7 +274,7 @@ class CostModel:
         self.host_ms = 0.0
         self.draft_ms = 0.0
         self.stale = False
-        self.version = 0
+        self._version = 0
         self._cached: tuple | None = None
         self._since_fit = 0
 
@@ -351,7 +357,7 @@ class CostModel:
             head = tuple(isotonic(self._head0 * hr).tolist())
         self._cached = (body, slope, head)
         self._since_fit = 0
-        self.version += 1
+        self._version += 1
         if not self.stale and self.steps >= self.min_steps:
             off = self.disagreement()
             if off > math.log1p(self.margin):

@@ -50,6 +50,19 @@ def test_a_source_that_starts_paying_again_is_switched_back_on_by_a_retry():
     assert led.account("useless").on and led.account("useless").switches == 1
 
 
+def test_of_two_sources_proposing_the_same_tokens_one_stays_on():
+    """Neither's tokens are its own while both draft; once one is off, the other's are."""
+    led = SourceLedger(["a", "b"], min_steps=8, probe_steps=4)
+    for _ in range(2000):
+        on = led.drafting(["a", "b"])
+        both, any_on = on[0] and on[1], on[0] or on[1]
+        tokens = 2.0 if any_on else 0.0  # each step they bring 2 shared tokens
+        unique = [0.0 if both else tokens * on[0], 0.0 if both else tokens * on[1]]
+        led.record(30.0, 1 + tokens, ["a", "b"], unique, [1.0 * on[0], 1.0 * on[1]])
+    ons = [led.account("a").on, led.account("b").on]
+    assert sum(ons) == 1
+
+
 def test_accounts_are_by_name_and_new_names_start_on():
     led = SourceLedger()
     assert led.drafting(["a", "b"]) == [True, True]

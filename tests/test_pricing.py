@@ -202,3 +202,16 @@ def test_use_cost_curve_restarts_the_model_from_a_wrong_curve_and_refuses_other_
     assert dec.costs() is model and model.prior is off and model.steps == 0
     with pytest.raises(TypeError, match="CostCurve"):
         dec.use_cost_curve({"1": 30.0})
+
+
+def test_auto_retabulates_when_measured_steps_refit_the_model():
+    from lookupdec.drafters.auto import AutoDrafter
+
+    model = CostModel(AVX2, refit_every=2)
+    auto = AutoDrafter(cost=model)
+    auto.begin([5, 6, 7, 5, 6, 7, 5, 6])
+    before = auto._costs(16)[8]
+    for _ in range(30):  # steps at width 8 cost three times what the curve says
+        model.observe(StepTiming(8, 8, 3 * model.ms_at(8, 8)))
+    after = auto._costs(16)[8]
+    assert after > 2 * before

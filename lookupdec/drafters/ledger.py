@@ -13,7 +13,9 @@ tokens per ms are at least the overall rate.
 multiplies earlier ones by ``decay``), by source name. A Decoder keeps one
 ledger per method and temperature band across its requests (a short request
 alone would end before the evidence is in). After ``min_steps`` steps on, a source
-whose rate falls below ``(1 - slack)`` times the overall rate is switched off.
+whose rate falls below ``(1 - slack)`` times the overall rate is switched off,
+one source per step; the others' accounts then start again (their marginal
+shares change with the set).
 An off source is re-tried for ``probe_steps`` steps at a time, paid from a
 budget that grows by ``probe_share`` (1%) of every step's time and shrinks by
 what each probe step costs, so re-trying costs at most that share of the time
@@ -131,6 +133,7 @@ class SourceLedger:
         self.total_ms += step_ms
         self.budget_ms += self.probe_share * step_ms
         rate = self.rate
+        switched = False
         for n, u, m in zip(names, unique_tokens, marginal_ms):
             a = self.account(n)
             if not a.drafting:
@@ -143,13 +146,17 @@ class SourceLedger:
                 self.budget_ms -= m
                 self.probe_spent_ms += m
                 a.probe_left -= 1
-                if a.probe_left == 0:
-                    self._end_probe(a, rate)
+                if a.probe_left == 0 and self._end_probe(a, rate):
+                    self._restart_others(a)
                 continue
             a.tokens = a.tokens * d + u
             a.ms = a.ms * d + m
             a.steps += 1
-            if a.steps >= self.min_steps and not self._pays(a.tokens, a.ms, rate):
+            if not switched and a.steps >= self.min_steps and not self._pays(a.tokens, a.ms, rate):
+                # One switch per step: two sources proposing the same tokens both look useless
+                # (neither's tokens are its own); once one is off the other's are.
+                switched = True
+                self._restart_others(a)
                 a.on = False
                 a.switches += 1
                 log.info("auto: source %s switched off: %.3f marginal tokens/ms against %.3f overall",
@@ -159,14 +166,22 @@ class SourceLedger:
     def _pays(self, tokens: float, ms: float, rate: float) -> bool:
         return tokens >= (1.0 - self.slack) * rate * ms
 
-    def _end_probe(self, a: SourceAccount, rate: float) -> None:
+    def _restart_others(self, changed: SourceAccount) -> None:
+        """The set of sources changed: every other source's marginal share changes with it."""
+        for b in self._accounts.values():
+            if b is not changed and b.on:
+                b.tokens = b.ms = 0.0
+                b.steps = 0
+
+    def _end_probe(self, a: SourceAccount, rate: float) -> bool:
         if self._pays(a.probe_tokens, a.probe_ms, rate):
             a.on = True
             a.tokens, a.ms, a.steps = a.probe_tokens, a.probe_ms, self.probe_steps
             log.info("auto: source %s switched back on after a re-try (%.3f tokens/ms against %.3f overall)",
                      a.name, a.probe_tokens / max(a.probe_ms, 1e-9), rate)
-        else:
-            log.debug("auto: source %s stays off after a re-try", a.name)
+            return True
+        log.debug("auto: source %s stays off after a re-try", a.name)
+        return False
 
     def _maybe_probe(self) -> None:
         if any(a.probe_left > 0 for a in self._accounts.values()):

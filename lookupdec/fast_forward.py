@@ -217,6 +217,32 @@ def _release(linear) -> None:
         linear.bias = nn.Parameter(torch.empty(0), requires_grad=False)
 
 
+def _return_freed_memory() -> None:
+    """Hand memory freed to the C allocator back to the system (glibc's ``malloc_trim``; elsewhere nothing).
+
+    Released weights were allocated in pieces below glibc's (raised) mmap threshold, so
+    freeing them keeps their pages resident: without this, packing with ``release``
+    would hold the freed float32 copy and the packed one at once in RSS.
+    """
+    global _malloc_trim
+    if _malloc_trim is None:
+        _malloc_trim = False
+        try:
+            import ctypes
+            import ctypes.util
+
+            name = ctypes.util.find_library("c")
+            if name:
+                _malloc_trim = getattr(ctypes.CDLL(name), "malloc_trim", False)
+        except OSError:
+            pass
+    if _malloc_trim:
+        _malloc_trim(0)
+
+
+_malloc_trim = None
+
+
 def _cat_bias(biases: Sequence[torch.Tensor | None], sizes: Sequence[int]) -> torch.Tensor | None:
     if all(b is None for b in biases):
         return None
@@ -250,6 +276,10 @@ class FastForward:
             activations and accumulation stay float32). Every product is in this
             format: q/k/v, o, gate/up, down and ``lm_head``. Norms, the embedding
             table, rotary tables and the KV cache stay float32.
+        layers: build only the first ``layers`` decoder layers and no ``lm_head`` (for timing
+            a format without a second full copy of the weights, ``lookupdec.weights``: such a
+            forward takes ``logit_rows`` None or "hidden"); None = the whole model. Not with
+            ``release``.
     Attributes:
         weights: the weight format in use.
     Raises:
@@ -263,7 +293,7 @@ class FastForward:
         torch.Size([1, vocab])
     """
 
-    def __init__(self, model, *, release: bool = False, weights: str = "float32") -> None:
+    def __init__(self, model, *, release: bool = False, weights: str = "float32", layers: int | None = None) -> None:
         reason = fast_forward_unsupported_reason(model)
         if reason:
             raise ValueError(f"the fast forward does not support this model: {reason}; use transformers' forward")
@@ -271,6 +301,8 @@ class FastForward:
         if reason:
             raise ValueError(f"{reason}; use weights='float32'")
         self.weights = weights
+        if layers is not None and (release or not 1 <= layers):
+            raise ValueError(f"layers must be >= 1 and is not for release=True, got {layers!r}")
         inner = model.model
         attn0 = inner.layers[0].self_attn
         cfg = model.config
@@ -282,11 +314,12 @@ class FastForward:
         self.final_eps = float(inner.norm.variance_epsilon)
         self.hidden = cfg.hidden_size
         self.intermediate = inner.layers[0].mlp.gate_proj.out_features
-        self.n_layers = len(inner.layers)
+        decoder_layers = list(inner.layers)[:layers]
+        self.n_layers = len(decoder_layers)
         self.embed = inner.embed_tokens.weight.detach()
         self.final_norm = inner.norm.weight.detach().float().contiguous()
         w, b = _dense_linear(model.lm_head)
-        self.lm_head = make_linear(w, b, weights)
+        self.lm_head = make_linear(w, b, weights) if layers is None else None
         self.vocab = w.shape[0]
         if release and model.lm_head.weight is not inner.embed_tokens.weight:  # a tied head is the embedding
             _release(model.lm_head)
@@ -296,7 +329,7 @@ class FastForward:
         self._ensure_positions(min(int(getattr(cfg, "max_position_embeddings", 2048) or 2048), 1024))
         q_size, kv_size = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
         self.layers: list[_Layer] = []
-        for layer in inner.layers:
+        for layer in decoder_layers:
             a, m = layer.self_attn, layer.mlp
             (wq, bq), (wk, bk), (wv, bv) = (_dense_linear(a.q_proj), _dense_linear(a.k_proj), _dense_linear(a.v_proj))
             (wg, bg), (wu, bu) = _dense_linear(m.gate_proj), _dense_linear(m.up_proj)
@@ -312,6 +345,7 @@ class FastForward:
             if release:
                 for lin in (a.q_proj, a.k_proj, a.v_proj, a.o_proj, m.gate_proj, m.up_proj, m.down_proj):
                     _release(lin)
+                _return_freed_memory()
 
     def _ensure_positions(self, n: int) -> None:
         """Make the cos/sin tables cover positions ``0..n-1``.

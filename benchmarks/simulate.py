@@ -100,6 +100,11 @@ COST_CURVES: dict[str, tuple[tuple[int, float], ...]] = {
     # memory bandwidth: dearer at one row, flatter in w (RESULTS.md "Verification cost curve").
     "xeon": ((1, 66.2), (2, 68.8), (4, 64.0), (8, 75.0), (12, 78.8), (16, 89.6), (24, 105.6), (32, 133.6),
              (48, 162.5), (64, 196.2)),
+    # The 2-core AMD EPYC with AVX-512, quiet, 257 cached rows (RESULTS.md "Drafts from the target
+    # itself", issue 9; the four widths that section gives).
+    "amd-avx512": ((1, 29.2), (8, 33.6), (16, 40.5), (32, 59.8)),
+    # The 2-core AMD EPYC with AVX2 only, the curve `make demo` cached (issue 17): noisy, c(4) < c(1).
+    "amd-avx2-demo": ((1, 67.6), (2, 73.3), (4, 60.1), (8, 82.8), (16, 87.5), (32, 122.4), (64, 226.3)),
 }
 
 

@@ -121,7 +121,9 @@ class CostCurve:
             base = ys[-1] + (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]) * (width - xs[-1])
             slope = self.slope_ms[-1]
         if past is not None:
-            base += slope * (past - self.base_past)
+            # A shorter cache never takes off more than half (a slope measured on a busy
+            # machine could otherwise price a short cache's forward at nothing).
+            base += max(slope * (past - self.base_past), -0.5 * base)
         return max(base, 1e-6)
 
     def table(self, past: int | None = None, max_width: int | None = None) -> np.ndarray:

@@ -59,8 +59,13 @@ class Decoder:
         cost_curve: the verifier's ``CostCurve`` for ``auto``; None = measured
             on first use and cached on disk (``lookupdec.costs``). Either way it is
             the prior of the decoder's ``CostModel`` (``costs()``), which measured
-            steps correct; a cached curve the steps contradict is measured again
-            before the next request (a given one is kept, and only corrected).
+            steps correct.
+        cost_refresh: what to do, before the next request, when the measured steps
+            contradict the curve (``CostModel.stale``): "fit" (default) takes the steps'
+            fit as the new prior (no pause, nothing written to disk); "measure" measures
+            the curve again (seconds; replaces the cached file); "off" keeps correcting
+            online only. A curve given as ``cost_curve`` is never measured again ("measure"
+            acts as "fit"). Every decision is logged (logger ``lookupdec.pricing``).
         history: a store of earlier outputs (a directory, created if needed, or an
             open ``HistoryStore``): every finished generation is added to it, and
             ``history`` and ``auto`` draft from it.
@@ -93,7 +98,8 @@ class Decoder:
     def __init__(self, model=None, *, dtype: str = "float32", device: str | None = None, hf_kernels: bool = False,
                  tree_masks: bool | None = None, draft_budget: int = DEFAULT_DRAFT_BUDGET, indexes=None,
                  cost_curve=None, history=None, history_budget: int | None = None, draft_model=None,
-                 draft_layers: int | None = None, weights: str = "auto", **renamed) -> None:
+                 draft_layers: int | None = None, cost_refresh: str = "fit", weights: str = "auto",
+                 **renamed) -> None:
         import torch
 
         from lookupdec.drafters.calibrate import Calibration
@@ -150,7 +156,12 @@ class Decoder:
         self.calibration = Calibration()
         self._cost_curve = cost_curve
         self._cost_curve_given = cost_curve is not None
+        if cost_refresh not in ("fit", "measure", "off"):
+            raise ValueError(f"cost_refresh must be 'fit', 'measure' or 'off', got {cost_refresh!r}")
+        self.cost_refresh = cost_refresh
         self._cost_model = None  # lookupdec.pricing.CostModel, made from the curve on first use
+        # auto's source accounts (drafters/ledger.py), per method and temperature band, kept across requests.
+        self._ledgers: dict[tuple[str, int], object] = {}
         self._torch = torch
         self.draft = None  # the small-LM fallback's DraftModel (decoder state, like the calibration)
         if draft_loaded is not None:
@@ -180,13 +191,28 @@ class Decoder:
                 self._cost_model.reset(self._cost_curve)
         return self._cost_curve
 
+    def use_cost_curve(self, curve) -> None:
+        """Price with ``curve`` from now on, as if it had been given as ``cost_curve``.
+
+        The cost model starts again from it (the steps it had seen are forgotten). Benchmarks
+        use it to start from a curve that is wrong on purpose (``pricing.scaled_curve``).
+        """
+        from lookupdec.costs import CostCurve
+
+        if not isinstance(curve, CostCurve):
+            raise TypeError(f"use_cost_curve takes a CostCurve, got {type(curve).__name__}")
+        self._cost_curve = curve
+        self._cost_curve_given = True
+        if self._cost_model is not None:
+            self._cost_model.reset(curve)
+
     def costs(self):
         """The decoder's one cost provider (``lookupdec.pricing.CostModel``): the cost curve, corrected by steps.
 
         Resolved (the curve loaded or measured) on first call; ``new_sequence`` calls it before
         a request's first timed step for every method that prices with it. When the steps so far
-        contradict a cached curve (``CostModel.stale``), the curve is measured again here, and
-        the decision is logged (logger ``lookupdec.pricing``).
+        contradict the curve (``CostModel.stale``), it is refreshed here as ``cost_refresh`` says,
+        and the decision is logged (logger ``lookupdec.pricing``).
         """
         from lookupdec.pricing import CostModel
         from lookupdec.pricing import log as pricing_log
@@ -195,16 +221,32 @@ class Decoder:
             self._cost_model = CostModel(self.cost_curve())
         model = self._cost_model
         if model.stale:
-            if self._cost_curve_given:
-                pricing_log.info("cost curve %s was given to the Decoder: kept as the prior, corrected by the "
-                                 "measured steps, not measured again", model.key)
+            off = 100 * (np.exp(model.disagreement()) - 1)
+            if self.cost_refresh == "off":
+                pricing_log.info("cost curve %s: %d steps disagree with it by %.0f%%; kept, corrected online "
+                                 "(cost_refresh='off')", model.key, model.steps, off)
                 model.stale = False
                 model.min_steps = model.steps + 10 ** 9  # said once
-            else:
+            elif self.cost_refresh == "measure" and not self._cost_curve_given:
                 pricing_log.warning("measuring the cost curve %s again: %d steps disagreed with it by %.0f%%",
-                                    model.key, model.steps, 100 * (np.exp(model.disagreement()) - 1))
+                                    model.key, model.steps, off)
                 self.cost_curve(remeasure=True)
+            else:
+                pricing_log.warning("cost curve %s: %d steps disagreed with it by %.0f%%; their fit is the new "
+                                    "prior (not written to disk)", model.key, model.steps, off)
+                model.reset(model.curve())
         return model
+
+    def _ledger(self, method: str, temperature: float):
+        """The decoder's ``SourceLedger`` for ``method`` at ``temperature``'s band (created on first use)."""
+        from lookupdec.drafters.calibrate import temperature_band
+        from lookupdec.drafters.ledger import SourceLedger
+
+        key = (method, temperature_band(temperature))
+        led = self._ledgers.get(key)
+        if led is None:
+            led = self._ledgers[key] = SourceLedger()
+        return led
 
     def encode(self, prompt, chat_template: bool = True) -> list[int]:
         """Token ids of ``prompt`` (see ``lookupdec.models.encode_prompt``)."""
@@ -324,7 +366,8 @@ class Decoder:
             drafter = make_drafter(method, references=ref_ids, prediction=pred_ids,
                                    indexes=self.indexes if "indexes" in uses else None,
                                    history=self.history if "history" in uses else None,
-                                   calibration=self.calibration, cost=cost, vocab_size=self.vocab_size,
+                                   calibration=self.calibration.band(params.temperature), cost=cost,
+                                   vocab_size=self.vocab_size, ledger=self._ledger(method, params.temperature),
                                    draft_model=self.draft)
             method_name = method
         else:

@@ -22,13 +22,15 @@ A ``CostModel`` answers what a ``CostCurve`` answers (``ms_at``, ``table``,
 it unchanged. When the fitted knots disagree with the prior by more than
 ``margin`` (mean absolute log ratio over the knots steps have reached, after
 ``min_steps`` steps) the model says so (``stale``) and logs it; the Decoder
-then measures the curve again before the next request (never inside one) and
-logs that decision too.
+then refreshes it before the next request (never inside one: by default the
+steps' fit becomes the new prior; ``Decoder(cost_refresh="measure")`` measures
+the curve again) and logs that decision too.
 """
 from __future__ import annotations
 
 import logging
 import math
+from bisect import bisect_right
 from dataclasses import dataclass, replace
 from typing import Sequence
 
@@ -114,6 +116,26 @@ def scaled_curve(curve: CostCurve, factor: float, how: str = "slope") -> CostCur
     return replace(curve, ms=ms, slope_ms=slope, head_ms=head, key=f"{curve.key}*{how}{factor:g}")
 
 
+def _interp(x: float, xs: Sequence[int], ys: Sequence[float]) -> float:
+    """``np.interp(x, xs, ys)`` for one scalar (the ends held), without numpy's per-call cost."""
+    if x <= xs[0]:
+        return float(ys[0])
+    if x >= xs[-1]:
+        return float(ys[-1])
+    k = bisect_right(xs, x) - 1
+    f = (x - xs[k]) / (xs[k + 1] - xs[k])
+    return float(ys[k] + f * (ys[k + 1] - ys[k]))
+
+
+def _past_shift(body, slope, rows):
+    """``slope * rows``, the change a shorter or longer cache makes, never taking off more than half of ``body``.
+
+    A slope measured on a busy machine can be steep enough to price a short cache's forward
+    at zero; a forward over fewer cached rows still costs its weights' products.
+    """
+    return np.maximum(slope * rows, -0.5 * np.asarray(body)) if np.ndim(body) else max(slope * rows, -0.5 * body)
+
+
 class CostModel:
     """The cost of a verify step: a CostCurve prior corrected by measured steps (module docstring).
 
@@ -163,6 +185,12 @@ class CostModel:
     def device(self) -> str:
         return self.prior.device
 
+    @property
+    def version(self) -> int:
+        """Changes whenever the fit changes (refitting first if steps are pending): tables keyed by it stay current."""
+        self._fit()
+        return self._version
+
     def curve(self) -> CostCurve:
         """The fitted model as a CostCurve (monotone in width)."""
         body, slope, head = self._fit()
@@ -185,7 +213,7 @@ class CostModel:
             b = body[-1] + max(body[-1] - body[-2], 0.0) / (xs[-1] - xs[-2]) * (width - xs[-1])
             s = slope[-1]
         if past is not None:
-            b += s * (past - self.prior.base_past)
+            b += _past_shift(b, s, past - self.prior.base_past)
         return max(b, 1e-6)
 
     def head_rows_ms(self, rows: int) -> float:
@@ -215,7 +243,7 @@ class CostModel:
         b = np.interp(inside, xs, body)
         b += max(body[-1] - body[-2], 0.0) / (xs[-1] - xs[-2]) * np.maximum(w - xs[-1], 0.0)
         if past is not None:
-            b += np.interp(inside, xs, slope) * (past - self.prior.base_past)
+            b += _past_shift(b, np.interp(inside, xs, slope), past - self.prior.base_past)
         if head:
             b += np.interp(np.minimum(w, MEASURED_LOGIT_ROWS), xs, head)
         t = np.concatenate([[np.inf], np.maximum.accumulate(np.maximum(b, 1e-6))])
@@ -234,6 +262,9 @@ class CostModel:
         body = np.asarray(prior.ms, np.float64) - head_in
         self._body0 = np.maximum(body, 0.2 * np.asarray(prior.ms, np.float64))
         self._head0 = head
+        # Plain lists for the per-step scalar interpolation (np.interp on scalars costs ~5 us a call).
+        self._body0_list = self._body0.tolist()
+        self._head0_list = head.tolist()
         n = len(xs)
         self._w = np.zeros(n)         # decayed weight of the steps at each knot
         self._lr = np.zeros(n)        # decayed weighted sum of log(measured / prior) at each knot
@@ -243,7 +274,7 @@ class CostModel:
         self.host_ms = 0.0
         self.draft_ms = 0.0
         self.stale = False
-        self.version = 0
+        self._version = 0
         self._cached: tuple | None = None
         self._since_fit = 0
 
@@ -271,7 +302,7 @@ class CostModel:
                 self._w[k + 1] += f
                 self._lr[k + 1] += f * lr
         if t.head_rows > 0 and t.head_ms > 0 and len(self._head0):
-            h0 = float(np.interp(t.head_rows, self.prior.widths, self._head0))
+            h0 = _interp(t.head_rows, self.prior.widths, self._head0_list)
             if h0 > 0:
                 self._hw = self._hw * d + 1.0
                 self._hlr = self._hlr * d + math.log(t.head_ms / h0)
@@ -296,8 +327,8 @@ class CostModel:
     def _prior_body(self, width: int, past: int) -> float:
         xs = self.prior.widths
         w = min(width, xs[-1])
-        b = float(np.interp(w, xs, self._body0)) + float(np.interp(w, xs, self.prior.slope_ms)) * (
-            past - self.prior.base_past)
+        b = _interp(w, xs, self._body0_list)
+        b += _past_shift(b, _interp(w, xs, self.prior.slope_ms), past - self.prior.base_past)
         if width > xs[-1]:
             b += max(self._body0[-1] - self._body0[-2], 0.0) / (xs[-1] - xs[-2]) * (width - xs[-1])
         return b
@@ -326,12 +357,12 @@ class CostModel:
             head = tuple(isotonic(self._head0 * hr).tolist())
         self._cached = (body, slope, head)
         self._since_fit = 0
-        self.version += 1
+        self._version += 1
         if not self.stale and self.steps >= self.min_steps:
             off = self.disagreement()
             if off > math.log1p(self.margin):
                 self.stale = True
                 log.warning("cost curve %s disagrees with %d measured steps: fitted forward times are %.0f%% off "
-                            "the curve (margin %.0f%%); the decoder measures it again before its next request",
+                            "the curve (margin %.0f%%); the decoder refreshes it before its next request",
                             self.prior.key, self.steps, 100 * (math.exp(off) - 1), 100 * self.margin)
         return self._cached

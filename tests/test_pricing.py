@@ -146,8 +146,7 @@ def test_the_decoder_resolves_its_cost_provider_before_the_first_step_and_steps_
     assert len(calls) == 1
 
 
-def test_a_stale_cached_curve_is_measured_again_between_requests_and_a_given_one_is_kept(tmp_path, monkeypatch,
-                                                                                        caplog):
+def test_a_stale_curve_is_refreshed_between_requests_as_the_decoder_is_told(tmp_path, monkeypatch, caplog):
     calls = []
     real = costs.measure
 
@@ -155,24 +154,64 @@ def test_a_stale_cached_curve_is_measured_again_between_requests_and_a_given_one
         calls.append(1)
         return real(*a, **{**k, "widths": (1, 2, 4, 8), "repeats": 1, "warmup": 0})
 
+    def make_stale(model):
+        for _ in range(40):  # steps 50x slower than the curve says
+            model.observe(StepTiming(1, 20, 50 * model.ms_at(1, 20)))
+        model.table(20, 4)
+        assert model.stale
+
     monkeypatch.setattr(costs, "measure", counting)
-    dec = _decoder(tmp_path, monkeypatch)
+    # "measure": measured again before the next request, the fit restarted on the new curve.
+    dec = _decoder(tmp_path, monkeypatch, cost_refresh="measure")
     model = dec.costs()
     assert len(calls) == 1
-    for _ in range(40):  # steps 50x slower than the curve says
-        model.observe(StepTiming(1, 20, 50 * model.ms_at(1, 20)))
-    model.table(20, 4)
-    assert model.stale
+    make_stale(model)
     with caplog.at_level(logging.WARNING, logger="lookupdec.pricing"):
         dec.new_sequence("ab ab", method="auto", max_new_tokens=4)
-    assert len(calls) == 2 and not model.stale and model.steps == 0  # re-measured, fit restarted
+    assert len(calls) == 2 and not model.stale and model.steps == 0
     assert any("measuring the cost curve" in r.getMessage() for r in caplog.records)
-
-    given = _decoder(tmp_path, monkeypatch, cost_curve=AVX2)
+    # "fit" (the default): the steps' fit becomes the prior; nothing measured, nothing written.
+    dec = _decoder(tmp_path, monkeypatch)
+    model = dec.costs()
+    files = {f: f.read_text() for f in (tmp_path / "cache").rglob("*.json")}
+    make_stale(model)
+    fitted = model.ms_at(1, 20)
+    dec.new_sequence("ab ab", method="auto", max_new_tokens=4)
+    assert len(calls) == 2 and not model.stale and model.steps == 0
+    assert model.ms_at(1, 20) == pytest.approx(fitted, rel=1e-6) and model.prior.ms[0] > 10 * dec.cost_curve().ms[0]
+    assert {f: f.read_text() for f in files} == files
+    # A given curve is never measured again, even when told "measure".
+    given = _decoder(tmp_path, monkeypatch, cost_curve=AVX2, cost_refresh="measure")
     m2 = given.costs()
     for _ in range(40):
         m2.observe(StepTiming(8, 257, 10 * AVX2.ms_at(8)))
     m2.table(257, 4)
     given.new_sequence("ab ab", method="auto", max_new_tokens=4)
-    assert len(calls) == 2 and given.cost_curve() is AVX2  # kept, only corrected
+    assert len(calls) == 2 and given.cost_curve() is AVX2
     assert m2.ms_at(8, 257) > 3 * AVX2.ms_at(8)
+    with pytest.raises(ValueError, match="cost_refresh"):
+        _decoder(tmp_path, monkeypatch, cost_refresh="sometimes")
+
+
+def test_use_cost_curve_restarts_the_model_from_a_wrong_curve_and_refuses_other_things(tmp_path, monkeypatch):
+    dec = _decoder(tmp_path, monkeypatch, cost_curve=AVX2)
+    model = dec.costs()
+    model.observe(StepTiming(8, 257, 80.0))
+    off = scaled_curve(AVX2, 2.0)
+    dec.use_cost_curve(off)
+    assert dec.costs() is model and model.prior is off and model.steps == 0
+    with pytest.raises(TypeError, match="CostCurve"):
+        dec.use_cost_curve({"1": 30.0})
+
+
+def test_auto_retabulates_when_measured_steps_refit_the_model():
+    from lookupdec.drafters.auto import AutoDrafter
+
+    model = CostModel(AVX2, refit_every=2)
+    auto = AutoDrafter(cost=model)
+    auto.begin([5, 6, 7, 5, 6, 7, 5, 6])
+    before = auto._costs(16)[8]
+    for _ in range(30):  # steps at width 8 cost three times what the curve says
+        model.observe(StepTiming(8, 8, 3 * model.ms_at(8, 8)))
+    after = auto._costs(16)[8]
+    assert after > 2 * before

@@ -137,6 +137,23 @@ def test_task_grouping_from_a_tiny_questions_file(qfile):
         load_questions(qfile, tasks=["poetry"])
 
 
+def test_offset_takes_held_out_questions_per_category(qfile):
+    first = [q.question_id for q in load_questions(qfile, per_category=1)]
+    held = load_questions(qfile, per_category=1, offset=1)
+    # Only the writing category has a second question in the tiny file.
+    assert [q.question_id for q in held] and not set(q.question_id for q in held) & set(first)
+    assert all(q.category == "writing" for q in held)
+    with pytest.raises(ValueError, match="offset"):
+        load_questions(qfile, offset=-1)
+
+
+@pytest.mark.parametrize("bad", ["0", "-2", "x", "most:2", "all:"])
+def test_a_bad_cost_scale_is_refused_before_any_work(qfile, tmp_path, capsys, bad):
+    methods = {"ar": FakeMethod("ar")}
+    assert run_main(qfile, tmp_path / "o", methods, ("--cost-scale", bad)) == 2
+    assert "--cost-scale" in capsys.readouterr().err
+
+
 def test_task_of_rejects_unknown_category():
     assert task_of("humanities") == "mt_bench"
     with pytest.raises(ValueError, match="poetry"):

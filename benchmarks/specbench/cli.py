@@ -55,6 +55,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--questions", type=Path, default=DEFAULT_QUESTIONS, help="Spec-Bench question.jsonl")
     ap.add_argument("--per-category", type=int, default=None, metavar="N",
                     help="first N questions of each of the 13 categories (default: all 480)")
+    ap.add_argument("--offset", type=int, default=0, metavar="N",
+                    help="skip the first N questions of each category (held-out questions: --offset 1)")
+    ap.add_argument("--cost-scale", default=None, metavar="F|all:F",
+                    help="start auto from a deliberately wrong cost curve: F makes the cached curve F times as "
+                         "steep (c(1) kept), all:F multiplies every time by F; the measured steps correct it")
+    ap.add_argument("--cost-refresh", choices=("fit", "measure", "off"), default="fit",
+                    help="what the decoder does between requests when measured steps contradict the curve "
+                         "(Decoder(cost_refresh=...))")
     ap.add_argument("--tasks", default=None,
                     help="comma list of tasks to run (mt_bench,translation,summarization,qa,math_reasoning,rag, "
                          "and code: the code workload); default: Spec-Bench's six")
@@ -173,7 +181,14 @@ def load_setup(args: argparse.Namespace, names: Sequence[str]) -> Setup:
 
         history = tempfile.mkdtemp(prefix="spec-bench-history-")
     decoder = Decoder(args.model, dtype="float32", indexes=list(args.index) or None, history=history,
-                      draft_model=getattr(args, "draft_model", None), draft_layers=getattr(args, "draft_layers", None))
+                      draft_model=getattr(args, "draft_model", None), draft_layers=getattr(args, "draft_layers", None),
+                      cost_refresh=getattr(args, "cost_refresh", "fit"))
+    scale = getattr(args, "cost_scale", None)
+    if scale:
+        from lookupdec.pricing import scaled_curve
+
+        how, _, factor = scale.rpartition(":")
+        decoder.use_cost_curve(scaled_curve(decoder.cost_curve(), float(factor), how or "slope"))
     peer = load_model(args.model, dtype="float32") if any(n in PEER_METHODS for n in names) else None
     return build_setup(decoder, peer, names, args.temperature, args.seed)
 
@@ -210,10 +225,14 @@ def main(argv: Sequence[str] | None = None,
                                      f"{','.join(DOCUMENT_TASKS)} (auto drafts from the documents on every task)")
                 available = [n for n in available if n != "llma"]
         names = choose_methods(args.methods, available)
-        questions = load_questions(args.questions, args.per_category, [t for t in tasks if t != "code"] or None) \
-            if any(t != "code" for t in tasks) else []
+        questions = load_questions(args.questions, args.per_category, [t for t in tasks if t != "code"] or None,
+                                   args.offset) if any(t != "code" for t in tasks) else []
         if "code" in tasks:
-            questions += load_questions(args.code_questions, args.per_category, ["code"])
+            questions += load_questions(args.code_questions, args.per_category, ["code"], args.offset)
+        if args.cost_scale:
+            how, _, factor = args.cost_scale.rpartition(":")
+            if how not in ("", "all") or not factor.replace(".", "", 1).isdigit() or float(factor) <= 0:
+                raise ValueError(f"--cost-scale takes F or all:F with F > 0, got {args.cost_scale!r}")
         if not questions:
             raise ValueError("no questions selected")
         if args.temperature < 0:
@@ -229,6 +248,7 @@ def main(argv: Sequence[str] | None = None,
     run_config = {
         "argv": list(sys.argv[1:] if argv is None else argv),
         "questions": str(args.questions), "per_category": args.per_category, "tasks": args.tasks,
+        "offset": args.offset, "cost_scale": args.cost_scale, "cost_refresh": args.cost_refresh,
         "indexes": [str(p) for p in args.index], "history": bool(args.history),
         "draft_model": args.draft_model, "draft_layers": args.draft_layers,
         "n_questions": len(questions), "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,

@@ -71,7 +71,7 @@ def task_of(category: str) -> str:
 
 
 def load_questions(path: str | Path, per_category: int | None = None,
-                   tasks: Sequence[str] | None = None) -> list[Question]:
+                   tasks: Sequence[str] | None = None, offset: int = 0) -> list[Question]:
     """Read the question file, keeping the first ``per_category`` of each category.
 
     Args:
@@ -80,6 +80,8 @@ def load_questions(path: str | Path, per_category: int | None = None,
             order; ``None`` keeps all.
         tasks: keep only questions of these tasks (names from ``TASKS``);
             ``None`` keeps every task.
+        offset: skip the first ``offset`` questions of each category (held-out
+            questions: ``offset=1`` with ``per_category=1`` takes each category's second).
 
     Returns:
         The selected questions in file order.
@@ -94,6 +96,8 @@ def load_questions(path: str | Path, per_category: int | None = None,
         >>> [q.category for q in qs][:3]  # doctest: +SKIP
         ['writing', 'roleplay', 'reasoning']
     """
+    if offset < 0:
+        raise ValueError(f"offset must be >= 0, got {offset}")
     if per_category is not None and per_category < 1:
         raise ValueError(f"per_category must be at least 1, got {per_category}; omit it to keep every question")
     if tasks is not None:
@@ -104,6 +108,7 @@ def load_questions(path: str | Path, per_category: int | None = None,
     if not path.is_file():
         raise FileNotFoundError(f"Spec-Bench question file not found: {path}; pass --questions PATH")
     kept: dict[str, int] = defaultdict(int)
+    skipped: dict[str, int] = defaultdict(int)
     out: list[Question] = []
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
@@ -118,6 +123,9 @@ def load_questions(path: str | Path, per_category: int | None = None,
                 raise ValueError(f"{path}:{lineno}: question {qid} needs a non-empty list of string turns")
             task = task_of(category)
             if tasks is not None and task not in tasks:
+                continue
+            if skipped[category] < offset:
+                skipped[category] += 1
                 continue
             if per_category is not None and kept[category] >= per_category:
                 continue

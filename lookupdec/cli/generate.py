@@ -275,7 +275,8 @@ def cost_curve_cmd(model, device, dtype, hf_kernels, weights, remeasure, as_json
     if as_json:
         click.echo(curve.to_json())
         return
-    click.echo(f"{curve.device}; backend {dec.verifier.backend}; weights {dec.weights or '-'}; {curve.base_past} cached rows; key {curve.key}")
+    click.echo(f"{curve.device}; backend {dec.verifier.backend}; {curve.base_past} cached rows; key {curve.key}")
+    click.echo(f"measured for: {curve.measured_for or 'not recorded (a file from before measured_for)'}")
     click.echo(f"{'width':>6} {'ms':>8} {'x c(1)':>7} {'ms per 1k past rows':>20}")
     for w, ms, slope in zip(curve.widths, curve.ms, curve.slope_ms):
         click.echo(f"{w:>6} {ms:>8.2f} {ms / curve.ms[0]:>7.2f} {slope * 1000:>20.2f}")

@@ -14,7 +14,7 @@ verification each source learns which of *its* nodes were accepted.
 """
 from __future__ import annotations
 
-from dataclasses import replace
+import time
 from typing import Callable, Sequence
 
 import numpy as np
@@ -22,6 +22,7 @@ import numpy as np
 from lookupdec.costs import CostCurve
 from lookupdec.drafters.base import DraftRequest, Drafter, ExtraRows, StepOutcome
 from lookupdec.drafters.calibrate import DEPTH_EDGES, Calibration, bucket
+from lookupdec.drafters.ledger import SourceLedger
 from lookupdec.drafters.select import DEFAULT_MARGIN, select_nodes
 from lookupdec.tree import DraftTree, Merged, merge_trees
 
@@ -106,6 +107,11 @@ class AutoDrafter:
         draft_model: a small-LM ``DraftModel`` (``drafters/small_lm.py``): called only on
             steps where it is expected to pay more than the lookup tree (``drafters/gate.py``);
             it drafts deterministic nodes here, so they merge exactly under sampling too.
+        gate: switch off a source whose marginal tokens do not pay for its marginal time, and
+            re-try it now and then at a bounded cost (``lookupdec.drafters.ledger``); only with
+            two sources or more (a single-source method keeps its source).
+        ledger: the ``SourceLedger`` to keep the accounts in (the Decoder passes one per method
+            and temperature band, so evidence carries across requests); None: a private one.
 
     Example:
         >>> d = AutoDrafter(cost=CostCurve((1, 64), (30.0, 31.0), 0, (0.0, 0.0), "cpu", ""))
@@ -121,7 +127,8 @@ class AutoDrafter:
                  history=None, calibration: Calibration | None = None,
                  cost: CostCurve | Callable[[], CostCurve] | None = None,
                  sources: Sequence[Drafter] | None = None, margin: float = DEFAULT_MARGIN,
-                 name: str = "auto", draft_model=None) -> None:
+                 name: str = "auto", draft_model=None, gate: bool = True,
+                 ledger: SourceLedger | None = None) -> None:
         self.name = name
         self.calibration = calibration if calibration is not None else Calibration()
         if sources is None:
@@ -157,6 +164,17 @@ class AutoDrafter:
             self.draft = SmallLMDrafter(draft_model, calibration=self.calibration, cost=cost, sampled=False)
             self.sources.append(self.draft)  # last; proposes only when the gate calls it
         self._merged_calibration = _MergedCalibration(self.calibration)
+        names = [str(s.name) for s in self.sources]
+        # Unique account names (two LLMA sources: references and a prediction, say).
+        self._names = [n if names[:i].count(n) == 0 else f"{n}#{names[:i].count(n) + 1}" for i, n in enumerate(names)]
+        if gate and len(self.sources) > 1:
+            self.ledger = ledger if ledger is not None else SourceLedger()
+        else:
+            self.ledger = None
+        self._active = [True] * len(self.sources)
+        self._draft_ms = np.zeros(len(self.sources))
+        # This step's accounting: (unique rows' ms per source, modelled step ms without drafting).
+        self._step: tuple[np.ndarray, float, np.ndarray, np.ndarray] | None = None
         self._cost = cost
         self._table: np.ndarray | None = None
         self._table_past = -1
@@ -172,7 +190,7 @@ class AutoDrafter:
     @property
     def topk(self) -> int:
         """Top-k candidates per verified row asked of the verifier: the most any source asks (protocol v3)."""
-        return max((int(getattr(s, "topk", 0) or 0) for s in self.sources), default=0)
+        return max((int(getattr(s, "topk", 0) or 0) for s, on in zip(self.sources, self._active) if on), default=0)
 
     def window(self, request: DraftRequest) -> ExtraRows | None:
         """The sources' extra rows side by side (protocol v3): each source's rows see only its own.
@@ -183,7 +201,7 @@ class AutoDrafter:
         parts, self._windows = [], []
         at = 0
         for i, s in enumerate(self.sources):
-            fn = getattr(s, "window", None)
+            fn = getattr(s, "window", None) if self._active[i] else None
             x = fn(request) if fn is not None else None
             if x is not None and len(x):
                 parts.append(x)
@@ -201,11 +219,14 @@ class AutoDrafter:
 
     def window_rows(self) -> int:
         """Extra rows the sources will run this step (priced with the tree's rows)."""
-        total = 0
-        for s in self.sources:
-            fn = getattr(s, "window_rows", None)
-            total += int(fn()) if fn is not None else 0
-        return total
+        return int(sum(self._window_rows_of()))
+
+    def _window_rows_of(self) -> list[int]:
+        out = []
+        for s, on in zip(self.sources, self._active):
+            fn = getattr(s, "window_rows", None) if on else None
+            out.append(int(fn()) if fn is not None else 0)
+        return out
 
     @property
     def cost(self) -> CostCurve | None:
@@ -218,6 +239,8 @@ class AutoDrafter:
             s.begin(prompt_ids)
         self._past = len(prompt_ids)
         self._last = None
+        self._step = None
+        self._active = self.ledger.drafting(self._names) if self.ledger is not None else [True] * len(self.sources)
         _ = self.cost  # measure (or load) the curve before the first step, not inside it
 
     def _costs(self, budget: int, extra: int = 0) -> np.ndarray:
@@ -260,58 +283,123 @@ class AutoDrafter:
 
     def propose(self, request: DraftRequest) -> DraftTree:
         sub = DraftRequest(min(request.budget, SOURCE_BUDGET), request.max_depth)
-        trees = [DraftTree.empty() if s is self.draft else s.propose(sub) for s in self.sources]
+        active = self._active = self.ledger.drafting(self._names) if self.ledger is not None else self._active
+        spent = self._draft_ms
+        spent[:] = 0.0
+        trees = []
+        for i, s in enumerate(self.sources):
+            if s is self.draft or not active[i]:
+                trees.append(DraftTree.empty())
+                continue
+            t0 = time.perf_counter()
+            trees.append(s.propose(sub))
+            spent[i] = (time.perf_counter() - t0) * 1e3
         merged = merge_trees(trees)
         tree = self._merged_calibration.apply(merged)
-        # The window runs whatever the tree (its sources size it to a small share of a
-        # plain step); the tree is chosen against a step that already carries it.
-        costs = self._costs(request.budget, self.window_rows())
+        # The window is part of the step; the tree is chosen against a step that already carries it.
+        windows = self._window_rows_of()
+        extra = sum(windows)
+        costs = self._costs(request.budget, extra)
         sel = select_nodes(tree, costs, request.budget, request.max_depth, self.margin)
-        if self.draft is not None:
+        draft_i = len(self.sources) - 1
+        if self.draft is not None and active[draft_i]:
             from lookupdec.drafters.gate import draft_pays
 
             if draft_pays(self.draft, sel, request.max_depth, self.margin):
+                t0 = time.perf_counter()
                 trees[-1] = self.draft.propose(sub)
+                spent[draft_i] = (time.perf_counter() - t0) * 1e3
                 merged = merge_trees(trees)
                 tree = self._merged_calibration.apply(merged)
                 sel = select_nodes(tree, costs, request.budget, request.max_depth, self.margin)
         self._last = (trees, merged.maps, sel.nodes)
+        if self.ledger is not None:
+            self._account(merged, sel.nodes, costs, request.budget, windows)
         return tree.subset(sel.nodes) if len(sel.nodes) < len(tree) else tree
+
+    def _account(self, merged: Merged, chosen: np.ndarray, costs: np.ndarray, budget: int,
+                 windows: list[int]) -> None:
+        """Each source's marginal rows this step and what they cost (``lookupdec.drafters.ledger``)."""
+        n = len(merged.tree)
+        owners = np.zeros(n, np.int64)
+        owner = np.full(n, -1, np.int64)
+        for i, where in enumerate(merged.maps):
+            if len(where):
+                u = np.unique(where)
+                owners[u] += 1
+                owner[u] = i
+        sole = np.where(owners == 1, owner, -1)
+        k = len(chosen)
+        rows_ms = np.zeros(len(self.sources))
+        if k:
+            mine = np.bincount(sole[chosen][sole[chosen] >= 0], minlength=len(self.sources))
+            for i, u in enumerate(mine.tolist()):
+                if u:
+                    rows_ms[i] = float(costs[1 + k] - costs[1 + k - u])
+        extra = sum(windows)
+        for i, m in enumerate(windows):
+            if m:  # the step without this source's window rows
+                rows_ms[i] += float(costs[1 + k] - self._costs(budget, extra - m)[1 + k])
+        self._step = (rows_ms, float(costs[1 + k]), sole, chosen)
 
     def commit(self, outcome: StepOutcome) -> None:
         new = outcome.new_tokens
         self._past += len(new)
         self._merged_calibration.learn(new)
         windows, self._windows = {i: (lo, m) for i, lo, m in self._windows}, []
+        spent = self._draft_ms
 
         def shared(i: int, o: StepOutcome) -> StepOutcome:
-            # Top-k rows and the source's own slice of the window's argmax ride along.
+            # Top-k rows and the source's own slice of the window's argmax ride along
+            # (built directly: dataclasses.replace costs more than the whole commit of a source).
             lo, m = windows.get(i, (0, 0))
-            return replace(o, row_tokens=outcome.row_tokens, topk_ids=outcome.topk_ids,
-                           topk_probs=outcome.topk_probs, extra_argmax=outcome.extra_argmax[lo:lo + m])
+            return StepOutcome(o.accepted, o.new_tokens, o.tree, o.origin, outcome.row_tokens, outcome.topk_ids,
+                               outcome.topk_probs, outcome.extra_argmax[lo:lo + m])
+
+        def tell(i: int, s, o: StepOutcome) -> None:
+            t0 = time.perf_counter()
+            s.commit(shared(i, o))
+            spent[i] += (time.perf_counter() - t0) * 1e3
 
         if self._last is None:
             for i, s in enumerate(self.sources):
-                s.commit(shared(i, StepOutcome((), new)))
+                tell(i, s, StepOutcome((), new))
+            self._step = None
             return
         trees, maps, chosen = self._last
         self._last = None
         # Auto's node a is merged node chosen[a]; accepted merged nodes, root to leaf.
         accepted_merged = [int(chosen[a]) for a in outcome.accepted]
+        verified = outcome.origin if len(outcome.origin) else np.arange(len(outcome.tree))
         for i, (s, tree, where) in enumerate(zip(self.sources, trees, maps)):
+            if not len(where):  # proposed nothing (or was off): nothing of its own to map
+                tell(i, s, StepOutcome((), new, outcome.tree, np.full(len(outcome.tree), -1, np.int64)))
+                continue
+            # Merged node -> this source's node (first hit), by one inverse table.
+            inverse = {}
+            for j, m in enumerate(where.tolist()):
+                inverse.setdefault(m, j)
             own = []
             for m in accepted_merged:
-                hits = np.flatnonzero(where == m)
-                if not len(hits):
+                j = inverse.get(m)
+                if j is None:
                     break  # the accepted path leaves this source's tree
-                own.append(int(hits[0]))
+                own.append(j)
             origin = np.full(len(outcome.tree), -1, np.int64)
-            verified = outcome.origin if len(outcome.origin) else np.arange(len(outcome.tree))
             for v, a in enumerate(verified.tolist()):
                 if a >= 0:
-                    hits = np.flatnonzero(where == chosen[a])
-                    origin[v] = int(hits[0]) if len(hits) else -1
-            s.commit(shared(i, StepOutcome(tuple(own), new, outcome.tree, origin)))
+                    origin[v] = inverse.get(int(chosen[a]), -1)
+            tell(i, s, StepOutcome(tuple(own), new, outcome.tree, origin))
+        step, self._step = self._step, None
+        if self.ledger is not None and step is not None:
+            rows_ms, forward_ms, sole, _ = step
+            unique = np.zeros(len(self.sources))
+            for m in accepted_merged:
+                if sole[m] >= 0:
+                    unique[sole[m]] += 1
+            host = float(getattr(self.cost, "host_ms", 0.0) or 0.0)
+            self.ledger.record(forward_ms + float(spent.sum()) + host, len(new), self._names, unique.tolist(),
+                               (rows_ms + spent).tolist())
 
 
 def llma_method(*, references: Sequence[Sequence[int]] | None = None, prediction: Sequence[int] | None = None,

@@ -20,6 +20,15 @@ this model. ``Calibration`` learns that from what the verifier accepts:
 
 A Decoder keeps one Calibration for all its generations, so the rates carry
 over from one request to the next, as a server would learn them.
+
+Acceptance depends on the temperature: greedy decoding accepts a drafted token
+when it is the argmax, sampling with the probability the target gives it. So
+the rates are kept per temperature band (``Calibration.band``): greedy in the
+decoder's Calibration itself, each sampling band in a child whose prior for a
+key is the greedy rate of that key times the band's discount
+(``BAND_DISCOUNT``), then what that band itself accepted. At a high
+temperature the rates soon fall to what sampling accepts, and ``auto`` drafts
+only what pays there, possibly nothing.
 """
 from __future__ import annotations
 
@@ -35,10 +44,29 @@ from lookupdec.tree import DraftTree
 RAW_EDGES = (0.15, 0.35, 0.6, 0.85, 0.999)
 MATCH_EDGES = (2, 3, 4, 6, 8, 12, 16)
 DEPTH_EDGES = (2, 3, 4, 6, 8, 12)
+# Temperature bands: 0 is greedy; a temperature t > 0 is in band 1 + bisect_right(TEMPERATURE_EDGES, t),
+# so (0, 0.5], (0.5, 0.85], (0.85, 1.2], above 1.2 (right-closed: 0.5 is in band 1).
+TEMPERATURE_EDGES = (0.5, 0.85, 1.2)
+# A sampling band's starting guess for a key: the greedy rate times this (from the AVX-512 run of
+# issue 9: tau 2.17 greedy, 1.59 at 0.7 and 1.20 at 1.0, i.e. about 0.75 and 0.55 of the drafted
+# gain per accepted position).
+BAND_DISCOUNT = (1.0, 0.85, 0.75, 0.55, 0.4)
 
 
 def bucket(edges: Sequence[float], value: float) -> int:
     return bisect_right(edges, value)
+
+
+def temperature_band(temperature: float) -> int:
+    """The calibration band of a temperature: 0 for greedy (t <= 0), then 1..4.
+
+    Example:
+        >>> [temperature_band(t) for t in (0.0, 0.3, 0.5, 0.7, 1.0, 1.5)]
+        [0, 1, 1, 2, 3, 4]
+    """
+    if temperature <= 0:
+        return 0
+    return 1 + sum(1 for e in TEMPERATURE_EDGES if temperature > e)
 
 
 @dataclass
@@ -62,9 +90,37 @@ class Calibration:
     prior_weight: float = 4.0
     _fine: dict[tuple, list[float]] = field(default_factory=dict)
     _coarse: dict[tuple, list[float]] = field(default_factory=dict)
+    _bands: dict[int, "Calibration"] = field(default_factory=dict, repr=False)
+    # A band's parent (the greedy rates) and its discount; None for the decoder's own.
+    _parent: "Calibration | None" = field(default=None, repr=False)
+    _discount: float = 1.0
+
+    @property
+    def root(self) -> "Calibration":
+        """The greedy Calibration this one belongs to (itself for the greedy one)."""
+        return self if self._parent is None else self._parent
+
+    def band(self, temperature: float) -> "Calibration":
+        """The rates for decoding at ``temperature``: this Calibration for greedy, a child per sampling band.
+
+        Example:
+            >>> cal = Calibration()
+            >>> cal.band(0.0) is cal, cal.band(0.9) is cal.band(1.1), cal.band(0.3) is cal.band(1.0)
+            (True, True, False)
+        """
+        root = self.root
+        b = temperature_band(float(temperature))
+        if b == 0:
+            return root
+        child = root._bands.get(b)
+        if child is None:
+            child = root._bands[b] = Calibration(root.prior_weight, _parent=root, _discount=BAND_DISCOUNT[b])
+        return child
 
     def rate(self, key: tuple, prior: float) -> float:
         """The calibrated probability for ``key`` (its last field is the depth bucket)."""
+        if self._parent is not None:
+            prior = self._parent.rate(key, prior) * self._discount
         w = self.prior_weight
         hc, tc = self._coarse.get(key[:-1], (0.0, 0.0))
         coarse = (hc + w * prior) / (tc + w)

@@ -130,6 +130,8 @@ def shared_table(calibration: Calibration, k: int, table_key: str = "recycle") -
         >>> shared_table(cal, 4) is shared_table(cal, 4, "auto")
         False
     """
+    # One table for every temperature band (the top-k is of the raw logits, whatever the sampling).
+    calibration = getattr(calibration, "root", calibration)
     key = (id(calibration), int(k), str(table_key))
     table = _SHARED_TABLES.get(key)
     if table is None:

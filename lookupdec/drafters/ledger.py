@@ -1,0 +1,197 @@
+"""Every source pays its own way: ``auto`` switches off a source whose tokens do not pay for its time.
+
+A source's *marginal* tokens are the accepted tokens that no other source
+proposed (without it they would not have been drafted); its *marginal*
+milliseconds are its own drafting time (propose and commit), the tree rows
+only it put into the forward, and the rows it runs beside the tree (a
+Lookahead window), each priced by the cost model. Removing the source changes
+a run of ``T`` tokens in ``S`` ms to ``T - U`` tokens in ``S - M`` ms, which
+is faster exactly when ``U / M < T / S``. So a source pays when its marginal
+tokens per ms are at least the overall rate.
+
+``SourceLedger`` keeps both rates as running sums over recent steps (each step
+multiplies earlier ones by ``decay``), by source name. A Decoder keeps one
+ledger per method and temperature band across its requests (a short request
+alone would end before the evidence is in). After ``min_steps`` steps on, a source
+whose rate falls below ``(1 - slack)`` times the overall rate is switched off,
+one source per step; the others' accounts then start again (their marginal
+shares change with the set).
+An off source is re-tried for ``probe_steps`` steps at a time, paid from a
+budget that grows by ``probe_share`` (1%) of every step's time and shrinks by
+what each probe step costs, so re-trying costs at most that share of the time
+(plus one probe). A probe whose tokens pay switches the source back on.
+Decisions are logged (logger ``lookupdec.auto``, level INFO).
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Sequence
+
+log = logging.getLogger("lookupdec.auto")
+
+
+@dataclass
+class SourceAccount:
+    """One source's running totals.
+
+    Attributes:
+        name: the source's name.
+        on: whether it drafts this step (off and not probing: it does not).
+        tokens, ms: decayed marginal tokens and ms over its recent steps on.
+        steps: steps on since it was last switched (or re-tried).
+        probe_left: steps left in the current re-try (0: not probing).
+        probe_tokens, probe_ms: what the current re-try has brought and cost.
+        switches: times it was switched off.
+        probes: times it was re-tried.
+    """
+
+    name: str
+    on: bool = True
+    tokens: float = 0.0
+    ms: float = 0.0
+    steps: int = 0
+    probe_left: int = 0
+    probe_tokens: float = 0.0
+    probe_ms: float = 0.0
+    switches: int = 0
+    probes: int = 0
+    last_ms: float = 0.0
+
+    @property
+    def drafting(self) -> bool:
+        return self.on or self.probe_left > 0
+
+
+class SourceLedger:
+    """Which sources draft, from what each brought and cost (module docstring).
+
+    Args:
+        names: sources known from the start (others are added on first use).
+        decay: weight of the previous steps at each new step.
+        min_steps: steps on before a source may be switched off.
+        slack: a source is off when its rate is below ``(1 - slack)`` times the overall rate.
+        probe_steps: steps of one re-try.
+        probe_share: share of the time that re-trying may cost.
+
+    Example:
+        >>> led = SourceLedger(["good", "useless"], min_steps=4)
+        >>> for _ in range(6): led.record(30.0, 2, ["good", "useless"], [1.0, 0.0], [1.0, 5.0])
+        >>> led.drafting(["good", "useless"])
+        [True, False]
+    """
+
+    def __init__(self, names: Sequence[str] = (), *, decay: float = 0.97, min_steps: int = 16, slack: float = 0.1,
+                 probe_steps: int = 8, probe_share: float = 0.01) -> None:
+        self._accounts: dict[str, SourceAccount] = {str(n): SourceAccount(str(n)) for n in names}
+        self.decay = float(decay)
+        self.min_steps = int(min_steps)
+        self.slack = float(slack)
+        self.probe_steps = int(probe_steps)
+        self.probe_share = float(probe_share)
+        self.tokens = 0.0
+        self.ms = 0.0
+        self.budget_ms = 0.0
+        self.probe_spent_ms = 0.0
+        self.total_ms = 0.0
+
+    @property
+    def accounts(self) -> list[SourceAccount]:
+        return list(self._accounts.values())
+
+    def account(self, name: str) -> SourceAccount:
+        """The account of source ``name`` (created, on, on first use)."""
+        a = self._accounts.get(name)
+        if a is None:
+            a = self._accounts[name] = SourceAccount(name)
+        return a
+
+    def drafting(self, names: Sequence[str]) -> list[bool]:
+        """For each of ``names``, whether it drafts this step."""
+        return [self.account(n).drafting for n in names]
+
+    @property
+    def rate(self) -> float:
+        """Overall tokens per ms over recent steps (0 before any)."""
+        return self.tokens / self.ms if self.ms > 0 else 0.0
+
+    def record(self, step_ms: float, tokens: int, names: Sequence[str], unique_tokens: Sequence[float],
+               marginal_ms: Sequence[float]) -> None:
+        """One step: its time and tokens, and each drafting source's marginal tokens and ms.
+
+        Args:
+            step_ms: the step's time (forward, drafting, host).
+            tokens: tokens the step produced (accepted + 1).
+            names: the step's sources.
+            unique_tokens: per source, accepted tokens only it proposed (ignored for sources off).
+            marginal_ms: per source, what it added to the step's time (ignored for sources off).
+        """
+        d = self.decay
+        step_ms = max(float(step_ms), 1e-6)
+        self.tokens = self.tokens * d + float(tokens)
+        self.ms = self.ms * d + step_ms
+        self.total_ms += step_ms
+        self.budget_ms += self.probe_share * step_ms
+        rate = self.rate
+        switched = False
+        for n, u, m in zip(names, unique_tokens, marginal_ms):
+            a = self.account(n)
+            if not a.drafting:
+                continue
+            u, m = float(u), max(float(m), 0.0)
+            a.last_ms = m
+            if a.probe_left > 0:
+                a.probe_tokens += u
+                a.probe_ms += m
+                self.budget_ms -= m
+                self.probe_spent_ms += m
+                a.probe_left -= 1
+                if a.probe_left == 0 and self._end_probe(a, rate):
+                    self._restart_others(a)
+                continue
+            a.tokens = a.tokens * d + u
+            a.ms = a.ms * d + m
+            a.steps += 1
+            if not switched and a.steps >= self.min_steps and not self._pays(a.tokens, a.ms, rate):
+                # One switch per step: two sources proposing the same tokens both look useless
+                # (neither's tokens are its own); once one is off the other's are.
+                switched = True
+                self._restart_others(a)
+                a.on = False
+                a.switches += 1
+                log.info("auto: source %s switched off: %.3f marginal tokens/ms against %.3f overall",
+                         a.name, a.tokens / max(a.ms, 1e-9), rate)
+        self._maybe_probe()
+
+    def _pays(self, tokens: float, ms: float, rate: float) -> bool:
+        return tokens >= (1.0 - self.slack) * rate * ms
+
+    def _restart_others(self, changed: SourceAccount) -> None:
+        """The set of sources changed: every other source's marginal share changes with it."""
+        for b in self._accounts.values():
+            if b is not changed and b.on:
+                b.tokens = b.ms = 0.0
+                b.steps = 0
+
+    def _end_probe(self, a: SourceAccount, rate: float) -> bool:
+        if self._pays(a.probe_tokens, a.probe_ms, rate):
+            a.on = True
+            a.tokens, a.ms, a.steps = a.probe_tokens, a.probe_ms, self.probe_steps
+            log.info("auto: source %s switched back on after a re-try (%.3f tokens/ms against %.3f overall)",
+                     a.name, a.probe_tokens / max(a.probe_ms, 1e-9), rate)
+            return True
+        log.debug("auto: source %s stays off after a re-try", a.name)
+        return False
+
+    def _maybe_probe(self) -> None:
+        if any(a.probe_left > 0 for a in self._accounts.values()):
+            return
+        off = [a for a in self._accounts.values() if not a.on]
+        if not off:
+            return
+        # The cheapest to re-try first, when the budget covers a whole probe at its last known cost.
+        a = min(off, key=lambda x: (x.probes, x.last_ms))
+        if self.budget_ms >= self.probe_steps * a.last_ms:
+            a.probe_left = self.probe_steps
+            a.probe_tokens = a.probe_ms = 0.0
+            a.probes += 1

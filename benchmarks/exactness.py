@@ -26,6 +26,7 @@ Usage:
     python benchmarks/exactness.py --n 120 --threads 1 --part 0/2 --json a.json &   # two cores, two halves
     python benchmarks/exactness.py --n 120 --threads 1 --part 1/2 --json b.json
     python benchmarks/exactness.py --n 40 --dtype bfloat16 --json benchmarks/out/exactness_bf16.json
+    python benchmarks/exactness.py --n 300 --weights float16 --draft-layers 8 --json benchmarks/out/exactness_fp16.json
     python benchmarks/exactness.py --model path/to/tiny --n 20 --max-len 32      # a quick check
 """
 from __future__ import annotations
@@ -225,6 +226,8 @@ def main(argv=None) -> int:
     ap.add_argument("--model", default=None)
     ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     ap.add_argument("--hf-kernels", action="store_true", help="transformers' forward instead of the fast one")
+    ap.add_argument("--weights", default="float32", choices=("auto", "float32", "float16"),
+                    help="the fast forward's weight format (ar and every method run in it)")
     ap.add_argument("--index", action="append", default=[], help="a datastore for rest and auto")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--draft-layers", type=int, default=None, metavar="K",
@@ -261,9 +264,10 @@ def main(argv=None) -> int:
     prompts = prompt_set(args.n, args.seed, args.max_len)[part::parts]
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as history:
-        dec = Decoder(args.model, dtype=args.dtype, hf_kernels=args.hf_kernels,
+        dec = Decoder(args.model, dtype=args.dtype, hf_kernels=args.hf_kernels, weights=args.weights,
                       indexes=list(args.index) or None, history=history, draft_layers=args.draft_layers)
-        print(f"{len(prompts)} prompts, methods {methods}, {args.dtype}, backend {dec.verifier.backend}, "
+        print(f"{len(prompts)} prompts, methods {methods}, {args.dtype}, weights {dec.weights or '-'}, "
+              f"backend {dec.verifier.backend}, "
               f"{torch.get_num_threads()} threads", file=sys.stderr)
         tally = audit(dec, prompts, methods, log=lambda s: print(s, file=sys.stderr, flush=True))
         widths = width_rows(dec, prompts[:args.width_prompts]) if args.width_prompts else {}
@@ -283,7 +287,7 @@ def main(argv=None) -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({
             "config": {**{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-                       "backend": dec.verifier.backend, "machine": platform.processor() or platform.machine(),
+                       "backend": dec.verifier.backend, "weights_used": dec.weights, "machine": platform.processor() or platform.machine(),
                        "torch": torch.__version__, "seconds": seconds},
             "methods": {m: {"generations": t.generations, "tokens": t.tokens,
                             "mismatches": [asdict(x) for x in t.mismatches]} for m, t in tally.items()},

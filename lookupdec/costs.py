@@ -171,15 +171,21 @@ def device_description(device) -> str:
     return f"cpu: {model}, {isa}, {os.cpu_count()} logical CPUs"
 
 
-def curve_key(model, backend: str, threads: int) -> str:
-    """What a measured curve is valid for: model (config and size), dtype, device, backend, threads, versions."""
+def curve_key(model, backend: str, threads: int, weights: str = "float32") -> str:
+    """What a measured curve is valid for: model (config and size), dtype, weight format, device, backend, threads, versions.
+
+    ``weights`` is the fast forward's weight format ("float32", "float16"): each format has its own curve.
+    """
     import torch
 
     param = next(model.parameters())
     n_params = sum(p.numel() for p in model.parameters())
     config = model.config.to_json_string(use_diff=False) if hasattr(model.config, "to_json_string") else repr(model.config)
-    ident = "|".join([config, str(n_params), str(param.dtype), device_description(param.device), backend,
-                      str(threads), torch.__version__, str(FORMAT)])
+    parts = [config, str(n_params), str(param.dtype), device_description(param.device), backend, str(threads),
+             torch.__version__, str(FORMAT)]
+    if weights != "float32":  # float32 curves keep the keys they had before formats existed
+        parts.append(f"weights={weights}")
+    ident = "|".join(parts)
     return hashlib.sha256(ident.encode()).hexdigest()[:20]
 
 
@@ -277,10 +283,11 @@ def measure(verifier, *, widths: Sequence[int] = WIDTHS, past: int = 256, far_pa
 
 
 def curve_path(verifier, threads: int, cache_dir: Path | None = None) -> Path:
-    """Where the cost curve of this verifier's model, dtype, device, backend and threads is cached."""
+    """Where the cost curve of this verifier's model, dtype, weight format, device, backend and threads is cached."""
     from lookupdec.tokenizer import cache_root
 
-    return (cache_dir or cache_root() / "costs") / f"{curve_key(verifier.model, verifier.backend, threads)}.json"
+    weights = getattr(getattr(verifier, "fast", None), "weights", "float32")
+    return (cache_dir or cache_root() / "costs") / f"{curve_key(verifier.model, verifier.backend, threads, weights)}.json"
 
 
 def cached_curve(verifier, threads: int, *, remeasure: bool = False, cache_dir: Path | None = None,

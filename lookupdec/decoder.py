@@ -76,6 +76,12 @@ class Decoder:
             ``LoadedModel``; it must share the target's tokenizer, ids included.
         draft_layers: cut the draft model (the target itself when ``draft_model``
             is None) to its first K decoder layers.
+        weights: the fast forward's weight format (CLI ``--weights``): "float32" (the
+            model's values), "float16" (rounded once, fbgemm kernels, float32 activations:
+            half the bytes per forward), or "auto" (default): float16 only for a GGUF
+            file whose matrices are quantized or float16 and where it measured faster on
+            this machine (cached), else float32; see ``lookupdec.weights``. Greedy output
+            equals ``ar`` in the same format. ``weights_choice`` says what was used and why.
 
     Raises:
         IndexFormatError, TokenizerMismatchError: an index or history store that
@@ -92,13 +98,16 @@ class Decoder:
     def __init__(self, model=None, *, dtype: str = "float32", device: str | None = None, hf_kernels: bool = False,
                  tree_masks: bool | None = None, draft_budget: int = DEFAULT_DRAFT_BUDGET, indexes=None,
                  cost_curve=None, history=None, history_budget: int | None = None, draft_model=None,
-                 draft_layers: int | None = None, cost_refresh: str = "fit", **renamed) -> None:
+                 draft_layers: int | None = None, cost_refresh: str = "fit", weights: str = "auto",
+                 **renamed) -> None:
         import torch
 
         from lookupdec.drafters.calibrate import Calibration
         from lookupdec.fast_kernels import fast_kernels_available, pack_linears
         from lookupdec.verify import TreeVerifier
+        from lookupdec.weights import build_verifier, check_weights
 
+        check_weights(weights)
         if isinstance(draft_budget, bool) or int(draft_budget) != draft_budget or draft_budget < 0:
             raise ValueError(f"draft_budget must be an integer >= 0, got {draft_budget!r}")
         self.draft_budget = int(draft_budget)
@@ -129,7 +138,14 @@ class Decoder:
         # Fast kernels: the lean forward for Llama-family models (which then holds the only
         # copy of an owned model's linear weights); other models keep transformers'
         # forward, with linear weights prepacked for oneDNN when the model is ours.
-        self.verifier = TreeVerifier(self.loaded.model, tree_masks=tree_masks, fast=self.fast_kernels, release=owned)
+        def build(fmt: str) -> TreeVerifier:
+            return TreeVerifier(self.loaded.model, tree_masks=tree_masks, fast=self.fast_kernels, release=owned,
+                                weights=fmt)
+
+        self.verifier, self.weights_choice = build_verifier(
+            build, self.loaded.model, weights=weights, stored=self.loaded.stored, fast=self.fast_kernels,
+            threads=torch.get_num_threads())
+        self.weights = self.weights_choice.weights  # "float32" / "float16"; "" on transformers' forward
         if self.fast_kernels and self.verifier.backend == "hf":
             if owned:
                 pack_linears(self.loaded.model)

@@ -1,5 +1,10 @@
 """A lean CPU float32 forward for Llama-family targets (Llama, SmolLM2, Qwen2, Mistral).
 
+Its linear weights are stored in one of ``WEIGHT_FORMATS``: "float32" (the
+model's own values) or "float16" (rounded once; half the bytes read per forward,
+which is what bounds a CPU forward); activations, accumulation, norms, attention
+and the KV cache are float32 in both.
+
 transformers' forward spends as much time in per-module Python, mask
 building and layout conversions as in the matrix products on a small model
 decoding one token at a time on a CPU. ``FastForward`` runs the same
@@ -49,6 +54,8 @@ SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral")
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 # Products with fewer rows are padded to this many (see _Linear.__call__).
 MIN_PRODUCT_ROWS = 4
+# The largest finite float16: weights beyond it cannot be stored in the float16 format.
+FLOAT16_MAX = 65504.0
 
 
 def _dense_linear(module) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -100,9 +107,10 @@ def supports_fast_forward(model) -> bool:
 
 
 class _Linear:
-    """``y = x @ W.T + b`` with ``W`` prepacked for oneDNN; ``x`` and ``y`` are dense 2-D tensors."""
+    """``y = x @ W.T + b`` with ``W`` prepacked for oneDNN in float32; ``x`` and ``y`` are dense 2-D float32 tensors."""
 
     __slots__ = ("weight", "bias", "out_features")
+    weights = "float32"  # the weight format (WEIGHT_FORMATS)
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
         weight = weight.detach().float().contiguous()
@@ -125,6 +133,81 @@ class _Linear:
         return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
 
 
+class _LinearF16:
+    """``y = x @ W16.T + b``: ``W`` rounded to float16 once and prepacked for fbgemm.
+
+    Activations, accumulation, bias and output stay float32 (fbgemm converts the
+    weights back to float32 inside its kernel), so the only change from the
+    float32 format is the weights' rounding to float16: the product equals a
+    float64 product with float16-rounded weights up to float32 rounding
+    (tests/test_weights.py checks it against that oracle).
+    """
+
+    __slots__ = ("packed", "out_features")
+    weights = "float16"
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+        weight = weight.detach().float().contiguous()
+        big = float(weight.abs().max()) if weight.numel() else 0.0
+        if not big <= FLOAT16_MAX:  # also catches nan
+            raise ValueError(f"a weight of magnitude {big:.4g} does not fit float16 (largest {FLOAT16_MAX:g}): "
+                             "use weights='float32' (--weights float32) for this model")
+        self.out_features = weight.shape[0]
+        self.packed = torch.ops.quantized.linear_prepack_fp16(
+            weight, None if bias is None else bias.detach().float().contiguous())
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.shape[0]
+        if rows < MIN_PRODUCT_ROWS:
+            # fbgemm's AVX2 kernel computes a block of 1 or 2 rows with another
+            # summation order than its main kernel (measured: bitwise differences
+            # for 1-2 rows, none for 3-6): padding to 4 rows makes a one-row step
+            # round like the same row inside a wider verify forward.
+            xp = x.new_zeros((MIN_PRODUCT_ROWS, x.shape[1]))
+            xp[:rows] = x
+            return torch.ops.quantized.linear_dynamic_fp16(xp, self.packed)[:rows]
+        return torch.ops.quantized.linear_dynamic_fp16(x.contiguous(), self.packed)
+
+
+# The weight formats of the fast forward, and the product class of each.
+_LINEARS = {"float32": _Linear, "float16": _LinearF16}
+WEIGHT_FORMATS = tuple(_LINEARS)
+
+
+def weights_unavailable_reason(weights: str) -> str:
+    """Why this torch cannot run weight format ``weights`` ("" when it can).
+
+    Raises:
+        ValueError: ``weights`` is not one of ``WEIGHT_FORMATS``.
+
+    Example:
+        >>> weights_unavailable_reason("float32")
+        ''
+    """
+    if weights not in _LINEARS:
+        raise ValueError(f"weights must be one of {', '.join(WEIGHT_FORMATS)}, got {weights!r}")
+    if weights == "float16" and "fbgemm" not in torch.backends.quantized.supported_engines:
+        return "float16 weights need torch's fbgemm kernels (x86 CPUs), which this torch lacks"
+    return ""
+
+
+def make_linear(weight: torch.Tensor, bias: torch.Tensor | None, weights: str = "float32"):
+    """A prepacked product ``x (R, in) float32 -> (R, out) float32`` with ``weight`` stored in format ``weights``.
+
+    Raises:
+        ValueError: an unknown or unavailable format, or weights float16 cannot hold.
+
+    Example:
+        >>> lin = make_linear(torch.eye(4), None, "float16")
+        >>> lin(torch.ones(2, 4)).tolist()
+        [[1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0]]
+    """
+    reason = weights_unavailable_reason(weights)
+    if reason:
+        raise ValueError(f"{reason}; use weights='float32'")
+    return _LINEARS[weights](weight, bias)
+
+
 def _release(linear) -> None:
     """Drop an ``nn.Linear``'s weight (and bias) storage; its packed copy serves the fast forward."""
     import torch.nn as nn
@@ -132,6 +215,32 @@ def _release(linear) -> None:
     linear.weight = nn.Parameter(torch.empty(0), requires_grad=False)
     if getattr(linear, "bias", None) is not None:
         linear.bias = nn.Parameter(torch.empty(0), requires_grad=False)
+
+
+def _return_freed_memory() -> None:
+    """Hand memory freed to the C allocator back to the system (glibc's ``malloc_trim``; elsewhere nothing).
+
+    Released weights were allocated in pieces below glibc's (raised) mmap threshold, so
+    freeing them keeps their pages resident: without this, packing with ``release``
+    would hold the freed float32 copy and the packed one at once in RSS.
+    """
+    global _malloc_trim
+    if _malloc_trim is None:
+        _malloc_trim = False
+        try:
+            import ctypes
+            import ctypes.util
+
+            name = ctypes.util.find_library("c")
+            if name:
+                _malloc_trim = getattr(ctypes.CDLL(name), "malloc_trim", False)
+        except OSError:
+            pass
+    if _malloc_trim:
+        _malloc_trim(0)
+
+
+_malloc_trim = None
 
 
 def _cat_bias(biases: Sequence[torch.Tensor | None], sizes: Sequence[int]) -> torch.Tensor | None:
@@ -144,10 +253,10 @@ def _cat_bias(biases: Sequence[torch.Tensor | None], sizes: Sequence[int]) -> to
 class _Layer:
     in_norm: torch.Tensor
     post_norm: torch.Tensor
-    qkv: _Linear
-    o: _Linear
-    gate_up: _Linear
-    down: _Linear
+    qkv: _Linear | _LinearF16
+    o: _Linear | _LinearF16
+    gate_up: _Linear | _LinearF16
+    down: _Linear | _LinearF16
 
 
 class FastForward:
@@ -161,8 +270,21 @@ class FastForward:
             model): for a model nobody else uses, as when the Decoder loaded it.
             The model's own forward then no longer works. False (the default)
             leaves the model unchanged.
+        weights: the format the linear weights are stored in (``WEIGHT_FORMATS``):
+            "float32" (the model's own values, oneDNN's blocked layout) or "float16"
+            (rounded to float16 once, fbgemm kernels: half the bytes read per forward;
+            activations and accumulation stay float32). Every product is in this
+            format: q/k/v, o, gate/up, down and ``lm_head``. Norms, the embedding
+            table, rotary tables and the KV cache stay float32.
+        layers: build only the first ``layers`` decoder layers and no ``lm_head`` (for timing
+            a format without a second full copy of the weights, ``lookupdec.weights``: such a
+            forward takes ``logit_rows`` None or "hidden"); None = the whole model. Not with
+            ``release``.
+    Attributes:
+        weights: the weight format in use.
     Raises:
-        ValueError: the model does not qualify (the message says why).
+        ValueError: the model does not qualify, or the weight format is unknown,
+            unavailable in this torch, or cannot hold the weights (the message says why).
 
     Example:
         >>> ff = FastForward(model)                                  # doctest: +SKIP
@@ -171,10 +293,16 @@ class FastForward:
         torch.Size([1, vocab])
     """
 
-    def __init__(self, model, *, release: bool = False) -> None:
+    def __init__(self, model, *, release: bool = False, weights: str = "float32", layers: int | None = None) -> None:
         reason = fast_forward_unsupported_reason(model)
         if reason:
             raise ValueError(f"the fast forward does not support this model: {reason}; use transformers' forward")
+        reason = weights_unavailable_reason(weights)
+        if reason:
+            raise ValueError(f"{reason}; use weights='float32'")
+        self.weights = weights
+        if layers is not None and (release or not 1 <= layers):
+            raise ValueError(f"layers must be >= 1 and is not for release=True, got {layers!r}")
         inner = model.model
         attn0 = inner.layers[0].self_attn
         cfg = model.config
@@ -186,11 +314,12 @@ class FastForward:
         self.final_eps = float(inner.norm.variance_epsilon)
         self.hidden = cfg.hidden_size
         self.intermediate = inner.layers[0].mlp.gate_proj.out_features
-        self.n_layers = len(inner.layers)
+        decoder_layers = list(inner.layers)[:layers]
+        self.n_layers = len(decoder_layers)
         self.embed = inner.embed_tokens.weight.detach()
         self.final_norm = inner.norm.weight.detach().float().contiguous()
         w, b = _dense_linear(model.lm_head)
-        self.lm_head = _Linear(w, b)
+        self.lm_head = make_linear(w, b, weights) if layers is None else None
         self.vocab = w.shape[0]
         if release and model.lm_head.weight is not inner.embed_tokens.weight:  # a tied head is the embedding
             _release(model.lm_head)
@@ -200,21 +329,23 @@ class FastForward:
         self._ensure_positions(min(int(getattr(cfg, "max_position_embeddings", 2048) or 2048), 1024))
         q_size, kv_size = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
         self.layers: list[_Layer] = []
-        for layer in inner.layers:
+        for layer in decoder_layers:
             a, m = layer.self_attn, layer.mlp
             (wq, bq), (wk, bk), (wv, bv) = (_dense_linear(a.q_proj), _dense_linear(a.k_proj), _dense_linear(a.v_proj))
             (wg, bg), (wu, bu) = _dense_linear(m.gate_proj), _dense_linear(m.up_proj)
             self.layers.append(_Layer(
                 in_norm=layer.input_layernorm.weight.detach().float().contiguous(),
                 post_norm=layer.post_attention_layernorm.weight.detach().float().contiguous(),
-                qkv=_Linear(torch.cat([wq, wk, wv]), _cat_bias([bq, bk, bv], [q_size, kv_size, kv_size])),
-                o=_Linear(*_dense_linear(a.o_proj)),
-                gate_up=_Linear(torch.cat([wg, wu]), _cat_bias([bg, bu], [self.intermediate, self.intermediate])),
-                down=_Linear(*_dense_linear(m.down_proj)),
+                qkv=make_linear(torch.cat([wq, wk, wv]), _cat_bias([bq, bk, bv], [q_size, kv_size, kv_size]), weights),
+                o=make_linear(*_dense_linear(a.o_proj), weights),
+                gate_up=make_linear(torch.cat([wg, wu]), _cat_bias([bg, bu], [self.intermediate, self.intermediate]),
+                                    weights),
+                down=make_linear(*_dense_linear(m.down_proj), weights),
             ))
             if release:
                 for lin in (a.q_proj, a.k_proj, a.v_proj, a.o_proj, m.gate_proj, m.up_proj, m.down_proj):
                     _release(lin)
+                _return_freed_memory()
 
     def _ensure_positions(self, n: int) -> None:
         """Make the cos/sin tables cover positions ``0..n-1``.

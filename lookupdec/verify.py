@@ -272,20 +272,22 @@ class TreeVerifier:
             model qualifies; otherwise (and when False) transformers' forward.
         release: let the fast forward free the model's own linear weights once
             packed (only for a model nothing else uses; see ``FastForward``).
+        weights: the fast forward's weight format ("float32" or "float16"; see
+            ``FastForward``); transformers' forward ignores it.
 
     Attributes:
         backend: "fast" or "hf", the forward actually used.
     """
 
     def __init__(self, model, *, tree_masks: bool | None = None, pad_multiple: int | None = None, fast: bool = False,
-                 release: bool = False) -> None:
+                 release: bool = False, weights: str = "float32") -> None:
         self.model = model
         self.fast = None
         if fast:
             from lookupdec.fast_forward import FastForward, supports_fast_forward
 
             if supports_fast_forward(model):
-                self.fast = FastForward(model, release=release)
+                self.fast = FastForward(model, release=release, weights=weights)
         self.backend = "hf" if self.fast is None else "fast"
         if tree_masks is None:
             # The fast forward takes a float bias on every supported model.

@@ -106,18 +106,21 @@ class LogitSpecSource:
             self._cands = []
 
 
-def auto_factory(cost: VerifyCost, logitspec: bool):
-    """Fresh ``auto`` drafters per record, sharing one calibration, priced by a CostModel over ``cost``."""
+def auto_factory(cost: VerifyCost, logitspec: bool, without: Sequence[str] = (), gate: bool = True):
+    """Fresh ``auto`` drafters per record sharing one calibration and one source ledger (as a Decoder's
+    requests do), priced by a CostModel over ``cost``; ``without`` names sources left out."""
     from lookupdec.drafters.auto import AutoDrafter, context_source
     from lookupdec.drafters.lookahead import LookaheadDrafter
     from lookupdec.drafters.llma import LLMADrafter
     from lookupdec.drafters.recycle import RecycleDrafter
     from lookupdec.drafters.history import HistoryDrafter
+    from lookupdec.drafters.ledger import SourceLedger
     from lookupdec.pricing import CostModel
 
     calibration = Calibration()
     model = CostModel(cost.curve())
     store = _ReplayHistory()
+    ledger = SourceLedger()
 
     def make(rec):
         store.remember_previous(rec)
@@ -129,7 +132,8 @@ def auto_factory(cost: VerifyCost, logitspec: bool):
         sources.append(LookaheadDrafter(calibration=calibration, cost=model))
         if logitspec:
             sources.append(LogitSpecSource(calibration))
-        return AutoDrafter(sources=sources, calibration=calibration, cost=model)
+        sources = [s for s in sources if s.name not in without]
+        return AutoDrafter(sources=sources, calibration=calibration, cost=model, ledger=ledger, gate=gate)
 
     return make
 
@@ -153,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in [c.strip() for c in args.curves.split(",") if c.strip()]:
         cost = VerifyCost.parse(name)
         ratio = cost.ms(16) / cost.ms(1)
-        runs = [("pld", PLDDrafter), ("auto", auto_factory(cost, False))]
+        runs = [("pld", lambda: PLDDrafter()), ("auto", auto_factory(cost, False))]
         if args.logitspec:
             runs.append(("auto+logitspec", auto_factory(cost, True)))
         for label, factory in runs:

@@ -13,7 +13,7 @@ tokens per ms are at least the overall rate.
 multiplies earlier ones by ``decay``), by source name. A Decoder keeps one
 ledger per method and temperature band across its requests (a short request
 alone would end before the evidence is in). After ``min_steps`` steps on, a source
-whose rate falls below ``(1 - slack)`` times the overall rate is switched off,
+that costs at least ``min_share`` (1%) of a step and whose rate falls below ``(1 - slack)`` times the overall rate is switched off,
 one source per step; the others' accounts then start again (their marginal
 shares change with the set).
 An off source is re-tried for ``probe_steps`` steps at a time, paid from a
@@ -57,6 +57,7 @@ class SourceAccount:
     switches: int = 0
     probes: int = 0
     last_ms: float = 0.0
+    n: float = 0.0  # decayed count of its steps on
 
     @property
     def drafting(self) -> bool:
@@ -71,8 +72,13 @@ class SourceLedger:
         decay: weight of the previous steps at each new step.
         min_steps: steps on before a source may be switched off.
         slack: a source is off when its rate is below ``(1 - slack)`` times the overall rate.
+            (64 steps and 0.3 were chosen on the offline replay of 21 Spec-Bench turns under three
+            measured curves, ``benchmarks/curve_choices.py``: 16 steps and 0.1 switched the live
+            context off on evidence from one short answer.)
         probe_steps: steps of one re-try.
         probe_share: share of the time that re-trying may cost.
+        min_share: a source costing less than this share of a step's time is never switched
+            off (its saving would be smaller than the risk of losing its tokens on little evidence).
 
     Example:
         >>> led = SourceLedger(["good", "useless"], min_steps=4)
@@ -81,14 +87,16 @@ class SourceLedger:
         [True, False]
     """
 
-    def __init__(self, names: Sequence[str] = (), *, decay: float = 0.97, min_steps: int = 16, slack: float = 0.1,
-                 probe_steps: int = 8, probe_share: float = 0.01) -> None:
+    def __init__(self, names: Sequence[str] = (), *, decay: float = 0.97, min_steps: int = 64, slack: float = 0.3,
+                 probe_steps: int = 8, probe_share: float = 0.01, min_share: float = 0.01) -> None:
         self._accounts: dict[str, SourceAccount] = {str(n): SourceAccount(str(n)) for n in names}
         self.decay = float(decay)
         self.min_steps = int(min_steps)
         self.slack = float(slack)
         self.probe_steps = int(probe_steps)
         self.probe_share = float(probe_share)
+        self.min_share = float(min_share)
+        self.n = 0.0
         self.tokens = 0.0
         self.ms = 0.0
         self.budget_ms = 0.0
@@ -130,6 +138,7 @@ class SourceLedger:
         step_ms = max(float(step_ms), 1e-6)
         self.tokens = self.tokens * d + float(tokens)
         self.ms = self.ms * d + step_ms
+        self.n = self.n * d + 1.0
         self.total_ms += step_ms
         self.budget_ms += self.probe_share * step_ms
         rate = self.rate
@@ -151,8 +160,9 @@ class SourceLedger:
                 continue
             a.tokens = a.tokens * d + u
             a.ms = a.ms * d + m
+            a.n = a.n * d + 1.0
             a.steps += 1
-            if not switched and a.steps >= self.min_steps and not self._pays(a.tokens, a.ms, rate):
+            if not switched and a.steps >= self.min_steps and not self._pays(a.tokens, a.ms, rate, a.n):
                 # One switch per step: two sources proposing the same tokens both look useless
                 # (neither's tokens are its own); once one is off the other's are.
                 switched = True
@@ -163,20 +173,22 @@ class SourceLedger:
                          a.name, a.tokens / max(a.ms, 1e-9), rate)
         self._maybe_probe()
 
-    def _pays(self, tokens: float, ms: float, rate: float) -> bool:
+    def _pays(self, tokens: float, ms: float, rate: float, steps: float) -> bool:
+        if steps > 0 and self.n > 0 and ms / steps < self.min_share * self.ms / self.n:
+            return True  # too cheap to be worth switching off
         return tokens >= (1.0 - self.slack) * rate * ms
 
     def _restart_others(self, changed: SourceAccount) -> None:
         """The set of sources changed: every other source's marginal share changes with it."""
         for b in self._accounts.values():
             if b is not changed and b.on:
-                b.tokens = b.ms = 0.0
+                b.tokens = b.ms = b.n = 0.0
                 b.steps = 0
 
     def _end_probe(self, a: SourceAccount, rate: float) -> bool:
-        if self._pays(a.probe_tokens, a.probe_ms, rate):
+        if self._pays(a.probe_tokens, a.probe_ms, rate, float(self.probe_steps)):
             a.on = True
-            a.tokens, a.ms, a.steps = a.probe_tokens, a.probe_ms, self.probe_steps
+            a.tokens, a.ms, a.steps, a.n = a.probe_tokens, a.probe_ms, self.probe_steps, float(self.probe_steps)
             log.info("auto: source %s switched back on after a re-try (%.3f tokens/ms against %.3f overall)",
                      a.name, a.probe_tokens / max(a.probe_ms, 1e-9), rate)
             return True

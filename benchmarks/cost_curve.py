@@ -3,7 +3,12 @@ transformers' ``generate()``, and peak memory of both.
 
 Usage:
     python benchmarks/cost_curve.py [--threads 2] [--past 500] [--repeats 15] [--ar-tokens 128]
-                                    [--widths 1,2,...] [--no-rss] [--out benchmarks/out/cost_curve.json]
+                                    [--widths 1,2,...] [--no-rss] [--weights float32|float16|auto]
+                                    [--out benchmarks/out/cost_curve.json]
+
+``--weights`` picks the fast forward's weight format (one curve per format: run once per
+format; the default output file then names the format). Peak memory per format against
+transformers' own loader is ``benchmarks/memory.py``.
 
 c(w): one verify forward of ``Decoder()``'s verifier over the root plus a tree of
 w - 1 nodes on top of ``--past`` cached rows, measured by ``lookupdec.costs.measure``
@@ -74,8 +79,13 @@ def main() -> None:
     ap.add_argument("--widths", type=str, default="1,2,4,8,12,16,24,32,48,64")
     ap.add_argument("--ar-tokens", type=int, default=128, help="0 skips the ar vs generate() comparison")
     ap.add_argument("--no-rss", action="store_true", help="skip the memory comparison")
-    ap.add_argument("--out", default="benchmarks/out/cost_curve.json")
+    ap.add_argument("--weights", default="float32", choices=("auto", "float32", "float16"),
+                    help="the fast forward's weight format")
+    ap.add_argument("--out", default=None, help="default benchmarks/out/cost_curve[_WEIGHTS].json")
     args = ap.parse_args()
+    if args.out is None:
+        args.out = "benchmarks/out/cost_curve.json" if args.weights == "float32" else \
+            f"benchmarks/out/cost_curve_{args.weights}.json"
 
     import numpy as np
     import torch
@@ -88,7 +98,7 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     widths = [int(w) for w in args.widths.split(",")]
-    dec = Decoder()
+    dec = Decoder(weights=args.weights)
     verifier = dec.verifier
     hf = load_model(None)  # a separate copy: transformers' forward, default kernels
     prompt = np.random.default_rng(0).integers(100, 40000, args.past).tolist()
@@ -130,7 +140,8 @@ def main() -> None:
                 keep_rows(cache, args.past, [])
             all_rows[w] = statistics.median(ts) * 1e3
     c_ref = min(c_hf, c_hf_after)
-    print(f"{device_description('cpu')}; embedded model, float32, {args.threads} threads, {args.past} cached rows, "
+    print(f"{device_description('cpu')}; embedded model, float32, weights {dec.weights or '-'}, {args.threads} threads, "
+          f"{args.past} cached rows, "
           f"median of {args.repeats}, backend {verifier.backend}")
     print(f"c_hf(1) = {c_hf:.1f} ms before, {c_hf_after:.1f} ms after (transformers forward, default kernels)")
     print(f"{'w':>4} {'c(w) ms':>9} {'c(w)/c_hf(1)':>13} {'c(w)/c(1)':>10} {'all rows ms':>12} {'ratio':>6}")
@@ -170,7 +181,7 @@ def main() -> None:
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     with open(args.out, "w") as f:
         json.dump({"device": device_description("cpu"), "machine": platform.machine(), "threads": args.threads,
-                   "past": args.past, "repeats": args.repeats, "backend": verifier.backend,
+                   "past": args.past, "repeats": args.repeats, "backend": verifier.backend, "weights": dec.weights,
                    "c_hf_1_ms": c_hf, "c_hf_1_after_ms": c_hf_after,
                    "c_ms": {str(w): m for w, m in zip(curve.widths, curve.ms)},
                    "c_all_rows_ms": {str(k): v for k, v in all_rows.items()},

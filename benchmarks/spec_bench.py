@@ -10,6 +10,7 @@ Usage (from the repository root)::
 
     .venv/bin/python benchmarks/spec_bench.py --per-category 2 --max-new-tokens 128
     .venv/bin/python benchmarks/spec_bench.py --per-category 1 --max-new-tokens 32 --methods hf,ar,pld
+    .venv/bin/python benchmarks/spec_bench.py --weights float16 --methods hf,ar,auto --out benchmarks/out/spec_bench_fp16
 
 The parts live in ``benchmarks/specbench/`` (see its ``__init__``).
 """

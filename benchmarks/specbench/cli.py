@@ -78,6 +78,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--draft-layers", type=int, default=None, metavar="K",
                     help="cut the draft model (the target itself without --draft-model) to its first K layers")
     ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--weights", choices=("auto", "float32", "float16"), default="auto",
+                    help="the fast forward's weight format for every lookupdec method (Decoder(weights=...)); "
+                         "transformers' peers always run the float32 model")
     ap.add_argument("--methods", default="all",
                     help=f"comma list from {','.join(list(PEER_METHODS) + list(LOOKUPDEC_METHODS))}; "
                          f"'all' = the peers and every method the decoder registers; "
@@ -157,6 +160,7 @@ def build_setup(decoder, peer_loaded, names: Sequence[str], temperature: float =
     info = {
         "model": decoder.loaded.name,
         "fast_kernels": bool(getattr(decoder, "fast_kernels", False)),
+        "weights": getattr(decoder, "weights", "float32"),
         "draft_budget": getattr(decoder, "draft_budget", None),
         "torch": torch.__version__,
         "transformers": transformers.__version__,
@@ -182,7 +186,7 @@ def load_setup(args: argparse.Namespace, names: Sequence[str]) -> Setup:
         history = tempfile.mkdtemp(prefix="spec-bench-history-")
     decoder = Decoder(args.model, dtype="float32", indexes=list(args.index) or None, history=history,
                       draft_model=getattr(args, "draft_model", None), draft_layers=getattr(args, "draft_layers", None),
-                      cost_refresh=getattr(args, "cost_refresh", "fit"))
+                      cost_refresh=getattr(args, "cost_refresh", "fit"), weights=getattr(args, "weights", "auto"))
     scale = getattr(args, "cost_scale", None)
     if scale:
         from lookupdec.pricing import scaled_curve

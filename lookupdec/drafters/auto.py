@@ -88,7 +88,7 @@ class _MergedCalibration:
                 self.calibration.observe(keys[i], state[i])
 
 
-class AutoDrafter:
+class AutoDrafter(Drafter):
     """Merges every available source into one tree sized by the cost curve.
 
     Args:

@@ -34,7 +34,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from lookupdec.drafters.base import SOURCES, DraftRequest, StepOutcome
+from lookupdec.drafters.base import SOURCES, DraftRequest, Drafter, StepOutcome
 from lookupdec.drafters.calibrate import DEPTH_EDGES, RAW_EDGES, Calibration, bucket
 from lookupdec.tree import DraftTree
 
@@ -224,7 +224,7 @@ def recycle_prior(rank: int, prob: float, depth: int) -> float:
     return float(prob) * 0.7
 
 
-class RecycleDrafter:
+class RecycleDrafter(Drafter):
     """Token Recycling as a drafting source (see the module docstring).
 
     Args:

@@ -213,13 +213,16 @@ class Engine:
                 self._inbox.clear()
             for job in inbox:
                 self._check(job)
+            with self._lock:  # a cancelled job gives its queue slot back at once
+                gone = [j for j in self._waiting if j.cancelled]
+                for job in gone:
+                    self._waiting.remove(job)
+            for job in gone:
+                self._drop(job)
             self._admit()
-            active = [j for j in self._active if not j.cancelled]
-            for job in self._active:
-                if job.cancelled:
-                    self._drop(job)
-            with self._lock:
-                self._active = active
+            for job in [j for j in self._active if j.cancelled]:
+                self._drop(job)  # frees its cache; the client is gone
+            active = list(self._active)
             if not active:
                 continue
             try:

@@ -7,6 +7,7 @@ every request it accepted, then the process exits 0.
 from __future__ import annotations
 
 import logging
+import signal
 from dataclasses import dataclass
 
 from lookupdec.server.app import create_app
@@ -50,6 +51,12 @@ def serve(decoder, engine_config: EngineConfig, config: ServeConfig, on_ready=No
         def handle_exit(self, sig, frame) -> None:  # noqa: D102
             engine.close_admission()  # new requests get 503 while in-flight ones finish
             super().handle_exit(sig, frame)
+            if sig == signal.SIGTERM:
+                # uvicorn raises a captured signal again once it has shut down (the process would
+                # die by SIGTERM); a drained server exits 0 instead.
+                captured = getattr(self, "_captured_signals", None)
+                if captured and captured[-1] == sig:
+                    captured.pop()
 
         async def startup(self, sockets=None) -> None:  # noqa: D102
             await super().startup(sockets)

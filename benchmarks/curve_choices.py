@@ -29,8 +29,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from simulate import COST_CURVES, VerifyCost, _ReplayHistory, load_records, simulate  # noqa: E402
+from simulate import COST_CURVES, _ReplayHistory, load_records, parse_curve, simulate  # noqa: E402
 
+from lookupdec.costs import CostCurve  # noqa: E402
 from lookupdec.drafters.base import DraftRequest, StepOutcome  # noqa: E402
 from lookupdec.drafters.calibrate import Calibration, NodeScorer, conditional  # noqa: E402
 from lookupdec.tree import DraftTree  # noqa: E402
@@ -106,7 +107,7 @@ class LogitSpecSource:
             self._cands = []
 
 
-def auto_factory(cost: VerifyCost, logitspec: bool, without: Sequence[str] = (), gate: bool = True):
+def auto_factory(cost: CostCurve, logitspec: bool, without: Sequence[str] = (), gate: bool = True):
     """Fresh ``auto`` drafters per record sharing one calibration and one source ledger (as a Decoder's
     requests do), priced by a CostModel over ``cost``; ``without`` names sources left out."""
     from lookupdec.drafters.auto import AutoDrafter, context_source
@@ -118,7 +119,7 @@ def auto_factory(cost: VerifyCost, logitspec: bool, without: Sequence[str] = (),
     from lookupdec.pricing import CostModel
 
     calibration = Calibration()
-    model = CostModel(cost.curve())
+    model = CostModel(cost)
     store = _ReplayHistory()
     ledger = SourceLedger()
 
@@ -155,8 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     print("| curve | c(16)/c(1) | drafter | tau | mean nodes | est. speedup vs ar |")
     print("|---|---:|---|---:|---:|---:|")
     for name in [c.strip() for c in args.curves.split(",") if c.strip()]:
-        cost = VerifyCost.parse(name)
-        ratio = cost.ms(16) / cost.ms(1)
+        cost = parse_curve(name)
+        ratio = cost.ms_at(16) / cost.ms_at(1)
         runs = [("pld", lambda: PLDDrafter()), ("auto", auto_factory(cost, False))]
         if args.logitspec:
             runs.append(("auto+logitspec", auto_factory(cost, True)))

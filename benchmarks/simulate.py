@@ -38,6 +38,7 @@ if __package__ in (None, ""):  # run as a script: make the checkout's package im
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lookupdec.drafters.base import DraftRequest, Drafter, NoDrafter, StepOutcome  # noqa: E402
+from lookupdec.costs import CostCurve  # noqa: E402
 from lookupdec.tree import DraftTree  # noqa: E402
 
 
@@ -108,70 +109,52 @@ COST_CURVES: dict[str, tuple[tuple[int, float], ...]] = {
 }
 
 
-@dataclass(frozen=True)
-class VerifyCost:
-    """Time of one verify forward as a function of its width, by linear interpolation.
+def curve_from_points(points: Sequence[tuple[int, float]], name: str = "simulated") -> CostCurve:
+    """A ``lookupdec.costs.CostCurve`` through measured ``(tokens in the forward, ms)`` points.
 
-    ``points`` are (tokens in the forward, ms), widths increasing; beyond the
-    last point the last slope continues, below the first the first cost holds.
-    The default is the decoder's fast verifier (``COST_CURVES["fast"]``); any
-    other measured curve can be passed as ``points`` or picked by name.
+    The simulator prices with the same class ``auto`` sizes its trees by: linear
+    interpolation between widths, the last slope continued beyond the last width,
+    no cache-length slope. A first width above 1 gets its cost held down to 1.
+
+    Raises:
+        ValueError: for fewer than 2 points, widths not increasing from >= 1, or non-positive times.
 
     Example:
-        >>> VerifyCost().ms(1), VerifyCost().ms(10)
-        (29.4, 38.05)
-        >>> VerifyCost.named("hf").ms(12)
-        82.5
+        >>> curve_from_points(((1, 10.0), (3, 20.0))).ms_at(2)
+        15.0
     """
+    pts = tuple((int(w), float(ms)) for w, ms in points)
+    if len(pts) < 2 or pts[0][0] < 1 or any(b[0] <= a[0] for a, b in zip(pts, pts[1:])):
+        raise ValueError(f"cost points need >= 2 widths, increasing from >= 1; got {points!r}")
+    if pts[0][0] != 1:
+        pts = ((1, pts[0][1]),) + pts
+    return CostCurve(tuple(w for w, _ in pts), tuple(m for _, m in pts), 0, (0.0,) * len(pts), name, name)
 
-    points: tuple[tuple[int, float], ...] = COST_CURVES["fast"]
 
-    def __post_init__(self) -> None:
-        xs = [p[0] for p in self.points]
-        if len(xs) < 2 or any(b <= a for a, b in zip(xs, xs[1:])) or xs[0] < 1:
-            raise ValueError(f"cost points need >= 2 widths, increasing from >= 1; got {self.points!r}")
+def named_curve(name: str = "fast") -> CostCurve:
+    """The measured curve called ``name`` (a key of ``COST_CURVES``) as a ``CostCurve``.
 
-    @classmethod
-    def named(cls, name: str) -> "VerifyCost":
-        """The measured curve called ``name`` (a key of ``COST_CURVES``).
+    Raises:
+        ValueError: for an unknown name, listing the known ones.
+    """
+    if name not in COST_CURVES:
+        raise ValueError(f"unknown cost curve {name!r}; expected one of {sorted(COST_CURVES)}")
+    return curve_from_points(COST_CURVES[name], name)
 
-        Raises:
-            ValueError: for an unknown name, listing the known ones.
-        """
-        if name not in COST_CURVES:
-            raise ValueError(f"unknown cost curve {name!r}; expected one of {sorted(COST_CURVES)}")
-        return cls(COST_CURVES[name])
 
-    @classmethod
-    def parse(cls, text: str) -> "VerifyCost":
-        """A curve name, or explicit points as ``"1:34.3,8:48.3,16:61.2"``.
+def parse_curve(text: str) -> CostCurve:
+    """A curve name, or explicit points as ``"1:34.3,8:48.3,16:61.2"``.
 
-        Raises:
-            ValueError: for text that is neither.
-        """
-        if ":" not in text:
-            return cls.named(text)
-        try:
-            pts = tuple((int(w), float(ms)) for w, ms in (item.split(":") for item in text.split(",")))
-        except ValueError:
-            raise ValueError(f"cost points must look like '1:34.3,8:48.3', got {text!r}") from None
-        return cls(pts)
-
-    def curve(self):
-        """The same points as a ``lookupdec.costs.CostCurve`` (what ``auto`` sizes its trees by; no past slope)."""
-        from lookupdec.costs import CostCurve
-
-        pts = self.points if self.points[0][0] == 1 else ((1, self.points[0][1]),) + self.points
-        return CostCurve(tuple(int(w) for w, _ in pts), tuple(float(m) for _, m in pts), 0, (0.0,) * len(pts),
-                         "simulated", "simulated")
-
-    def ms(self, width: int) -> float:
-        xs = [p[0] for p in self.points]
-        ys = [p[1] for p in self.points]
-        if width <= xs[-1]:
-            return round(float(np.interp(width, xs, ys)), 9)
-        slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
-        return ys[-1] + slope * (width - xs[-1])
+    Raises:
+        ValueError: for text that is neither.
+    """
+    if ":" not in text:
+        return named_curve(text)
+    try:
+        pts = tuple((int(w), float(ms)) for w, ms in (item.split(":") for item in text.split(",")))
+    except ValueError:
+        raise ValueError(f"cost points must look like '1:34.3,8:48.3', got {text!r}") from None
+    return curve_from_points(pts, text)
 
 
 @dataclass(frozen=True)
@@ -263,7 +246,7 @@ def _stats(records: int, tokens: int, steps: int, drafted: int, cost_ms: float, 
 
 
 def simulate(drafter_factory: Callable[..., Drafter], records: Iterable[Record], *, budget: int = 64,
-             cost: VerifyCost | None = None) -> SimResult:
+             cost: CostCurve | None = None) -> SimResult:
     """Replay ``records`` through fresh drafters and measure acceptance.
 
     Each step: ``tree = drafter.propose(DraftRequest(budget, tokens left))``;
@@ -282,7 +265,7 @@ def simulate(drafter_factory: Callable[..., Drafter], records: Iterable[Record],
             shared calibration, a history store) is the factory's choice.
         records: recorded generations (``load_records``).
         budget: node budget offered to ``propose`` each step.
-        cost: verify-time model for ``est_speedup`` (default :class:`VerifyCost`).
+        cost: verify-time model for ``est_speedup`` (default: ``named_curve("fast")``).
 
     Returns:
         SimResult with per-task and overall tau and the accepted-length histogram.
@@ -295,8 +278,8 @@ def simulate(drafter_factory: Callable[..., Drafter], records: Iterable[Record],
         >>> r.overall.tau, r.histogram
         (1.0, (3,))
     """
-    cost = cost or VerifyCost()
-    cost1 = cost.ms(1)
+    cost = cost or named_curve()
+    cost1 = cost.ms_at(1)
     t0 = time.perf_counter()
     hist: list[int] = []
     # task -> [records, tokens, steps, drafted nodes, modelled ms]
@@ -334,7 +317,7 @@ def simulate(drafter_factory: Callable[..., Drafter], records: Iterable[Record],
             drafted += len(tree)
             w = len(tree) + 1  # the forward scores the root token and every node
             if w not in cost_cache:
-                cost_cache[w] = cost.ms(w)
+                cost_cache[w] = cost.ms_at(w)
             ms += cost_cache[w]
             if k >= len(hist):
                 hist.extend([0] * (k + 1 - len(hist)))
@@ -465,7 +448,7 @@ def _parse_value(text: str):
 
 
 def drafter_factory(name: str, settings: Mapping[str, object], records: Sequence[Record] = (),
-                    cost: VerifyCost | None = None, indexes: Sequence = ()) -> Callable[[Record], Drafter]:
+                    cost: CostCurve | None = None, indexes: Sequence = ()) -> Callable[[Record], Drafter]:
     """A factory for the drafter called ``name`` with keyword ``settings``.
 
     ``records`` are needed by ``copy-oracle`` only (it reads the answers).
@@ -500,7 +483,7 @@ def drafter_factory(name: str, settings: Mapping[str, object], records: Sequence
             raise ValueError("drafter 'recycle' replays the target's top-k, which these records lack; "
                              "re-record them with record_outputs.py --topk 8")
         calibration = Calibration()
-        curve = (cost or VerifyCost()).curve()
+        curve = cost or named_curve()
         store = _ReplayHistory() if name in ("history", "auto") else None
 
         def make(rec: Record) -> Drafter:
@@ -561,7 +544,7 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"--set expects KEY=VALUE, got {item!r}")
         settings[key] = _parse_value(value)
     try:
-        cost = VerifyCost.parse(args.cost)
+        cost = parse_curve(args.cost)
     except ValueError as e:
         ap.error(str(e))
     records = [r for path in args.records for r in load_records(path)]
@@ -576,7 +559,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nreplayed in {res.seconds:.2f} s")
     if args.json:
         args.json.write_text(json.dumps({"drafter": args.drafter, "settings": settings, "budget": args.budget,
-                                         "cost": [list(p) for p in cost.points],
+                                         "cost": [[w, m] for w, m in zip(cost.widths, cost.ms)],
                                          "overall": asdict(res.overall),
                                          "by_task": {t: asdict(s) for t, s in res.by_task.items()},
                                          "histogram": list(res.histogram)}, indent=1))

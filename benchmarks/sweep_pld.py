@@ -24,8 +24,9 @@ if __package__ in (None, ""):  # run as a script: make the checkout and simulate
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from simulate import (COST_CURVES, Record, SimResult, VerifyCost, _parse_value, drafter_factory,  # noqa: E402
+from simulate import (COST_CURVES, Record, SimResult, _parse_value, drafter_factory, parse_curve,  # noqa: E402
                       load_records, simulate)
+from lookupdec.costs import CostCurve  # noqa: E402
 
 
 def halves(records: Sequence[Record]) -> tuple[list[Record], list[Record]]:
@@ -45,7 +46,7 @@ def halves(records: Sequence[Record]) -> tuple[list[Record], list[Record]]:
     return a, b
 
 
-def run(settings: Mapping[str, object], records: Sequence[Record], cost: VerifyCost,
+def run(settings: Mapping[str, object], records: Sequence[Record], cost: CostCurve,
         budget: int) -> SimResult:
     return simulate(drafter_factory("pld", settings, records), records, budget=budget, cost=cost)
 
@@ -76,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     for item in args.grid:
         k, _, vs = item.partition("=")
         grid[k] = [_parse_value(v) for v in vs.split(",")]
-    cost = VerifyCost.parse(args.cost)
+    cost = parse_curve(args.cost)
     records = [r for p in args.records for r in load_records(p)]
     half_a, half_b = halves(records)
 

@@ -65,8 +65,8 @@ def _records():
 
 def test_auto_verifies_fewer_nodes_under_a_steeper_curve():
     recs = _records()
-    flat = sim.VerifyCost(((1, 30.0), (64, 32.0)))
-    steep = sim.VerifyCost(((1, 30.0), (2, 45.0), (64, 1000.0)))
+    flat = sim.curve_from_points(((1, 30.0), (64, 32.0)))
+    steep = sim.curve_from_points(((1, 30.0), (2, 45.0), (64, 1000.0)))
     res_flat = sim.simulate(cc.auto_factory(flat, False), recs, cost=flat)
     res_steep = sim.simulate(cc.auto_factory(steep, False), recs, cost=steep)
     assert res_steep.overall.mean_draft < res_flat.overall.mean_draft
@@ -75,4 +75,4 @@ def test_auto_verifies_fewer_nodes_under_a_steeper_curve():
 
 def test_the_three_measured_curves_are_named():
     for name in ("xeon", "amd-avx512", "amd-avx2-demo"):
-        assert sim.VerifyCost.named(name).ms(1) > 0
+        assert sim.named_curve(name).ms_at(1) > 0

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from lookupdec.costs import CostCurve
 from lookupdec.drafters.base import DraftRequest, NoDrafter
 from lookupdec.drafters.pld import PLDDrafter
 from lookupdec.tree import DraftTree
@@ -97,32 +98,40 @@ def test_accepted_length_matches_reference_on_random_trees():
 
 
 def test_cost_model_interpolates_and_extrapolates():
-    c = sim.VerifyCost(((1, 10.0), (3, 20.0)))
-    assert (c.ms(1), c.ms(2), c.ms(5)) == (10.0, 15.0, 30.0)
+    c = sim.curve_from_points(((1, 10.0), (3, 20.0)))
+    assert isinstance(c, CostCurve)  # the simulator prices with auto's own class, not a copy of it
+    assert (c.ms_at(1), c.ms_at(2), c.ms_at(5)) == (10.0, 15.0, 30.0)
+    # A first width above 1 holds its cost down to width 1 (CostCurve needs a point at 1).
+    held = sim.curve_from_points(((4, 12.0), (8, 20.0)))
+    assert held.widths == (1, 4, 8) and held.ms_at(2) == 12.0 and held.ms_at(6) == 16.0
 
 
 def test_named_curves_are_the_table_entries_and_the_default_is_fast():
     # Each name gives its table entry (the measured numbers live in COST_CURVES, not here).
     for name, points in sim.COST_CURVES.items():
-        assert sim.VerifyCost.named(name).points == points
-    fast = sim.VerifyCost()
-    assert fast.points == sim.COST_CURVES["fast"]
+        c = sim.named_curve(name)
+        assert all(c.ms_at(w) == pytest.approx(m) for w, m in points)
+    fast = sim.named_curve()
+    assert tuple(zip(fast.widths, fast.ms)) == sim.COST_CURVES["fast"]
     # Interpolation between two table points lies between their costs.
-    (w0, m0), (w1, m1) = fast.points[3], fast.points[4]
-    assert min(m0, m1) <= fast.ms((w0 + w1) // 2) <= max(m0, m1)
-    assert sim.VerifyCost.parse("fast") == fast
-    assert sim.VerifyCost.parse("1:10,3:20").points == ((1, 10.0), (3, 20.0))
+    (w0, m0), (w1, m1) = sim.COST_CURVES["fast"][3], sim.COST_CURVES["fast"][4]
+    assert min(m0, m1) <= fast.ms_at((w0 + w1) // 2) <= max(m0, m1)
+    assert sim.parse_curve("fast") == fast
+    parsed = sim.parse_curve("1:10,3:20")
+    assert (parsed.widths, parsed.ms) == ((1, 3), (10.0, 20.0))
     with pytest.raises(ValueError, match="nope"):
-        sim.VerifyCost.parse("nope")
+        sim.parse_curve("nope")
     with pytest.raises(ValueError, match="increasing"):
-        sim.VerifyCost(((4, 1.0), (2, 2.0)))
+        sim.curve_from_points(((4, 1.0), (2, 2.0)))
+    with pytest.raises(ValueError, match="1:34.3"):
+        sim.parse_curve("1:a,3:20")
 
 
 def test_est_speedup_counts_the_tree_width():
     # The oracle's 5 steps verify root + 3 nodes (width 4), except qa's last, which has 2 tokens
     # left to draft (width 3, 20 ms); ar takes 17 width-1 steps of 10 ms.
     answers = {r.prompt_ids: r.output_ids for r in RECORDS}
-    cost = sim.VerifyCost(((1, 10.0), (4, 25.0)))
+    cost = sim.curve_from_points(((1, 10.0), (4, 25.0)))
     r = sim.simulate(lambda: Oracle(answers), RECORDS, budget=3, cost=cost)
     assert r.overall.est_speedup == pytest.approx(17 * 10.0 / (4 * 25.0 + 20.0))
 
@@ -232,7 +241,7 @@ def test_records_carry_references_and_llma_replays_from_them(tmp_path):
                                 "output_ids": out, "references": [[7, 8] + out + [9]]}) + "\n")
     recs = sim.load_records(path)
     assert recs[0].references == ((7, 8, *out, 9),)
-    flat = sim.VerifyCost(((1, 10.0), (64, 10.5)))
+    flat = sim.curve_from_points(((1, 10.0), (64, 10.5)))
     llma = sim.simulate(sim.drafter_factory("llma", {}, recs, flat), recs)
     pld = sim.simulate(sim.drafter_factory("pld", {}, recs, flat), recs)
     # The answer is in the reference: llma copies it in a few steps; pld has nothing to copy from.
@@ -248,8 +257,8 @@ def test_auto_trees_follow_the_cost_curve():
     rng = np.random.default_rng(0)
     recs = [sim.Record(i, "qa", 0, tuple(rng.integers(3, 15, 300).tolist()), tuple(rng.integers(3, 15, 120).tolist()))
             for i in range(6)]
-    flat = sim.VerifyCost(((1, 10.0), (64, 10.5)))      # wide trees nearly free
-    steep = sim.VerifyCost(((1, 10.0), (64, 330.0)))    # each row costs half a plain step
+    flat = sim.curve_from_points(((1, 10.0), (64, 10.5)))      # wide trees nearly free
+    steep = sim.curve_from_points(((1, 10.0), (64, 330.0)))    # each row costs half a plain step
     wide = sim.simulate(sim.drafter_factory("auto", {}, recs, flat), recs, cost=flat)
     narrow = sim.simulate(sim.drafter_factory("auto", {}, recs, steep), recs, cost=steep)
     assert wide.overall.mean_draft > 4 * max(narrow.overall.mean_draft, 0.5)
@@ -260,7 +269,7 @@ def test_auto_trees_follow_the_cost_curve():
 def test_history_replays_earlier_records_outputs_in_order():
     out = tuple(range(200, 260))
     recs = [sim.Record(i, "qa", 0, (1, 2, i), out) for i in range(3)]  # three requests with the same answer
-    flat = sim.VerifyCost(((1, 10.0), (64, 10.5)))
+    flat = sim.curve_from_points(((1, 10.0), (64, 10.5)))
     r = sim.simulate(sim.drafter_factory("history", {}, recs, flat), recs, cost=flat)
     steps = [sim.simulate(sim.drafter_factory("history", {}, recs[:k], flat), recs[:k], cost=flat).overall.steps
              for k in (1, 2, 3)]

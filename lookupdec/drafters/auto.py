@@ -88,7 +88,7 @@ class _MergedCalibration:
                 self.calibration.observe(keys[i], state[i])
 
 
-class AutoDrafter:
+class AutoDrafter(Drafter):
     """Merges every available source into one tree sized by the cost curve.
 
     Args:
@@ -186,6 +186,10 @@ class AutoDrafter:
         # Rows of this step's window, per source: (source index, first row, rows).
         self._windows: list[tuple[int, int, int]] = []
         self._window_rows = 0
+        # Sizes of the recent selections: sources are asked for a few times more, not always 48.
+        from collections import deque
+
+        self._recent_k: deque[int] = deque(maxlen=32)
 
     @property
     def topk(self) -> int:
@@ -282,7 +286,7 @@ class AutoDrafter:
         return out
 
     def propose(self, request: DraftRequest) -> DraftTree:
-        sub = DraftRequest(min(request.budget, SOURCE_BUDGET), request.max_depth)
+        sub = DraftRequest(min(request.budget, self._source_budget()), request.max_depth)
         active = self._active = self.ledger.drafting(self._names) if self.ledger is not None else self._active
         spent = self._draft_ms
         spent[:] = 0.0
@@ -313,9 +317,20 @@ class AutoDrafter:
                 tree = self._merged_calibration.apply(merged)
                 sel = select_nodes(tree, costs, request.budget, request.max_depth, self.margin)
         self._last = (trees, merged.maps, sel.nodes)
+        self._recent_k.append(len(sel.nodes))
         if self.ledger is not None:
             self._account(merged, sel.nodes, costs, request.budget, windows)
         return tree.subset(sel.nodes) if len(sel.nodes) < len(tree) else tree
+
+    def _source_budget(self) -> int:
+        """Nodes each source is asked for: ``SOURCE_BUDGET``, or less when recent steps selected few.
+
+        Candidates beyond twice the largest recent selection (and 16) are almost never chosen,
+        and each costs drafting time (Token Recycling's expansion above all).
+        """
+        if len(self._recent_k) < 8:
+            return SOURCE_BUDGET
+        return int(min(SOURCE_BUDGET, max(16, 2 * max(self._recent_k) + 8)))
 
     def _account(self, merged: Merged, chosen: np.ndarray, costs: np.ndarray, budget: int,
                  windows: list[int]) -> None:

@@ -26,27 +26,34 @@ Scores, not raw counts, are what the decoder and ``auto`` compare across
 sources. Drafters never call the model; those that need it (small LM,
 Lookahead) get an interface from the decoder.
 
-Version 3 adds two optional hooks, found with ``getattr`` (a version-2
-drafter has neither and runs unchanged):
+Every drafter subclasses :class:`Drafter`, whose default hooks do nothing, so
+the decoder calls them directly instead of probing with ``getattr``:
 
 - ``topk: int`` (default 0): when > 0, the verifier computes the top-``topk``
-  ids and probabilities (softmax of the raw logits, no temperature) of every
-  verified row (the root and every tree node) and the step's outcome carries
-  them (``row_tokens``, ``topk_ids``, ``topk_probs``); the first outcome (the
-  prefill's) carries those of the prompt's last row. Token Recycling learns
-  from them.
-- ``window(request) -> ExtraRows | None``: rows run in the same forward after
-  the tree's rows, with their own positions and visibility among themselves
-  (``ExtraRows``). They see the past and the root, never tree nodes, and no
-  tree node sees them, so they change no verified logit; they are never
+  ids and probabilities (softmax of the raw logits, no temperature) of the
+  verified rows and the step's outcome carries them (``row_tokens``,
+  ``topk_ids``, ``topk_probs``); the first outcome (the prefill's) carries
+  those of the prompt's last row. Token Recycling learns from them.
+- ``window(request) -> ExtraRows | None`` (default None): rows run in the same
+  forward after the tree's rows, with their own positions and visibility among
+  themselves (``ExtraRows``). They see the past and the root, never tree nodes,
+  and no tree node sees them, so they change no verified logit; they are never
   committed. Their argmax come back as ``outcome.extra_argmax``. Only asked for
-  when the verifier verifies whole trees (not under chain verification).
-  Lookahead's Jacobi window runs this way.
+  when ``request.extra_rows`` (the verifier verifies whole trees). Lookahead's
+  Jacobi window runs this way. ``window_rows()`` says how many it will run.
+- ``set_sampling(params, generator)`` (default: nothing).
+
+The request says what the verifier can run (``DraftRequest.tree``,
+``DraftRequest.extra_rows``): under chain verification only one path of the
+tree is verified (the best-scored one) and no extra row runs, so a drafter
+that prices its draft prices a chain. An object that is not a ``Drafter``
+subclass but has ``name``/``begin``/``propose``/``commit`` is wrapped by
+:func:`as_drafter`, the one place where missing hooks are filled in.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -75,18 +82,37 @@ class DraftRequest:
         budget: most nodes the tree may have.
         max_depth: deepest useful node (the tokens still to generate minus the
             bonus token); deeper nodes are cut before verification.
+        tree: the verifier verifies whole trees (True) or one path of the tree,
+            its best-scored one (False: chain verification, sliding-window or
+            flash-attention models): a drafter that prices its draft then prices
+            a chain.
+        extra_rows: the step may run the drafter's ``window`` rows (never under
+            chain verification).
 
     Example:
         >>> DraftRequest(budget=16, max_depth=127).budget
         16
+        >>> DraftRequest(16, 127, tree=False).extra_rows
+        False
     """
 
     budget: int
     max_depth: int
+    # Whole trees, extra rows allowed: what a tree-mask verifier (sdpa, eager, the fast backend) runs.
+    tree: bool = True
+    extra_rows: bool | None = None  # None: as ``tree`` (extra rows need tree masks)
 
     def __post_init__(self) -> None:
         if self.budget < 0 or self.max_depth < 0:
             raise ValueError(f"budget and max_depth must be >= 0, got {self.budget}, {self.max_depth}")
+        if self.extra_rows is None:
+            object.__setattr__(self, "extra_rows", bool(self.tree))
+        elif self.extra_rows and not self.tree:
+            raise ValueError("extra rows need tree masks: a chain request (tree=False) cannot allow extra_rows")
+
+    def sub(self, budget: int) -> "DraftRequest":
+        """The same request with another budget (what a merging drafter asks of its sources)."""
+        return DraftRequest(int(budget), self.max_depth, self.tree, self.extra_rows)
 
 
 @dataclass(frozen=True)
@@ -177,27 +203,94 @@ class StepOutcome:
         return cls((), tuple(int(t) for t in new_tokens))
 
 
-@runtime_checkable
-class Drafter(Protocol):
-    name: str
+class Drafter:
+    """Base class of every drafter: the protocol's calls, with default hooks.
 
-    def begin(self, prompt_ids: Sequence[int]) -> None: ...
+    Subclasses set ``name`` and override ``propose`` (and ``begin``/``commit`` when
+    they keep state); the optional hooks default to "none": no top-k, no window,
+    no sampling of their own.
 
-    def propose(self, request: DraftRequest) -> DraftTree: ...
+    Example:
+        >>> class Fixed(Drafter):
+        ...     name = "fixed"
+        ...     def propose(self, request):
+        ...         return DraftTree.chain([5, 6][: request.budget])
+        >>> d = Fixed()
+        >>> len(d.propose(DraftRequest(1, 4))), d.topk, d.window(DraftRequest(1, 4)), d.window_rows()
+        (1, 0, None, 0)
+    """
 
-    def commit(self, outcome: StepOutcome) -> None: ...
-
-
-class NoDrafter:
-    """Drafts nothing: the decoder then runs plain autoregressive decoding (``ar``)."""
-
-    name = "ar"
+    name: str = "drafter"
+    # Top-k candidates per verified row asked of the verifier (0: none); see the module docstring.
+    topk: int = 0
 
     def begin(self, prompt_ids: Sequence[int]) -> None:
-        pass
+        """A new sequence starts with ``prompt_ids``."""
 
     def propose(self, request: DraftRequest) -> DraftTree:
+        """A tree continuing the current sequence within ``request`` (default: the empty tree)."""
         return DraftTree.empty()
 
     def commit(self, outcome: StepOutcome) -> None:
-        pass
+        """What the verification made of the last proposal."""
+
+    def set_sampling(self, params: Any, generator: Any) -> None:
+        """The request's ``SamplingParams`` and a generator of the drafter's own (None when greedy)."""
+
+    def window(self, request: DraftRequest) -> ExtraRows | None:
+        """Extra rows for this step's forward (asked only when ``request.extra_rows``)."""
+        return None
+
+    def window_rows(self) -> int:
+        """How many extra rows ``window`` will ask for this step."""
+        return 0
+
+
+class _Wrapped(Drafter):
+    """A drafter object that does not subclass ``Drafter``: its missing hooks are the defaults."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.name = str(getattr(inner, "name", type(inner).__name__))
+        self.begin = inner.begin
+        self.propose = inner.propose
+        self.commit = inner.commit
+        for hook in ("set_sampling", "window", "window_rows"):
+            fn = getattr(inner, hook, None)
+            if fn is not None:
+                setattr(self, hook, fn)
+
+    @property
+    def topk(self) -> int:  # read each step: a drafter may change it
+        return max(int(getattr(self.inner, "topk", 0) or 0), 0)
+
+
+def as_drafter(obj: Any) -> Drafter:
+    """``obj`` as a :class:`Drafter`: itself when it subclasses it, else wrapped with the default hooks.
+
+    Raises:
+        TypeError: ``obj`` lacks ``begin``, ``propose`` or ``commit``.
+
+    Example:
+        >>> class Plain:
+        ...     name = "plain"
+        ...     def begin(self, ids): pass
+        ...     def propose(self, request): return DraftTree.empty()
+        ...     def commit(self, outcome): pass
+        >>> d = as_drafter(Plain())
+        >>> d.name, d.topk, isinstance(d, Drafter)
+        ('plain', 0, True)
+    """
+    if isinstance(obj, Drafter):
+        return obj
+    missing = [m for m in ("begin", "propose", "commit") if not callable(getattr(obj, m, None))]
+    if missing:
+        raise TypeError(f"a drafter needs begin, propose and commit methods; {type(obj).__name__} lacks "
+                        f"{', '.join(missing)} (subclass lookupdec.Drafter)")
+    return _Wrapped(obj)
+
+
+class NoDrafter(Drafter):
+    """Drafts nothing: the decoder then runs plain autoregressive decoding (``ar``)."""
+
+    name = "ar"

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from lookupdec.drafters.base import SOURCES, DraftRequest, StepOutcome
+from lookupdec.drafters.base import SOURCES, DraftRequest, Drafter, StepOutcome
 from lookupdec.drafters.calibrate import Calibration, NodeScorer, conditional
 from lookupdec.tree import DraftTree, merge_trees
 
@@ -44,7 +44,7 @@ class LookupSettings:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
 
 
-class IndexDrafter:
+class IndexDrafter(Drafter):
     """Drafts continuations of the sequence's longest suffix found in one or more suffix indexes.
 
     Args:

@@ -42,7 +42,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from lookupdec.costs import CostCurve
-from lookupdec.drafters.base import SOURCES, DraftRequest, ExtraRows, StepOutcome
+from lookupdec.drafters.base import SOURCES, DraftRequest, Drafter, ExtraRows, StepOutcome
 from lookupdec.drafters.calibrate import Calibration, NodeScorer, conditional
 from lookupdec.tree import DraftTree
 
@@ -184,7 +184,7 @@ class NgramPool:
         return sum(len(v) for v in self._pool.values())
 
 
-class LookaheadDrafter:
+class LookaheadDrafter(Drafter):
     """Lookahead as a drafting source (see the module docstring).
 
     Args:

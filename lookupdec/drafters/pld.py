@@ -10,7 +10,7 @@ past the accepted length after a rejection.
 Defaults follow an offline replay of the embedded model's greedy outputs on
 72 Spec-Bench generations (``benchmarks/simulate.py``, swept with
 ``benchmarks/sweep_pld.py``), weighed against the measured cost of the
-decoder's fast verify forward (``VerifyCost``, "fast"): any draft costs ~16%
+decoder's fast verify forward (``benchmarks/simulate.py`` curve "fast"): any draft costs ~16%
 over a 1-token forward, but the next few nodes are nearly free (width 4 costs
 1.21x width 1, width 8 1.41x, width 16 1.78x). So the adaptive depth never
 drops below 4 tokens, matches of 2+ tokens get up to 12 nodes 12 deep, and 1-token
@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from lookupdec.drafters.base import SOURCES, DraftRequest, StepOutcome
+from lookupdec.drafters.base import SOURCES, DraftRequest, Drafter, StepOutcome
 from lookupdec.drafters.calibrate import Calibration, NodeScorer, conditional
 from lookupdec.index.live import LiveIndex
 from lookupdec.tree import DraftTree
@@ -134,7 +134,7 @@ def lookup_tree(index: LiveIndex, depth: int, width: int, max_occurrences: int,
 _NO_DRAFT = ContextDraft(0, DraftTree.empty())
 
 
-class PLDDrafter:
+class PLDDrafter(Drafter):
     """Drafts continuations of the longest earlier match in the prompt + generated text.
 
     Args:

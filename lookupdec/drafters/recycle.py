@@ -34,7 +34,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from lookupdec.drafters.base import SOURCES, DraftRequest, StepOutcome
+from lookupdec.drafters.base import SOURCES, DraftRequest, Drafter, StepOutcome
 from lookupdec.drafters.calibrate import DEPTH_EDGES, RAW_EDGES, Calibration, bucket
 from lookupdec.tree import DraftTree
 
@@ -213,8 +213,9 @@ def expand(table: RecycleTable, root: int, breadth: Sequence[int], max_nodes: in
         cond.append(c)
         push_children(node, tok, -neg, depth + 1)
     n = len(tokens)
-    tree = DraftTree(np.array(tokens, np.int64), np.array(parents, np.int32), np.array(scores, np.float64),
-                     np.full(n, SOURCES["recycle"], np.int16))
+    # Valid by construction (each parent taken before its children): no re-check per step.
+    tree = DraftTree.trusted(np.array(tokens, np.int64), np.array(parents, np.int32), np.array(scores, np.float64),
+                             np.full(n, SOURCES["recycle"], np.int16))
     return Expansion(tree, np.array(ranks, np.int64), np.array(probs, np.float64), np.array(cond, np.float64))
 
 
@@ -223,7 +224,7 @@ def recycle_prior(rank: int, prob: float, depth: int) -> float:
     return float(prob) * 0.7
 
 
-class RecycleDrafter:
+class RecycleDrafter(Drafter):
     """Token Recycling as a drafting source (see the module docstring).
 
     Args:

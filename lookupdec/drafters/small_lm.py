@@ -34,7 +34,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from lookupdec.drafters.base import SOURCES, DraftRequest, StepOutcome
+from lookupdec.drafters.base import SOURCES, DraftRequest, Drafter, StepOutcome
 from lookupdec.drafters.calibrate import Calibration, NodeScorer
 from lookupdec.tree import DraftTree
 
@@ -147,7 +147,7 @@ def _draft_prior(raw: float, match_len: int, depth: int) -> float:
     return float(raw)  # the draft's own probability of its token
 
 
-class SmallLMDrafter:
+class SmallLMDrafter(Drafter):
     """Drafts from a small LM with its own KV cache (see the module docstring).
 
     Args:

@@ -1,0 +1,69 @@
+"""What drafting learns and keeps across one decoder's requests, in one object.
+
+A ``Decoder`` owns one ``DrafterState`` and hands it to the drafters it builds:
+
+- ``calibration``: acceptance rates by key, per temperature band
+  (``drafters/calibrate.py``);
+- Token Recycling's adjacency tables, one per (candidates per token, method),
+  so ``recycle`` and ``auto`` never warm each other's table;
+- ``SourceLedger`` accounts, per (method, temperature band) (``drafters/ledger.py``);
+- the cost provider (a ``CostCurve``/``CostModel`` or a callable returning one);
+- the small draft model, when the decoder has one.
+
+Two decoders never share any of it; a drafter built without a state gets a
+private one. This replaces tables found through a module-level dict keyed by
+``id(calibration)``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from lookupdec.drafters.calibrate import Calibration
+
+
+@dataclass
+class DrafterState:
+    """One decoder's drafting state (see the module docstring).
+
+    Attributes:
+        calibration: the root ``Calibration`` (its bands are ``calibration.band(t)``).
+        cost: the cost provider, or a callable returning it (None: not priced).
+        draft_model: the small-LM ``DraftModel`` (None: none).
+        recycle_tables: ``(k, method) -> RecycleTable``.
+        ledgers: ``(method, temperature band) -> SourceLedger``.
+
+    Example:
+        >>> s = DrafterState()
+        >>> s.recycle_table(4, "recycle") is s.recycle_table(4, "recycle"), s.recycle_table(4, "auto") is s.recycle_table(4)
+        (True, False)
+        >>> s.recycle_table(4) is DrafterState().recycle_table(4)
+        False
+    """
+
+    calibration: Calibration = field(default_factory=Calibration)
+    cost: Any = None
+    draft_model: Any = None
+    recycle_tables: dict = field(default_factory=dict)
+    ledgers: dict = field(default_factory=dict)
+
+    def recycle_table(self, k: int, method: str = "recycle"):
+        """The ``RecycleTable`` of ``k`` candidates per token that ``method``'s drafters share (made on first use)."""
+        from lookupdec.drafters.recycle import RecycleTable
+
+        key = (int(k), str(method))
+        table = self.recycle_tables.get(key)
+        if table is None:
+            table = self.recycle_tables[key] = RecycleTable(int(k))
+        return table
+
+    def ledger(self, method: str, temperature: float):
+        """The ``SourceLedger`` of ``method`` at ``temperature``'s band (made on first use)."""
+        from lookupdec.drafters.calibrate import temperature_band
+        from lookupdec.drafters.ledger import SourceLedger
+
+        key = (str(method), temperature_band(temperature))
+        led = self.ledgers.get(key)
+        if led is None:
+            led = self.ledgers[key] = SourceLedger()
+        return led

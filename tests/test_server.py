@@ -145,6 +145,25 @@ def test_prediction_and_references_leave_the_output_unchanged(server, client, re
     assert server.metric('lookupdec_completion_tokens_total') == before + 2 * want.new_tokens + c.usage.completion_tokens
 
 
+def test_token_id_prompt_and_response_format(client, ref):
+    """A completions prompt given as token ids; a json_schema response_format: both equal ``ar`` in-process
+    (constrained ``ar`` for the schema)."""
+    pytest.importorskip("llguidance")
+    from lookupdec.constraints import JsonSchema
+
+    ids = [40, 41, 42, 43, 40, 41]
+    c = client.completions.create(model="tiny", prompt=ids, max_tokens=20, temperature=0)
+    assert c.choices[0].text == ref(ids, 20, chat=False).text and c.usage.prompt_tokens == len(ids)
+    schema = {"type": "object", "properties": {"ok": {"type": "string", "enum": ["yes", "no"]}}, "required": ["ok"],
+              "additionalProperties": False}
+    r = client.chat.completions.create(model="tiny", messages=_msgs(PROMPTS[1]), max_tokens=60, temperature=0,
+                                       response_format={"type": "json_schema",
+                                                        "json_schema": {"name": "answer", "schema": schema}})
+    want = ref.decoder.generate(_msgs(PROMPTS[1]), method="ar", max_new_tokens=60, grammar=JsonSchema(schema))
+    assert r.choices[0].message.content == want.text and r.choices[0].finish_reason == "stop"
+    assert not want.incomplete and json.loads(want.text)["ok"] in ("yes", "no")
+
+
 def test_concurrent_greedy_requests_each_equal_ar_and_are_batched(server, client, ref):
     """Eight requests at once (four decoded together, four queued): each output is its own prompt's ``ar``."""
     steps0, batch0 = server.metric("lookupdec_batch_size_count"), server.metric("lookupdec_batch_size_sum")
@@ -225,6 +244,9 @@ def test_bad_requests_get_400_naming_the_field(server):
         ({"messages": msgs, "response_format": {"type": "yaml"}}, "response_format.type"),
         ({"messages": [{"role": "robot", "content": "x"}]}, "messages[0].role"),
         ({"messages": [{"role": "user"}]}, "messages[0].content"),
+        ({"messages": [{"role": "user", "content": "x", "name": "bob"}]}, "messages[0].name"),
+        ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
+         "messages[0].content[0]"),
         ({"messages": []}, "messages"),
         ({}, "messages"),
         ({"messages": _msgs("x" * 5000), "max_tokens": 4}, "messages"),  # longer than the context

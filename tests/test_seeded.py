@@ -84,3 +84,18 @@ def test_priced_methods_sampled_repeat_on_fresh_decoders_when_pricing_is_held_fi
     assert runs[0] == runs[1] and steps[0] == steps[1]
     # Not a trivial agreement: tokens were sampled, and drafts were accepted (fewer steps than tokens).
     assert sum(map(len, runs[0])) > N and sum(steps[0]) < sum(map(len, runs[0]))
+
+
+@pytest.mark.parametrize("scale", [4.0, 1.0])
+def test_sampled_ar_in_a_batch_gives_prompt_i_the_tokens_of_seed_plus_i(scale):
+    # generate_batch seeds prompt i with seed + i: with ar (nothing drafted, nothing priced) the
+    # batched draws are the single requests' draws, batched four at a time or one at a time.
+    prompts = PROMPTS + ["xyz xyz", "hello"]
+    dec = Decoder(tiny_loaded(0, scale=scale))
+    single = [dec.generate(p, method="ar", max_new_tokens=N, temperature=1.0, seed=5 + i).token_ids
+              for i, p in enumerate(prompts)]
+    for batch_size in (4, 1):
+        batched = dec.generate_batch(prompts, method="ar", batch_size=batch_size, max_new_tokens=N, temperature=1.0,
+                                     seed=5)
+        assert [r.token_ids for r in batched] == single, batch_size
+    assert len(set(single)) == len(prompts)  # four different draws: the seeds differ per prompt

@@ -244,6 +244,9 @@ def test_bad_requests_get_400_naming_the_field(server):
         ({"messages": msgs, "response_format": {"type": "yaml"}}, "response_format.type"),
         ({"messages": [{"role": "robot", "content": "x"}]}, "messages[0].role"),
         ({"messages": [{"role": "user"}]}, "messages[0].content"),
+        ({"messages": [{"role": "user", "content": "x", "name": "bob"}]}, "messages[0].name"),
+        ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
+         "messages[0].content[0]"),
         ({"messages": []}, "messages"),
         ({}, "messages"),
         ({"messages": _msgs("x" * 5000), "max_tokens": 4}, "messages"),  # longer than the context

@@ -336,3 +336,40 @@ def test_overload_gets_429_with_retry_after(server):
     cancelled = server.metric("lookupdec_cancelled_total") - cancelled0
     completed = (server.metric("lookupdec_completion_tokens_total") - done0) / LONG
     assert cancelled >= 8 and cancelled + completed == 12  # the queued ones at least were dropped; none lost
+
+
+@pytest.mark.slow
+def test_sampling_through_concurrent_requests_keeps_the_target_distribution(server, client):
+    """1,200 sampled requests (method auto) at concurrency 8, their steps verified in shared forwards:
+    the first three tokens' marginals equal the exact marginals of the model (chi-square)."""
+    import re
+
+    import numpy as np
+
+    from lookupdec.sampling import SamplingParams
+    from tests.conftest import EOS_ID, char_tokenizer, tiny_loaded
+    from tests.test_sampling import _exact_marginals, assert_matches
+
+    # A prompt whose first three tokens are never special ones (EOS would end the draw, <unk> is
+    # not in the text): every output's text gives back its three tokens.
+    prompt = [96, 97, 98]
+    exact = _exact_marginals(tiny_loaded(0, max_positions=POSITIONS), prompt, SamplingParams(1.0, 0.95, 4), 3)
+    assert max(float(m[:EOS_ID + 1].sum()) for m in exact) == 0
+    vocab = char_tokenizer().get_vocab()
+
+    def ids_of(text: str) -> list[int]:  # the char tokenizer's text back to ids (fillers print as <xN>)
+        return [int(m.group(1)) if m.group(1) else vocab[m.group(0)] for m in re.finditer(r"<x(\d+)>|.", text, re.S)]
+
+    def one(seed: int) -> list[int]:
+        r = client.completions.create(model="tiny", prompt=prompt, max_tokens=3, temperature=1.0, top_p=0.95,
+                                      seed=seed, extra_body={"top_k": 4})
+        return ids_of(r.choices[0].text)
+
+    batch0, steps0 = server.metric("lookupdec_batch_size_sum"), server.metric("lookupdec_batch_size_count")
+    with cf.ThreadPoolExecutor(8) as pool:
+        outs = list(pool.map(one, range(1200)))
+    assert (server.metric("lookupdec_batch_size_sum") - batch0) / (server.metric("lookupdec_batch_size_count")
+                                                                   - steps0) > 1.5  # really batched
+    for k in range(3):
+        counts = np.bincount([ids[k] for ids in outs], minlength=len(exact[k]))
+        assert_matches(counts, exact[k])

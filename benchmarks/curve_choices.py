@@ -148,6 +148,9 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"comma list of {', '.join(COST_CURVES)} or points '1:30,16:45,64:90'")
     ap.add_argument("--logitspec", action="store_true", help="also replay auto with the LogitSpec source")
     ap.add_argument("--budget", type=int, default=64)
+    ap.add_argument("--no-gate", action="store_true",
+                    help="keep every source on (the gate decides from measured drafting ms, so gated replays "
+                         "vary a little from run to run; without it a replay is deterministic)")
     args = ap.parse_args(argv)
     records = [r for p in args.records for r in load_records(p)]
     if any(r.topk_ids is None for r in records):
@@ -160,9 +163,10 @@ def main(argv: list[str] | None = None) -> int:
     for name in [c.strip() for c in args.curves.split(",") if c.strip()]:
         cost = parse_curve(name)
         ratio = cost.ms_at(16) / cost.ms_at(1)
-        runs = [("pld", lambda: PLDDrafter()), ("auto", auto_factory(cost, False))]
+        gate = not args.no_gate
+        runs = [("pld", lambda: PLDDrafter()), ("auto", auto_factory(cost, False, gate=gate))]
         if args.logitspec:
-            runs.append(("auto+logitspec", auto_factory(cost, True)))
+            runs.append(("auto+logitspec", auto_factory(cost, True, gate=gate)))
         for label, factory in runs:
             res = simulate(factory, records, budget=args.budget, cost=cost)
             o = res.overall

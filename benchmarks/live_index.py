@@ -6,8 +6,8 @@ at most 16 bytes per token. The text is natural: Spec-Bench's questions,
 tokenized with the embedded model's tokenizer and concatenated; queries are
 PLD's (``PLDDrafter``'s index: max_n 8, min_n 1; the draft of the longest
 match of 2+ tokens, 8 occurrences, depth 8, width 12), one after each token
-appended, as decoding does. The pure-Python oracle (tests/oracles/live.py)
-runs the same work in the same process for comparison. Also timed: the
+appended, as decoding does. (The pure-Python oracle, tests/oracles/live.py, is
+test code and is not timed here: benchmarks never import tests/.) Also timed: the
 public calls a decode step makes (``PLDDrafter.begin`` and ``propose``), and
 an adversarial sequence (32,000 copies of one token).
 
@@ -62,11 +62,7 @@ def query_times(cls, seq: list[int], n_queries: int) -> list[float]:
     for t in seq[-n_queries:]:
         idx.append(t)
         t0 = time.perf_counter()
-        if hasattr(idx, "draft"):
-            idx.draft(8, 8, 12, min_n=2)
-        else:  # the oracle: match, then the continuations merged as pld did before
-            m = idx.match(8, min_n=2)
-            [idx.continuation(s, 8) for s in m.starts]
+        idx.draft(8, 8, 12, min_n=2)
         times.append(time.perf_counter() - t0)
     return times
 
@@ -82,13 +78,12 @@ def main(argv=None) -> int:
     from lookupdec.drafters.base import DraftRequest
     from lookupdec.drafters.pld import PLDDrafter
     from lookupdec.index.live import LiveIndex
-    from tests.oracles.live import PyLiveIndex
 
     seq = natural_tokens(args.tokens)
     arr = np.array(seq, np.int64)
     res: dict[str, object] = {"tokens": args.tokens, "queries": args.queries}
-    for name, cls, reps in (("native", LiveIndex, args.repeats), ("python oracle", PyLiveIndex, 2)):
-        build = best_of(lambda: cls(max_n=8, min_n=1).extend(arr if cls is LiveIndex else seq), reps)
+    for name, cls, reps in (("native", LiveIndex, args.repeats),):
+        build = best_of(lambda: cls(max_n=8, min_n=1).extend(arr), reps)
         q = query_times(cls, seq, args.queries)
         res[name] = {"index_ms": build * 1e3, "query_median_us": statistics.median(q) * 1e6,
                      "query_p99_us": float(np.percentile(q, 99)) * 1e6}
@@ -106,7 +101,7 @@ def main(argv=None) -> int:
     n = res["native"]
     print(f"{args.tokens} natural tokens (Spec-Bench questions, embedded tokenizer); {args.queries} queries")
     print(f"{'':15} {'index ms':>9} {'query median µs':>16} {'query p99 µs':>13}")
-    for name in ("native", "python oracle"):
+    for name in ("native",):
         r = res[name]
         print(f"{name:15} {r['index_ms']:>9.2f} {r['query_median_us']:>16.2f} {r['query_p99_us']:>13.2f}")
     print(f"native bytes/token {n['bytes_per_token']:.2f}; 32,000 copies of one token: query "

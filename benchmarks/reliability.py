@@ -4,7 +4,7 @@ Everything runs as a user would run it, in subprocesses, so that a crash
 (a signal, an abort, a raw traceback) is seen rather than hidden:
 
 - ``corrupted``: copies of a small index damaged at random in one of twelve
-  ways (tests/test_index_corruption.py's ``corrupt``), each opened and looked
+  ways (benchmarks/damage.py's ``corrupt``, which tests/test_index_corruption.py uses too), each opened and looked
   up 30 times in a probe process. Counted: clear errors, copies that still
   serve (with the drafts checked to be valid trees of in-range ids), crashes.
 - ``inputs``: bad inputs through the ``lookupdec`` command line (every kind
@@ -38,8 +38,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from tests.conftest import TINY_VOCAB, char_tokenizer  # noqa: E402
-from tests.test_index_corruption import PROBE, corrupt  # noqa: E402
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from damage import PROBE, VOCAB, corrupt, word_tokenizer  # noqa: E402
 
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 CLI = [sys.executable, "-c", "from lookupdec.cli import main; main()"]
@@ -56,7 +56,7 @@ def corrupted(n: int, work: Path, seed: int = 0) -> dict:
     rng = np.random.default_rng(seed)
     docs = [rng.integers(3, 60, int(rng.integers(5, 80))).tolist() for _ in range(60)]
     good = work / "good"
-    build_index_from_tokens(docs, good, tokenizer=char_tokenizer())
+    build_index_from_tokens(docs, good, tokenizer=word_tokenizer())
     kinds, rows, crashes = [], [], 0
     for start in range(0, n, 100):  # a fresh probe per hundred copies: a crash loses one batch only
         paths = []
@@ -74,7 +74,7 @@ def corrupted(n: int, work: Path, seed: int = 0) -> dict:
     errors = [r for r in rows if "error" in r]
     served = [r for r in rows if "lookups" in r]
     unclear = [r for r in errors if r["error"] != "IndexFormatError" or "rebuild" not in r["message"]]
-    harmful = [r for r in served if not r["valid"] or r["max_token"] >= TINY_VOCAB]
+    harmful = [r for r in served if not r["valid"] or r["max_token"] >= VOCAB]
     return {"copies": n, "kinds": {k: kinds.count(k) for k in sorted(set(kinds))},
             "clear_errors": len(errors) - len(unclear), "served_valid_drafts": len(served) - len(harmful),
             "unclear_errors": len(unclear), "harmful_drafts": len(harmful), "crashed_probes": crashes}
@@ -93,7 +93,7 @@ def _input_cases(work: Path) -> list[tuple[str, list[str], Path | None]]:
     (work / "long.txt").write_text("word " * 10_000)
     (work / "notindex").mkdir()
     (work / "notindex" / "keep.txt").write_text("user data")
-    build_index_from_tokens([[5, 6, 7, 8]] * 3, work / "charidx", tokenizer=char_tokenizer())
+    build_index_from_tokens([[5, 6, 7, 8]] * 3, work / "charidx", tokenizer=word_tokenizer())
     damaged = work / "damaged"
     build_index_from_tokens([[5, 6, 7, 8]] * 3, damaged)
     (damaged / "manifest.json").write_text("{garbage")

@@ -267,7 +267,15 @@ class Decoder:
                 exactly when ``temperature`` > 0. The model's ``generation_config``
                 sampling defaults are not applied: lookupdec decodes greedily unless
                 asked, so an output is ``ar``'s unless sampling was requested.
-            seed: seeds the sampling generator (same seed, same output).
+            seed: seeds the sampling generator. What the same seed reproduces (README "What is
+                guaranteed", tests/test_seeded.py): greedy output is ``ar``'s whatever the seed and
+                the decoder's state; sampled ``ar`` and ``pld`` give the same tokens for the same
+                seed on any decoder and on every call. Sampled methods that price their drafts
+                (``auto``, ``recycle``, ``lookahead``, ``history``, ``llma``, ``rest``, ``draft``)
+                keep the target's distribution, but the same seed need not give the same tokens:
+                the draws taken depend on the drafts, which depend on the decoder's earlier
+                requests (calibration, recycle tables, history) and on its cost model, corrected
+                from measured step times.
             stop: stop string(s): generation ends when the text contains one;
                 the text is cut where it starts.
             references: documents (strings) to draft from, for methods that take

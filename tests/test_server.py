@@ -145,6 +145,25 @@ def test_prediction_and_references_leave_the_output_unchanged(server, client, re
     assert server.metric('lookupdec_completion_tokens_total') == before + 2 * want.new_tokens + c.usage.completion_tokens
 
 
+def test_token_id_prompt_and_response_format(client, ref):
+    """A completions prompt given as token ids; a json_schema response_format: both equal ``ar`` in-process
+    (constrained ``ar`` for the schema)."""
+    pytest.importorskip("llguidance")
+    from lookupdec.constraints import JsonSchema
+
+    ids = [40, 41, 42, 43, 40, 41]
+    c = client.completions.create(model="tiny", prompt=ids, max_tokens=20, temperature=0)
+    assert c.choices[0].text == ref(ids, 20, chat=False).text and c.usage.prompt_tokens == len(ids)
+    schema = {"type": "object", "properties": {"ok": {"type": "string", "enum": ["yes", "no"]}}, "required": ["ok"],
+              "additionalProperties": False}
+    r = client.chat.completions.create(model="tiny", messages=_msgs(PROMPTS[1]), max_tokens=60, temperature=0,
+                                       response_format={"type": "json_schema",
+                                                        "json_schema": {"name": "answer", "schema": schema}})
+    want = ref.decoder.generate(_msgs(PROMPTS[1]), method="ar", max_new_tokens=60, grammar=JsonSchema(schema))
+    assert r.choices[0].message.content == want.text and r.choices[0].finish_reason == "stop"
+    assert not want.incomplete and json.loads(want.text)["ok"] in ("yes", "no")
+
+
 def test_concurrent_greedy_requests_each_equal_ar_and_are_batched(server, client, ref):
     """Eight requests at once (four decoded together, four queued): each output is its own prompt's ``ar``."""
     steps0, batch0 = server.metric("lookupdec_batch_size_count"), server.metric("lookupdec_batch_size_sum")
@@ -225,6 +244,9 @@ def test_bad_requests_get_400_naming_the_field(server):
         ({"messages": msgs, "response_format": {"type": "yaml"}}, "response_format.type"),
         ({"messages": [{"role": "robot", "content": "x"}]}, "messages[0].role"),
         ({"messages": [{"role": "user"}]}, "messages[0].content"),
+        ({"messages": [{"role": "user", "content": "x", "name": "bob"}]}, "messages[0].name"),
+        ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
+         "messages[0].content[0]"),
         ({"messages": []}, "messages"),
         ({}, "messages"),
         ({"messages": _msgs("x" * 5000), "max_tokens": 4}, "messages"),  # longer than the context
@@ -314,3 +336,40 @@ def test_overload_gets_429_with_retry_after(server):
     cancelled = server.metric("lookupdec_cancelled_total") - cancelled0
     completed = (server.metric("lookupdec_completion_tokens_total") - done0) / LONG
     assert cancelled >= 8 and cancelled + completed == 12  # the queued ones at least were dropped; none lost
+
+
+@pytest.mark.slow
+def test_sampling_through_concurrent_requests_keeps_the_target_distribution(server, client):
+    """1,200 sampled requests (method auto) at concurrency 8, their steps verified in shared forwards:
+    the first three tokens' marginals equal the exact marginals of the model (chi-square)."""
+    import re
+
+    import numpy as np
+
+    from lookupdec.sampling import SamplingParams
+    from tests.conftest import EOS_ID, char_tokenizer, tiny_loaded
+    from tests.test_sampling import _exact_marginals, assert_matches
+
+    # A prompt whose first three tokens are never special ones (EOS would end the draw, <unk> is
+    # not in the text): every output's text gives back its three tokens.
+    prompt = [96, 97, 98]
+    exact = _exact_marginals(tiny_loaded(0, max_positions=POSITIONS), prompt, SamplingParams(1.0, 0.95, 4), 3)
+    assert max(float(m[:EOS_ID + 1].sum()) for m in exact) == 0
+    vocab = char_tokenizer().get_vocab()
+
+    def ids_of(text: str) -> list[int]:  # the char tokenizer's text back to ids (fillers print as <xN>)
+        return [int(m.group(1)) if m.group(1) else vocab[m.group(0)] for m in re.finditer(r"<x(\d+)>|.", text, re.S)]
+
+    def one(seed: int) -> list[int]:
+        r = client.completions.create(model="tiny", prompt=prompt, max_tokens=3, temperature=1.0, top_p=0.95,
+                                      seed=seed, extra_body={"top_k": 4})
+        return ids_of(r.choices[0].text)
+
+    batch0, steps0 = server.metric("lookupdec_batch_size_sum"), server.metric("lookupdec_batch_size_count")
+    with cf.ThreadPoolExecutor(8) as pool:
+        outs = list(pool.map(one, range(1200)))
+    assert (server.metric("lookupdec_batch_size_sum") - batch0) / (server.metric("lookupdec_batch_size_count")
+                                                                   - steps0) > 1.5  # really batched
+    for k in range(3):
+        counts = np.bincount([ids[k] for ids in outs], minlength=len(exact[k]))
+        assert_matches(counts, exact[k])

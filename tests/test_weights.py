@@ -247,3 +247,32 @@ def test_gguf_header_reader_agrees_with_the_gguf_package_and_classifies_storage(
     bad.write_bytes(b"GGUF\x03\x00\x00\x00" + b"\x05" * 10)
     with pytest.raises(ValueError, match="GGUF"):
         gguf_tensor_types(str(bad))
+
+
+@pytest.mark.slow
+def test_embedded_model_methods_equal_ar_in_float16(real_loaded):
+    dec = Decoder(real_loaded, weights="float16")
+    assert dec.weights == "float16"
+    for text in ("Repeat this sentence three times: the quick brown fox jumps over the lazy dog.",
+                 "Write a Python function that returns the squares of a list of numbers."):
+        ids = dec.encode(text)
+        ar = dec.generate(ids, method="ar", max_new_tokens=40)
+        for method in ("pld", "auto"):
+            assert dec.generate(ids, method=method, max_new_tokens=40).token_ids == ar.token_ids, method
+
+
+@pytest.mark.slow
+def test_embedded_model_peak_memory_is_within_1_2x_of_transformers_own_loader(tmp_path):
+    """Issue 18/19's bound, first run on a machine (empty cache: the format choice and the cost curve are
+    measured in the process): Decoder().generate() against from_pretrained(gguf_file=...) + generate()."""
+    import importlib.util
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[1] / "benchmarks"
+    spec = importlib.util.spec_from_file_location("bench_memory_slow", bench / "memory.py")
+    mem = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mem)
+    base = mem.probe("transformers", None, 8, 2, None)
+    ours = mem.probe("lookupdec:auto", None, 8, 2, str(tmp_path))
+    assert base["new_tokens"] > 0 and ours["new_tokens"] > 0
+    assert ours["peak_mib"] <= 1.2 * base["peak_mib"], (ours, base)

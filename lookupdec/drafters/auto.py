@@ -191,6 +191,10 @@ class AutoDrafter(Drafter):
         # Rows of this step's window, per source: (source index, first row, rows).
         self._windows: list[tuple[int, int, int]] = []
         self._window_rows = 0
+        # Sizes of the recent selections: sources are asked for a few times more, not always 48.
+        from collections import deque
+
+        self._recent_k: deque[int] = deque(maxlen=32)
 
     @property
     def topk(self) -> int:
@@ -284,7 +288,7 @@ class AutoDrafter(Drafter):
         return out
 
     def propose(self, request: DraftRequest) -> DraftTree:
-        sub = request.sub(min(request.budget, SOURCE_BUDGET))
+        sub = request.sub(min(request.budget, self._source_budget()))
         active = self._active = self.ledger.drafting(self._names) if self.ledger is not None else self._active
         spent = self._draft_ms
         spent[:] = 0.0
@@ -316,6 +320,7 @@ class AutoDrafter(Drafter):
                 tree = self._merged_calibration.apply(merged)
                 sel = self._select(tree, costs, request)
         self._last = (trees, merged.maps, sel.nodes)
+        self._recent_k.append(len(sel.nodes))
         if self.ledger is not None:
             self._account(merged, sel.nodes, costs, request.budget, windows)
         return tree.subset(sel.nodes) if len(sel.nodes) < len(tree) else tree
@@ -333,6 +338,16 @@ class AutoDrafter(Drafter):
         path = np.asarray(best_path_nodes(tree), np.int64)
         sel = select_nodes(tree.subset(path), costs, request.budget, request.max_depth, self.margin)
         return replace(sel, nodes=path[sel.nodes])
+
+    def _source_budget(self) -> int:
+        """Nodes each source is asked for: ``SOURCE_BUDGET``, or less when recent steps selected few.
+
+        Candidates beyond twice the largest recent selection (and 16) are almost never chosen,
+        and each costs drafting time (Token Recycling's expansion above all).
+        """
+        if len(self._recent_k) < 8:
+            return SOURCE_BUDGET
+        return int(min(SOURCE_BUDGET, max(16, 2 * max(self._recent_k) + 8)))
 
     def _account(self, merged: Merged, chosen: np.ndarray, costs: np.ndarray, budget: int,
                  windows: list[int]) -> None:

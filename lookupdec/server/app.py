@@ -21,6 +21,10 @@ from lookupdec.server.engine import Engine, Job
 from lookupdec.server.protocol import APIError, ParsedRequest, error_body, parse_request
 from lookupdec.server.responses import DONE, Shapes, finish_reason, sse, usage_of
 
+class ClientGone(Exception):
+    """The client of a request disconnected before its answer."""
+
+
 # How often a handler waiting for its result checks whether the client is still there.
 DISCONNECT_POLL_S = 0.25
 
@@ -92,7 +96,7 @@ def create_app(engine: Engine, model_id: str, api_key: str | None = None):
             except asyncio.TimeoutError:
                 if await request.is_disconnected():
                     job.cancelled = True
-                    raise asyncio.CancelledError
+                    raise ClientGone
 
     async def complete(request: Request, chat: bool):
         endpoint = "chat" if chat else "completions"
@@ -102,16 +106,14 @@ def create_app(engine: Engine, model_id: str, api_key: str | None = None):
             job = Job(req.prompt, generation_settings(req), chat, asyncio.get_running_loop(), asyncio.Queue(),
                       stream=req.stream, prompt_param="messages" if chat else "prompt")
             engine.submit(job)
-            try:
-                kind, value = await next_event(request, job)  # "ok" once it passed the decoder's checks
-            except asyncio.CancelledError:
-                metrics.request_done(endpoint, 499)
-                raise
+            kind, value = await next_event(request, job)  # "ok" once it passed the decoder's checks
             if kind == "error":
                 raise value
         except APIError as err:
             metrics.request_done(endpoint, err.status)
             return error_response(err)
+        except ClientGone:
+            return client_gone(endpoint)
         shapes = Shapes(chat, job.id, job.created, model_id)
         if req.stream:
             metrics.request_done(endpoint, 200)
@@ -126,10 +128,16 @@ def create_app(engine: Engine, model_id: str, api_key: str | None = None):
                 if kind == "error":
                     metrics.request_done(endpoint, value.status)
                     return error_response(value)
-        except asyncio.CancelledError:
+        except ClientGone:
+            return client_gone(endpoint)
+        except asyncio.CancelledError:  # the server is cancelling the handler
             job.cancelled = True
-            metrics.request_done(endpoint, 499)
             raise
+
+    def client_gone(endpoint: str) -> JSONResponse:
+        """The answer to a client that went away (nobody reads it; nginx's 499 in the metrics)."""
+        metrics.request_done(endpoint, 499)
+        return JSONResponse(error_body("the client closed the connection", "invalid_request_error"), status_code=499)
 
     async def stream(request: Request, job: Job, shapes: Shapes, include_usage: bool):
         try:

@@ -199,10 +199,8 @@ class Engine:
     # -- the thread ------------------------------------------------------------------------------
 
     def _run(self) -> None:
-        from lookupdec.batch import step_together
-
-        dec = self.decoder
-        curve = None if self.config.method == "ar" else dec.costs()
+        # Plain decoding drafts nothing: only other methods need the cost model that prices a batch.
+        curve = None if self.config.method == "ar" else self.decoder.costs()
         while True:
             with self._lock:
                 while not (self._inbox or self._waiting or self._active) and self._accepting:
@@ -211,32 +209,43 @@ class Engine:
                     break  # stopped and drained
                 inbox = list(self._inbox)
                 self._inbox.clear()
-            for job in inbox:
-                self._check(job)
-            with self._lock:  # a cancelled job gives its queue slot back at once
-                gone = [j for j in self._waiting if j.cancelled]
-                for job in gone:
-                    self._waiting.remove(job)
-            for job in gone:
-                self._drop(job)
-            self._admit()
-            for job in [j for j in self._active if j.cancelled]:
-                self._drop(job)  # frees its cache; the client is gone
-            active = list(self._active)
-            if not active:
-                continue
             try:
-                step = step_together(dec.verifier, [j.seq for j in active], curve)
-            except Exception:  # noqa: BLE001  (find the request that raised it; the others go on)
-                log.exception("a batched step failed; stepping its %d sequences one at a time", len(active))
-                self._step_alone(active, curve)
-            else:
-                self.metrics.step(step.size, step.width, step.new_tokens, step.step_s, step.forward_s,
-                                  step.accepted_by_source)
-            for job in list(self._active):
-                if job.seq is not None and job.seq.done:
-                    self._complete(job)
+                self._iteration(inbox, curve)
+            except Exception as exc:  # noqa: BLE001  (an engine bug: fail what is in flight, keep serving)
+                log.exception("the engine's step failed outside any one request")
+                for job in list(self._active):
+                    self._fail(job, exc)
         self._stopped.set()
+
+    def _iteration(self, inbox: list[Job], curve) -> None:
+        """Check new jobs, drop cancelled ones, admit, step the batch once, answer the finished."""
+        from lookupdec.batch import step_together
+
+        for job in inbox:
+            self._check(job)
+        with self._lock:  # a cancelled job gives its queue slot back at once
+            gone = [j for j in self._waiting if j.cancelled]
+            for job in gone:
+                self._waiting.remove(job)
+        for job in gone:
+            self._drop(job)
+        self._admit()
+        for job in [j for j in self._active if j.cancelled]:
+            self._drop(job)  # frees its cache; the client is gone
+        active = list(self._active)
+        if not active:
+            return
+        try:
+            step = step_together(self.decoder.verifier, [j.seq for j in active], curve)
+        except Exception:  # noqa: BLE001  (find the request that raised it; the others go on)
+            log.exception("a batched step failed; stepping its %d sequences one at a time", len(active))
+            self._step_alone(active, curve)
+        else:
+            self.metrics.step(step.size, step.width, step.new_tokens, step.step_s, step.forward_s,
+                              step.accepted_by_source)
+        for job in list(self._active):
+            if job.seq is not None and job.seq.done:
+                self._complete(job)
 
     def _check(self, job: Job) -> None:
         """``new_sequence`` for a submitted job: a bad request is answered here, a good one waits."""

@@ -88,6 +88,10 @@ class Metrics:
                    [((), self.completion_tokens)])
             metric("lookupdec_accepted_tokens_total", "counter", "Draft tokens accepted, by drafting source.",
                    [((("source", k),), v) for k, v in sorted(self.accepted.items())])
+            metric("lookupdec_sequence_steps_total", "counter", "Sequence-steps: one per sequence per verify forward.",
+                   [((), self.seq_steps)])
+            metric("lookupdec_decode_tokens_total", "counter", "Tokens those sequence-steps committed.",
+                   [((), self.step_tokens)])
             tau = self.step_tokens / self.seq_steps if self.seq_steps else 0.0
             metric("lookupdec_tau", "gauge", "Tokens committed per sequence per verify forward (decode steps).",
                    [((), f"{tau:.6g}")])

@@ -151,7 +151,7 @@ def _messages(value) -> list[dict]:
         where = f"messages[{i}]"
         if not isinstance(m, dict):
             raise _bad(where, f"{where} must be an object with 'role' and 'content'")
-        extra = set(m) - {"role", "content", "name"}
+        extra = set(m) - {"role", "content"}  # a participant "name" would change the prompt: refused
         if extra:
             key = sorted(extra)[0]
             raise _bad(f"{where}.{key}", f"{where} has an unsupported field {key!r}")

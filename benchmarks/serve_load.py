@@ -1,0 +1,292 @@
+"""Load benchmark of `lookupdec serve`: throughput and latency at several concurrencies.
+
+For each server configuration (a fresh `lookupdec serve` process each):
+
+- ``auto``: speculation on (method auto), requests batched (``--max-batch``);
+- ``ar``: plain decoding batched (method ar: speculation off);
+- ``one``: method auto one request at a time (``--max-batch 1``),
+
+Spec-Bench prompts (the first turn of ``--per-category`` questions per category) are sent as
+streamed chat completions with the official ``openai`` client by ``c`` worker threads, for every
+concurrency ``c``, greedy. Reported per (configuration, concurrency): output tokens/s over the
+run's wall time, p50/p99 time to first token, p50/p99 time per output token (after the first),
+tau (tokens committed per sequence per verify forward, from the server's /metrics), and whether
+every output equals ``ar``'s at concurrency 1 (reported; a batch's wider forward carries the same
+float-rounding caveat as a tree, see README).
+
+Writes ``serve_load.json`` and ``serve_load.md`` into ``--out`` and the plot
+``benchmarks/img/serve_load_throughput.png`` (throughput against concurrency).
+
+Usage (from the repository root)::
+
+    .venv/bin/python benchmarks/serve_load.py --per-category 2 --max-new-tokens 128
+    .venv/bin/python benchmarks/serve_load.py --limit 2 --max-new-tokens 8 --concurrency 1,2  # a smoke run
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import json
+import os
+import platform
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from specbench.tasks import load_questions  # noqa: E402
+
+DEFAULT_QUESTIONS = REPO.parent / "shared" / "data" / "spec_bench_question.jsonl"
+# name -> (method, max batch: None = --max-batch)
+CONFIGS = {"auto": ("auto", None), "ar": ("ar", None), "one": ("auto", 1)}
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One request as the client saw it (seconds from its send)."""
+
+    prompt: int
+    ttft_s: float
+    total_s: float
+    tokens: int
+    text: str
+
+
+@dataclass(frozen=True)
+class Row:
+    """One (configuration, concurrency) run."""
+
+    config: str
+    concurrency: int
+    requests: int
+    tokens: int
+    wall_s: float
+    tokens_per_s: float
+    ttft_p50_ms: float
+    ttft_p99_ms: float
+    tpot_p50_ms: float
+    tpot_p99_ms: float
+    tau: float
+    exact: bool | None
+
+
+class Server:
+    """A `lookupdec serve` process from this checkout on a free local port."""
+
+    def __init__(self, args: list[str]) -> None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.log = tempfile.TemporaryFile(mode="w+")
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        self.proc = subprocess.Popen([sys.executable, "-m", "lookupdec", "serve", *args, "--port", str(self.port)],
+                                     cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=self.log)
+        self.url = f"http://127.0.0.1:{self.port}"
+        import httpx
+
+        t0 = time.monotonic()
+        while True:
+            if self.proc.poll() is not None:
+                self.log.seek(0)
+                raise SystemExit(f"the server exited: {self.log.read()}")
+            try:
+                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() - t0 > 600:
+                raise SystemExit("the server did not start within 10 minutes")
+            time.sleep(0.5)
+
+    def counters(self) -> dict[str, float]:
+        import httpx
+
+        out = {}
+        for line in httpx.get(self.url + "/metrics", timeout=30).text.splitlines():
+            if line and not line.startswith("#") and "{" not in line:
+                name, value = line.split()
+                out[name] = float(value)
+        return out
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(120)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def percentile(xs: list[float], q: float) -> float:
+    """The q-th percentile (nearest rank), 0 for no data."""
+    if not xs:
+        return 0.0
+    xs = sorted(xs)
+    k = max(0, min(len(xs) - 1, int(round(q / 100 * len(xs) + 0.5)) - 1))
+    return xs[k]
+
+
+def one_request(client, k: int, prompt: str, max_tokens: int) -> Sample:
+    t0 = time.perf_counter()
+    first = None
+    tokens = 0
+    parts = []
+    for chunk in client.chat.completions.create(model="served", messages=[{"role": "user", "content": prompt}],
+                                                max_tokens=max_tokens, temperature=0, stream=True,
+                                                stream_options={"include_usage": True}):
+        if chunk.usage is not None:
+            tokens = chunk.usage.completion_tokens
+        if chunk.choices and chunk.choices[0].delta.content:
+            if first is None:
+                first = time.perf_counter() - t0
+            parts.append(chunk.choices[0].delta.content)
+    total = time.perf_counter() - t0
+    return Sample(k, total if first is None else first, total, tokens, "".join(parts))
+
+
+def run_load(server: Server, prompts: list[str], concurrency: int, max_tokens: int) -> tuple[list[Sample], float, float]:
+    """Every prompt once through ``concurrency`` workers: the samples, the wall time and tau."""
+    import openai
+
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=3600)
+    before = server.counters()
+    t0 = time.perf_counter()
+    with cf.ThreadPoolExecutor(concurrency) as pool:
+        samples = list(pool.map(lambda kp: one_request(client, kp[0], kp[1], max_tokens), enumerate(prompts)))
+    wall = time.perf_counter() - t0
+    after = server.counters()
+    steps = after["lookupdec_sequence_steps_total"] - before["lookupdec_sequence_steps_total"]
+    toks = after["lookupdec_decode_tokens_total"] - before["lookupdec_decode_tokens_total"]
+    return samples, wall, toks / steps if steps else 0.0
+
+
+def summarise(config: str, c: int, samples: list[Sample], wall: float, tau: float, exact: bool | None) -> Row:
+    tokens = sum(s.tokens for s in samples)
+    tpot = [(s.total_s - s.ttft_s) / (s.tokens - 1) for s in samples if s.tokens > 1]
+    return Row(config, c, len(samples), tokens, round(wall, 3), round(tokens / wall, 2),
+               round(percentile([s.ttft_s for s in samples], 50) * 1e3, 1),
+               round(percentile([s.ttft_s for s in samples], 99) * 1e3, 1),
+               round(percentile(tpot, 50) * 1e3, 2), round(percentile(tpot, 99) * 1e3, 2), round(tau, 3), exact)
+
+
+def markdown(rows: list[Row], meta: dict) -> str:
+    lines = [f"Serving load: {meta['prompts']} Spec-Bench prompts, {meta['max_new_tokens']} new tokens max, greedy; "
+             f"{meta['cpu']}, {meta['threads']}.", "",
+             "| config | concurrency | tokens/s | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | TPOT p99 ms | tau | exact |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        lines.append(f"| {r.config} | {r.concurrency} | {r.tokens_per_s:.1f} | {r.ttft_p50_ms:.0f} | {r.ttft_p99_ms:.0f} "
+                     f"| {r.tpot_p50_ms:.1f} | {r.tpot_p99_ms:.1f} | {r.tau:.2f} | "
+                     f"{'-' if r.exact is None else ('yes' if r.exact else 'NO')} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows: list[Row], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for config in dict.fromkeys(r.config for r in rows):
+        pts = [(r.concurrency, r.tokens_per_s) for r in rows if r.config == config]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=config)
+    ax.set_xlabel("concurrent requests")
+    ax.set_ylabel("output tokens/s")
+    ax.set_xscale("log", base=2)
+    ax.set_title("lookupdec serve: throughput against concurrency")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def cpu_name() -> str:
+    try:
+        for line in open("/proc/cpuinfo", encoding="utf-8"):
+            if line.startswith("model name"):
+                flags = open("/proc/cpuinfo", encoding="utf-8").read()
+                isa = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
+                return f"{line.split(':', 1)[1].strip()} ({isa})"
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default=None, help="model for the server (default: the embedded SmolLM2-135M)")
+    ap.add_argument("--questions", type=Path, default=DEFAULT_QUESTIONS, help="Spec-Bench question.jsonl")
+    ap.add_argument("--per-category", type=int, default=2, metavar="N", help="questions per category")
+    ap.add_argument("--limit", type=int, default=None, metavar="N", help="use only the first N prompts")
+    ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--concurrency", default="1,2,4,8", help="comma-separated concurrencies")
+    ap.add_argument("--configs", default="auto,ar,one", help=f"comma-separated, from {', '.join(CONFIGS)}")
+    ap.add_argument("--max-batch", type=int, default=8, help="--max-batch of the batched configurations")
+    ap.add_argument("--threads", type=int, default=None, help="OMP_NUM_THREADS of the server (default: torch's choice)")
+    ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "out", help="where the JSON and Markdown go")
+    ap.add_argument("--plot", type=Path, default=REPO / "benchmarks" / "img" / "serve_load_throughput.png")
+    args = ap.parse_args(argv)
+    configs = [c.strip() for c in args.configs.split(",") if c.strip()]
+    bad = [c for c in configs if c not in CONFIGS]
+    if bad:
+        ap.error(f"unknown config(s) {bad}; choose from {', '.join(CONFIGS)}")
+    levels = [int(c) for c in args.concurrency.split(",")]
+    questions = load_questions(args.questions, per_category=args.per_category)
+    prompts = [q.turns[0] for q in questions][:args.limit]
+    if args.threads:
+        os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    rows: list[Row] = []
+    reference: dict[int, str] | None = None
+    texts: dict[tuple[str, int], dict[int, str]] = {}
+    # ar first when asked for: its concurrency-1 outputs are the exactness reference.
+    for config in sorted(configs, key=lambda c: c != "ar"):
+        method, batch = CONFIGS[config]
+        serve_args = ["--method", method, "--max-batch", str(batch or args.max_batch),
+                      "--max-queue", str(max(len(prompts), 1))]
+        if args.model:
+            serve_args += ["--model", args.model]
+        print(f"[{config}] starting the server: {' '.join(serve_args)}", file=sys.stderr)
+        server = Server(serve_args)
+        try:
+            run_load(server, prompts[:1], 1, min(16, args.max_new_tokens))  # warm-up
+            for c in levels:
+                samples, wall, tau = run_load(server, prompts, c, args.max_new_tokens)
+                got = {s.prompt: s.text for s in samples}
+                texts[(config, c)] = got
+                if config == "ar" and reference is None:
+                    reference = got
+                exact = None if reference is None else got == reference
+                row = summarise(config, c, samples, wall, tau, exact)
+                rows.append(row)
+                print(f"[{config}] c={c}: {row.tokens_per_s:.1f} tok/s, TTFT p50 {row.ttft_p50_ms:.0f} ms, "
+                      f"tau {row.tau:.2f}, exact {exact}", file=sys.stderr)
+        finally:
+            server.stop()
+    meta = {"prompts": len(prompts), "max_new_tokens": args.max_new_tokens, "cpu": cpu_name(),
+            "threads": f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}",
+            "python": platform.python_version(), "max_batch": args.max_batch}
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "serve_load.json").write_text(json.dumps({"meta": meta, "rows": [asdict(r) for r in rows]}, indent=1))
+    md = markdown(rows, meta)
+    (args.out / "serve_load.md").write_text(md)
+    plot(rows, args.plot)
+    print(md)
+    mismatched = [r for r in rows if r.exact is False]
+    if mismatched:  # reported, not fatal: a wider batched forward may round a near-tie differently
+        print(f"warning: outputs differ from ar's at concurrency 1: {[(r.config, r.concurrency) for r in mismatched]}",
+              file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

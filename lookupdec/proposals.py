@@ -27,7 +27,7 @@ def check_tree(drafter, tree, vocab_size: int, budget: int, max_depth: int,
         tree: its proposal.
         vocab_size: ids must lie in ``[0, vocab_size)``.
         budget, max_depth: the step's request.
-        tree_masks: whether the verifier verifies whole trees (else a longest path).
+        tree_masks: whether the verifier verifies whole trees (else its best-scored path, ``best_path_nodes``).
     Raises:
         DraftError: not a DraftTree, an id outside the vocabulary, a sampled tree
             without q or over budget.
@@ -59,7 +59,7 @@ def check_tree(drafter, tree, vocab_size: int, budget: int, max_depth: int,
 def _cut_sampled(drafter, tree: DraftTree, budget: int, max_depth: int, tree_masks: bool):
     """A sampled tree, cut only by its shape, never by its drawn tokens' scores (that would bias them).
 
-    Without tree masks the verifier would keep the tree's longest path, whose choice
+    Without tree masks the verifier would keep the tree's best-scored path, whose choice
     can depend on drawn tokens; the path of first children is taken here instead.
     """
     if len(tree) > budget:

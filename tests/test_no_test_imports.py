@@ -1,4 +1,5 @@
-"""Benchmarks never import test code: what they share with tests lives under benchmarks/ or in lookupdec/."""
+"""Neither the package nor the benchmarks import test code: what they share with tests lives under
+benchmarks/ or in lookupdec/ (oracles stay test code, so an equivalence test never checks a rule against itself)."""
 from __future__ import annotations
 
 import ast
@@ -35,5 +36,12 @@ def imports_of_tests(source: str) -> list[int]:
 def test_no_benchmark_imports_tests():
     files = sorted((ROOT / "benchmarks").rglob("*.py"))
     assert len(files) > 10  # the benchmarks are really there
+    offenders = {str(f.relative_to(ROOT)): imports_of_tests(f.read_text(encoding="utf-8")) for f in files}
+    assert {f: ln for f, ln in offenders.items() if ln} == {}
+
+
+def test_the_package_never_imports_tests():
+    files = sorted((ROOT / "lookupdec").rglob("*.py"))
+    assert len(files) > 20
     offenders = {str(f.relative_to(ROOT)): imports_of_tests(f.read_text(encoding="utf-8")) for f in files}
     assert {f: ln for f, ln in offenders.items() if ln} == {}

@@ -56,21 +56,29 @@ def _stream(url: str, body: dict) -> tuple[str, list[str], int]:
 
 
 def test_sigterm_finishes_requests_in_flight_and_exits_0(model_dir, tmp_path):
-    """Three long requests (two decoding together, one queued) are all answered in full after SIGTERM;
-    a request made after it is refused; the process exits 0; their outputs are in the history."""
+    """Four long requests (two streamed ones decoding together, a streamed and a plain one queued) are
+    all answered in full after SIGTERM; the server then refuses connections, exits 0, and their outputs
+    are in the history."""
     srv = ServerProcess(["--model", model_dir, "--max-batch", "2", "--method", "ar", "--history",
                          str(tmp_path / "hist")])
     try:
         n = 800  # long enough to be in flight when SIGTERM comes
         bodies = [{"prompt": p, "max_tokens": n, "temperature": 0, "stream": True,
                    "stream_options": {"include_usage": True}} for p in ("abc", "xyz", "0123456789 0123")]
-        with cf.ThreadPoolExecutor(3) as pool:
+        with cf.ThreadPoolExecutor(4) as pool:
             futs = [pool.submit(_stream, srv.url, b) for b in bodies]
-            _wait_for(srv, active=2, queued=1)  # two decoding, one waiting
+            _wait_for(srv, active=2, queued=1)
+            plain = pool.submit(httpx.post, srv.url + "/v1/completions", timeout=120,
+                                json={"prompt": "abcabc", "max_tokens": n, "temperature": 0})
+            _wait_for(srv, active=2, queued=2)  # two decoding, two waiting
             srv.proc.send_signal(__import__("signal").SIGTERM)
             code = srv.proc.wait(120)
             outs = [f.result() for f in futs]
+            r = plain.result()
         assert code == 0, srv.log()
+        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] > 0
+        choice = r.json()["choices"][0]
+        outs.append((choice["text"], [choice["finish_reason"]], r.json()["usage"]["completion_tokens"]))
         for text, finishes, tokens in outs:
             assert len(finishes) == 1 and text and tokens > 0
             assert finishes == ["length"] or tokens < n

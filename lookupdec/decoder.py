@@ -282,7 +282,8 @@ class Decoder:
                 them (``llma``, ``auto``); tokenized here.
             chat_template: apply the tokenizer's chat template to str/message prompts.
             on_text: called with each new piece of text as it becomes final.
-            drafter: an object implementing the Drafter protocol, used instead of ``method``.
+            drafter: a ``lookupdec.Drafter`` (or an object with ``begin``/``propose``/``commit``,
+                given the base class's default hooks), used instead of ``method``.
             remember: add the output to the decoder's history store (when it has one).
             grammar: structured output: a JSON Schema dict, a list of choices, or
                 ``lookupdec.JsonSchema`` / ``Regex`` / ``Lark`` / ``Choice``. The output then

@@ -115,23 +115,26 @@ def test_the_decoder_tells_drafters_what_its_verifier_runs(tree_masks):
     assert (spy.windows > 0) is tree_masks
 
 
-def test_auto_prices_a_chain_when_the_request_says_chain():
-    dec = Decoder(tiny_loaded(0), hf_kernels=True, tree_masks=False)
-    seen = []
-    from lookupdec.drafters import auto as auto_mod
+def test_auto_prices_a_chain_when_the_request_says_chain(monkeypatch):
+    from lookupdec.costs import CostCurve
+    from lookupdec.drafters.auto import AutoDrafter
+    from lookupdec.pricing import CostModel
 
-    original = auto_mod.AutoDrafter.propose
+    # A flat curve held fixed (no correction from this machine's step times): drafting pays,
+    # so the proposals below are not empty by chance of the timing.
+    monkeypatch.setattr(CostModel, "observe", lambda self, timing: None)
+    flat = CostCurve((1, 64), (10.0, 10.5), 0, (0.0, 0.0), "test", "flat")
+    dec = Decoder(tiny_loaded(0), hf_kernels=True, tree_masks=False, cost_curve=flat)
+    seen = []
+    original = AutoDrafter.propose
 
     def spy(self, request):
         tree = original(self, request)
         seen.append((request.tree, tree))
         return tree
 
-    auto_mod.AutoDrafter.propose = spy
-    try:
-        res = dec.generate(PROMPT, method="auto", max_new_tokens=24, chat_template=False)
-    finally:
-        auto_mod.AutoDrafter.propose = original
+    monkeypatch.setattr(AutoDrafter, "propose", spy)
+    res = dec.generate(PROMPT, method="auto", max_new_tokens=24, chat_template=False)
     assert res.token_ids == dec.generate(PROMPT, method="ar", max_new_tokens=24, chat_template=False).token_ids
     assert seen and all(tree_flag is False for tree_flag, _ in seen)
     for _, tree in seen:  # every proposal is one chain: nothing priced that will not run

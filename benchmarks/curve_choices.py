@@ -34,6 +34,7 @@ from simulate import COST_CURVES, _ReplayHistory, load_records, parse_curve, sim
 from lookupdec.costs import CostCurve  # noqa: E402
 from lookupdec.drafters.base import DraftRequest, StepOutcome  # noqa: E402
 from lookupdec.drafters.calibrate import Calibration, NodeScorer, conditional  # noqa: E402
+from lookupdec.drafters.state import DrafterState  # noqa: E402
 from lookupdec.tree import DraftTree  # noqa: E402
 
 
@@ -119,6 +120,7 @@ def auto_factory(cost: CostCurve, logitspec: bool, without: Sequence[str] = (), 
     from lookupdec.pricing import CostModel
 
     calibration = Calibration()
+    state = DrafterState(calibration)  # one decoder's: Token Recycling's table warms across records
     model = CostModel(cost)
     store = _ReplayHistory()
     ledger = SourceLedger()
@@ -129,12 +131,12 @@ def auto_factory(cost: CostCurve, logitspec: bool, without: Sequence[str] = (), 
         if rec.references:
             sources.append(LLMADrafter([list(d) for d in rec.references], calibration=calibration))
         sources.append(HistoryDrafter(store, calibration=calibration))
-        sources.append(RecycleDrafter(calibration=calibration, table_key="auto"))
+        sources.append(RecycleDrafter(calibration=calibration, state=state, table_key="auto"))
         sources.append(LookaheadDrafter(calibration=calibration, cost=model))
         if logitspec:
             sources.append(LogitSpecSource(calibration))
         sources = [s for s in sources if s.name not in without]
-        return AutoDrafter(sources=sources, calibration=calibration, cost=model, ledger=ledger, gate=gate)
+        return AutoDrafter(sources=sources, calibration=calibration, cost=model, ledger=ledger, gate=gate, state=state)
 
     return make
 

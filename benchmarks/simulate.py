@@ -37,7 +37,8 @@ import numpy as np
 if __package__ in (None, ""):  # run as a script: make the checkout's package importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lookupdec.drafters.base import DraftRequest, Drafter, NoDrafter, StepOutcome  # noqa: E402
+from lookupdec.drafters.base import DraftRequest, Drafter, NoDrafter, StepOutcome, as_drafter  # noqa: E402
+from lookupdec.drafters.state import DrafterState  # noqa: E402
 from lookupdec.costs import CostCurve  # noqa: E402
 from lookupdec.tree import DraftTree  # noqa: E402
 
@@ -287,18 +288,18 @@ def simulate(drafter_factory: Callable[..., Drafter], records: Iterable[Record],
     cost_cache: dict[int, float] = {}
     takes_record = _takes_an_argument(drafter_factory)
     for rec in records:
-        drafter = drafter_factory(rec) if takes_record else drafter_factory()
+        drafter = as_drafter(drafter_factory(rec) if takes_record else drafter_factory())
         drafter.begin(rec.prompt_ids)
         out = rec.output_ids
         # Records without top-k replay without it (``auto``'s recycle source then drafts nothing).
-        k_top = int(getattr(drafter, "topk", 0) or 0) if rec.topk_ids is not None else 0
+        k_top = int(drafter.topk or 0) if rec.topk_ids is not None else 0
         context = list(rec.prompt_ids) + list(out)
         pos = steps = drafted = 0
         ms = 0.0
         while pos < len(out):
             tree = drafter.propose(DraftRequest(budget, len(out) - pos))
             if len(tree) > budget:
-                raise ValueError(f"drafter {getattr(drafter, 'name', drafter)!r} proposed {len(tree)} nodes "
+                raise ValueError(f"drafter {drafter.name!r} proposed {len(tree)} nodes "
                                  f"for a budget of {budget}")
             path = accepted_path(tree, out[pos:])
             k = len(path)
@@ -369,7 +370,7 @@ def _takes_an_argument(fn) -> bool:
 
 
 # ------------------------------------------------------------------ drafters by name
-class CopyOracle:
+class CopyOracle(Drafter):
     """The bound for every drafter that copies from the live context.
 
     Knows each record's output (by its prompt) and drafts, as one chain, the
@@ -404,7 +405,7 @@ class CopyOracle:
         self._rest = self._rest[len(outcome.new_tokens):]
 
 
-class TransformersPLDModel:
+class TransformersPLDModel(Drafter):
     """A model of transformers' prompt lookup (``prompt_lookup_num_tokens``), for comparison.
 
     As its candidate generator behaves: the last 2 tokens (else the last 1)
@@ -483,6 +484,7 @@ def drafter_factory(name: str, settings: Mapping[str, object], records: Sequence
             raise ValueError("drafter 'recycle' replays the target's top-k, which these records lack; "
                              "re-record them with record_outputs.py --topk 8")
         calibration = Calibration()
+        state = DrafterState(calibration)  # one decoder's: Token Recycling's table warms across records
         curve = cost or named_curve()
         store = _ReplayHistory() if name in ("history", "auto") else None
 
@@ -497,9 +499,9 @@ def drafter_factory(name: str, settings: Mapping[str, object], records: Sequence
             if name == "history":
                 return history_method(history=store, calibration=calibration, cost=curve)
             if name == "recycle":
-                return recycle_method(calibration=calibration, cost=curve)
+                return recycle_method(calibration=calibration, cost=curve, state=state)
             return AutoDrafter(references=refs, indexes=list(indexes) or None, history=store,
-                               calibration=calibration, cost=curve, **settings)
+                               calibration=calibration, cost=curve, state=state, **settings)
         return make
     raise ValueError(f"unknown drafter {name!r}; expected one of ar, pld, llma, rest, history, recycle, auto, "
                      "hf-pld, copy-oracle")

@@ -18,6 +18,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from lookupdec.drafters.base import as_drafter
+from lookupdec.drafters.state import DrafterState
 from lookupdec.errors import ContextTooLongError, ModelLoadError
 from lookupdec.methods import METHODS, make_drafter, method_inputs  # noqa: F401  (METHODS: re-exported for callers)
 from lookupdec.models import LoadedModel, encode_prompt, load_model
@@ -160,14 +162,16 @@ class Decoder:
             raise ValueError(f"cost_refresh must be 'fit', 'measure' or 'off', got {cost_refresh!r}")
         self.cost_refresh = cost_refresh
         self._cost_model = None  # lookupdec.pricing.CostModel, made from the curve on first use
-        # auto's source accounts (drafters/ledger.py), per method and temperature band, kept across requests.
-        self._ledgers: dict[tuple[str, int], object] = {}
         self._torch = torch
         self.draft = None  # the small-LM fallback's DraftModel (decoder state, like the calibration)
         if draft_loaded is not None:
             from lookupdec.drafters.small_lm import DraftModel
 
             self.draft = DraftModel(draft_loaded, fast=bool(fast_kernels) and fast_kernels_available(draft_loaded.model))
+        # Everything drafting learns across this decoder's requests (calibration, Token Recycling's
+        # tables, auto's source accounts per method and temperature band), with the cost provider
+        # and the draft model: handed to the drafters it builds (drafters/state.py).
+        self.state = DrafterState(self.calibration, self.costs, self.draft)
 
     @property
     def model(self):
@@ -239,14 +243,7 @@ class Decoder:
 
     def _ledger(self, method: str, temperature: float):
         """The decoder's ``SourceLedger`` for ``method`` at ``temperature``'s band (created on first use)."""
-        from lookupdec.drafters.calibrate import temperature_band
-        from lookupdec.drafters.ledger import SourceLedger
-
-        key = (method, temperature_band(temperature))
-        led = self._ledgers.get(key)
-        if led is None:
-            led = self._ledgers[key] = SourceLedger()
-        return led
+        return self.state.ledger(method, temperature)
 
     def encode(self, prompt, chat_template: bool = True) -> list[int]:
         """Token ids of ``prompt`` (see ``lookupdec.models.encode_prompt``)."""
@@ -376,13 +373,14 @@ class Decoder:
                                    history=self.history if "history" in uses else None,
                                    calibration=self.calibration.band(params.temperature), cost=cost,
                                    vocab_size=self.vocab_size, ledger=self._ledger(method, params.temperature),
-                                   draft_model=self.draft)
+                                   draft_model=self.draft, state=self.state)
             method_name = method
         else:
             if references or prediction:
                 raise ValueError("references and a prediction go to the method's drafters; with drafter=, pass "
                                  "them to it directly")
-            method_name = getattr(drafter, "name", type(drafter).__name__)
+            drafter = as_drafter(drafter)
+            method_name = drafter.name
         generator = None
         if not params.greedy:
             generator = torch.Generator(device="cpu")
@@ -390,15 +388,14 @@ class Decoder:
                 generator.seed()
             else:
                 generator.manual_seed(int(seed))
-        if hasattr(drafter, "set_sampling"):
-            # A drafter that samples gets the request's settings and its own generator, seeded
-            # from the request's: its draws stay independent of the acceptance draws, and the
-            # same seed gives the same output.
-            draft_gen = None
-            if generator is not None:
-                draft_gen = torch.Generator(device="cpu")
-                draft_gen.manual_seed((generator.initial_seed() * 0x9E3779B97F4A7C15 + 1) % (1 << 63))
-            drafter.set_sampling(params, draft_gen)
+        # A drafter that samples gets the request's settings and its own generator, seeded
+        # from the request's: its draws stay independent of the acceptance draws, and the
+        # same seed gives the same output (the others ignore it: the base class's hook).
+        draft_gen = None
+        if generator is not None:
+            draft_gen = torch.Generator(device="cpu")
+            draft_gen.manual_seed((generator.initial_seed() * 0x9E3779B97F4A7C15 + 1) % (1 << 63))
+        drafter.set_sampling(params, draft_gen)
         return DecodeSequence(self, prompt_ids, drafter, method_name, int(max_new_tokens), params, generator, stops,
                               on_text, constraint)
 

@@ -9,7 +9,8 @@ the request's inputs it uses as keyword arguments:
   earlier outputs);
 - decoder state: ``calibration`` (the shared acceptance rates), ``cost``
   (a callable returning the verifier's cost curve), ``vocab_size``,
-  ``draft_model`` (the small-LM fallback's ``DraftModel``, or None).
+  ``draft_model`` (the small-LM fallback's ``DraftModel``, or None), ``state``
+  (the decoder's ``DrafterState``: what drafting keeps across its requests).
 
 A user input given to a method whose constructor does not take it is an
 error, never silently ignored.

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from lookupdec.drafters.base import DraftRequest, ExtraRows
+from lookupdec.drafters.base import DraftRequest, Drafter, ExtraRows
 from lookupdec.errors import DraftError
 from lookupdec.tree import DraftTree
 
 
 def _name(drafter) -> str:
-    return getattr(drafter, "name", drafter)
+    return drafter.name if isinstance(drafter, Drafter) else str(drafter)
 
 
 def check_tree(drafter, tree, vocab_size: int, budget: int, max_depth: int,
@@ -31,7 +31,7 @@ def check_tree(drafter, tree, vocab_size: int, budget: int, max_depth: int,
         tree: its proposal.
         vocab_size: ids must lie in ``[0, vocab_size)``.
         budget, max_depth: the step's request.
-        tree_masks: whether the verifier verifies whole trees (else a longest path).
+        tree_masks: whether the verifier verifies whole trees (else its best-scored path, ``best_path_nodes``).
     Raises:
         DraftError: not a DraftTree, an id outside the vocabulary, a sampled tree
             without q or over budget.
@@ -66,7 +66,7 @@ def check_tree(drafter, tree, vocab_size: int, budget: int, max_depth: int,
 def _cut_sampled(drafter, tree: DraftTree, budget: int, max_depth: int, tree_masks: bool):
     """A sampled tree, cut only by its shape, never by its drawn tokens' scores (that would bias them).
 
-    Without tree masks the verifier would keep the tree's longest path, whose choice
+    Without tree masks the verifier would keep the tree's best-scored path, whose choice
     can depend on drawn tokens; the path of first children is taken here instead.
     """
     if len(tree) > budget:
@@ -88,18 +88,18 @@ def _cut_sampled(drafter, tree: DraftTree, budget: int, max_depth: int, tree_mas
     return tree.subset(keep), keep.astype(np.int64)
 
 
-def check_window(drafter, request: DraftRequest, vocab_size: int, tree_masks: bool) -> ExtraRows | None:
-    """The drafter's extra rows for this step (protocol version 3), checked; None when it has none.
+def check_window(drafter: Drafter, request: DraftRequest, vocab_size: int) -> ExtraRows | None:
+    """The drafter's extra rows for this step, checked; None when it has none.
 
-    Not asked for under chain verification: extra rows need a custom mask.
+    Not asked for unless ``request.extra_rows`` (never under chain verification: extra
+    rows need a custom mask).
 
     Raises:
         DraftError: not ExtraRows, or an id outside the vocabulary.
     """
-    window = getattr(drafter, "window", None)
-    if window is None or not tree_masks:
+    if not request.extra_rows:
         return None
-    extra = window(request)
+    extra = drafter.window(request)
     if extra is None or not len(extra):
         return None
     if not isinstance(extra, ExtraRows):
@@ -110,7 +110,6 @@ def check_window(drafter, request: DraftRequest, vocab_size: int, tree_masks: bo
     return extra
 
 
-def topk_of(drafter) -> int:
-    """How many top-k candidates per verified row the drafter asks for (protocol version 3; 0: none)."""
-    k = getattr(drafter, "topk", 0) or 0
-    return max(int(k), 0)
+def topk_of(drafter: Drafter) -> int:
+    """How many top-k candidates per verified row the drafter asks for (0: none)."""
+    return max(int(drafter.topk or 0), 0)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Callable, Sequence as Seq
 
 import numpy as np
 
-from lookupdec.drafters.base import SOURCE_NAMES, SOURCES, DraftRequest, ExtraRows, NoDrafter, StepOutcome
+from lookupdec.drafters.base import SOURCE_NAMES, SOURCES, DraftRequest, ExtraRows, NoDrafter, StepOutcome, as_drafter
 from lookupdec.proposals import check_tree, check_window, topk_of
 from lookupdec.results import GenerationResult, StepStats
 from lookupdec.stream import TextStream
@@ -127,7 +127,7 @@ class Sequence:
         self.costs = getattr(decoder, "_cost_model", None)
         self.eos = set(decoder.loaded.eos_ids)
         self.prompt_ids = list(prompt_ids)
-        self.drafter = drafter
+        self.drafter = as_drafter(drafter)
         self.method_name = method_name
         self.max_new = int(max_new)
         self.params = params
@@ -194,12 +194,13 @@ class Sequence:
             root = self.new[-1]
             # A step emits at most depth + 1 tokens: deeper nodes could never be used.
             max_depth = self.max_new - len(self.new) - 1
-            request = DraftRequest(budget, max_depth)
+            tree_masks = self.verifier.tree_masks
+            # The request says what the verifier runs: whole trees and extra rows, or one path.
+            request = DraftRequest(budget, max_depth, tree=tree_masks)
             drafter = self.drafter
             proposal = drafter.propose(request) if budget and max_depth else None
-            tree_masks = self.verifier.tree_masks
             # The window is part of the step's draft: no budget, no window rows.
-            extra = check_window(drafter, request, self.vocab_size, tree_masks) if budget and max_depth else None
+            extra = check_window(drafter, request, self.vocab_size) if budget and max_depth else None
             if proposal is not None:
                 tree, kept = check_tree(drafter, proposal, self.vocab_size, budget, max_depth, tree_masks)
             else:

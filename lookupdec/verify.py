@@ -88,6 +88,34 @@ def longest_path_nodes(tree: DraftTree) -> list[int]:
     return tree.path(int(np.argmax(tree.depth))) if len(tree) else []
 
 
+def best_path_nodes(tree: DraftTree) -> list[int]:
+    """Node indices of the root-to-leaf path with the most expected accepted tokens.
+
+    A chain verified greedily yields the sum of its nodes' path scores in expectation,
+    so the path kept under chain verification is the leaf's path maximising that sum
+    (the deepest one among equals, then the first): not merely the deepest path, which
+    may be a long run of unlikely nodes.
+
+    Example:
+        >>> t = DraftTree(np.array([5, 6, 7, 8]), np.array([-1, 0, 1, -1]), np.array([0.2, 0.2, 0.2, 0.9]))
+        >>> best_path_nodes(t), longest_path_nodes(t)
+        ([3], [0, 1, 2])
+    """
+    n = len(tree)
+    if n == 0:
+        return []
+    scores = tree.path_scores()
+    total = np.zeros(n)
+    parents = tree.parents
+    for i in range(n):  # parents precede children
+        p = int(parents[i])
+        total[i] = scores[i] + (total[p] if p >= 0 else 0.0)
+    leaves = tree.leaves()
+    depth = tree.depth
+    leaf = int(leaves[np.lexsort((leaves, -depth[leaves], -np.round(total[leaves], 12)))[0]])
+    return tree.path(leaf)
+
+
 def clip_depth(tree: DraftTree, max_depth: int) -> DraftTree:
     """Drop the nodes deeper than ``max_depth`` (their ancestors stay)."""
     if len(tree) == 0 or max_depth >= int(tree.depth.max()):
@@ -179,7 +207,8 @@ class VerifyResult:
 
     Attributes:
         rows: the logit rows, computed on use (row 0 for the root, row ``1 + i`` for node ``i``).
-        tree: the tree actually verified (the longest path under chain verification).
+        tree: the tree actually verified (its best-scored path under chain verification,
+            ``best_path_nodes``).
         kept: for each node of ``tree``, its index in the tree passed to ``forward``
             (None: the same tree, nothing cut).
         row_tokens, topk_ids, topk_probs: left empty by ``forward``: the top-k asked for is
@@ -262,7 +291,7 @@ class TreeVerifier:
 
     Args:
         model: a transformers causal LM.
-        tree_masks: verify whole trees (True), only the longest path (False),
+        tree_masks: verify whole trees (True), only the best-scored path (False),
             or decide from the model's attention implementation (None).
         pad_multiple: round widths above 1 up to a multiple of this; None =
             4 for transformers' forward (its oneDNN/MKL products are slow for
@@ -346,7 +375,7 @@ class TreeVerifier:
         if extra is not None and not self.tree_masks:
             raise ValueError("extra rows need tree masks; this verifier verifies chains (tree_masks=False)")
         if not self.tree_masks and len(tree):
-            kept = np.asarray(longest_path_nodes(tree), np.int64)
+            kept = np.asarray(best_path_nodes(tree), np.int64)
             if len(kept) < len(tree):
                 res = self.forward(cache, past, root, tree.subset(kept), topk=topk)
                 return replace(res, kept=kept)
@@ -441,7 +470,7 @@ class TreeVerifier:
                 raise ValueError("extra rows need tree masks; this verifier verifies chains (tree_masks=False)")
             tree, kept = it.tree, None
             if not self.tree_masks and len(tree):
-                nodes = np.asarray(longest_path_nodes(tree), np.int64)
+                nodes = np.asarray(best_path_nodes(tree), np.int64)
                 if len(nodes) < len(tree):
                     tree, kept = tree.subset(nodes), nodes
             assert it.cache.length == it.past, (it.cache.length, it.past)

@@ -124,11 +124,15 @@ def test_recycle_greedy_equals_ar(fast, scale):
         assert out.steps < ar.steps and out.accepted_by_source.get("recycle", 0) > 0
 
 
-def test_drafters_of_one_calibration_share_the_table():
+def test_drafters_of_one_state_share_the_table():
     from lookupdec.drafters.calibrate import Calibration
+    from lookupdec.drafters.state import DrafterState
 
     cal = Calibration()
-    a, b, c = RecycleDrafter(calibration=cal), RecycleDrafter(calibration=cal), RecycleDrafter()
+    state = DrafterState(cal)
+    # c shares the calibration but not the state: tables belong to the state alone.
+    a, b, c = RecycleDrafter(state=state), RecycleDrafter(state=state), RecycleDrafter(calibration=cal)
+    assert a.calibration is cal and RecycleDrafter(state=state, table_key="auto").table is not a.table
     a.begin([1])
     a.commit(StepOutcome((), (3,), row_tokens=np.array([1]), topk_ids=np.arange(8)[None] + 10,
                          topk_probs=np.full((1, 8), 0.1, np.float32)))

@@ -15,15 +15,17 @@ verification each source learns which of *its* nodes were accepted.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Callable, Sequence
 
 import numpy as np
 
 from lookupdec.costs import CostCurve
-from lookupdec.drafters.base import DraftRequest, Drafter, ExtraRows, StepOutcome
+from lookupdec.drafters.base import DraftRequest, Drafter, ExtraRows, StepOutcome, as_drafter
 from lookupdec.drafters.calibrate import DEPTH_EDGES, Calibration, bucket
 from lookupdec.drafters.ledger import SourceLedger
 from lookupdec.drafters.select import DEFAULT_MARGIN, select_nodes
+from lookupdec.drafters.state import DrafterState
 from lookupdec.tree import DraftTree, Merged, merge_trees
 
 # Most nodes each source proposes: candidates for the selection, which keeps far fewer.
@@ -112,6 +114,8 @@ class AutoDrafter(Drafter):
             two sources or more (a single-source method keeps its source).
         ledger: the ``SourceLedger`` to keep the accounts in (the Decoder passes one per method
             and temperature band, so evidence carries across requests); None: a private one.
+        state: the decoder's ``DrafterState`` (``drafters/state.py``): Token Recycling's tables
+            live there; None: a private one.
 
     Example:
         >>> d = AutoDrafter(cost=CostCurve((1, 64), (30.0, 31.0), 0, (0.0, 0.0), "cpu", ""))
@@ -128,9 +132,10 @@ class AutoDrafter(Drafter):
                  cost: CostCurve | Callable[[], CostCurve] | None = None,
                  sources: Sequence[Drafter] | None = None, margin: float = DEFAULT_MARGIN,
                  name: str = "auto", draft_model=None, gate: bool = True,
-                 ledger: SourceLedger | None = None) -> None:
+                 ledger: SourceLedger | None = None, state: DrafterState | None = None) -> None:
         self.name = name
         self.calibration = calibration if calibration is not None else Calibration()
+        self.state = state if state is not None else DrafterState(self.calibration)
         if sources is None:
             sources = [context_source(self.calibration)]
             if references:
@@ -154,9 +159,9 @@ class AutoDrafter(Drafter):
 
             # The target's own drafts, on every step: its earlier top-k, and the Lookahead
             # pool (its window runs only where the verifier takes tree masks).
-            sources.append(RecycleDrafter(calibration=self.calibration, table_key=name))
+            sources.append(RecycleDrafter(calibration=self.calibration, state=self.state, table_key=name))
             sources.append(LookaheadDrafter(calibration=self.calibration, cost=cost))
-        self.sources = list(sources)
+        self.sources = [as_drafter(x) for x in sources]
         self.draft = None
         if draft_model is not None:
             from lookupdec.drafters.small_lm import SmallLMDrafter
@@ -194,7 +199,7 @@ class AutoDrafter(Drafter):
     @property
     def topk(self) -> int:
         """Top-k candidates per verified row asked of the verifier: the most any source asks (protocol v3)."""
-        return max((int(getattr(s, "topk", 0) or 0) for s, on in zip(self.sources, self._active) if on), default=0)
+        return max((int(s.topk) for s, on in zip(self.sources, self._active) if on), default=0)
 
     def window(self, request: DraftRequest) -> ExtraRows | None:
         """The sources' extra rows side by side (protocol v3): each source's rows see only its own.
@@ -203,10 +208,11 @@ class AutoDrafter(Drafter):
         step's selection (``window_rows``).
         """
         parts, self._windows = [], []
+        if not request.extra_rows:
+            return None
         at = 0
         for i, s in enumerate(self.sources):
-            fn = getattr(s, "window", None) if self._active[i] else None
-            x = fn(request) if fn is not None else None
+            x = s.window(request) if self._active[i] else None
             if x is not None and len(x):
                 parts.append(x)
                 self._windows.append((i, at, len(x)))
@@ -226,11 +232,7 @@ class AutoDrafter(Drafter):
         return int(sum(self._window_rows_of()))
 
     def _window_rows_of(self) -> list[int]:
-        out = []
-        for s, on in zip(self.sources, self._active):
-            fn = getattr(s, "window_rows", None) if on else None
-            out.append(int(fn()) if fn is not None else 0)
-        return out
+        return [int(s.window_rows()) if on else 0 for s, on in zip(self.sources, self._active)]
 
     @property
     def cost(self) -> CostCurve | None:
@@ -286,7 +288,7 @@ class AutoDrafter(Drafter):
         return out
 
     def propose(self, request: DraftRequest) -> DraftTree:
-        sub = DraftRequest(min(request.budget, self._source_budget()), request.max_depth)
+        sub = request.sub(min(request.budget, self._source_budget()))
         active = self._active = self.ledger.drafting(self._names) if self.ledger is not None else self._active
         spent = self._draft_ms
         spent[:] = 0.0
@@ -301,10 +303,11 @@ class AutoDrafter(Drafter):
         merged = merge_trees(trees)
         tree = self._merged_calibration.apply(merged)
         # The window is part of the step; the tree is chosen against a step that already carries it.
-        windows = self._window_rows_of()
+        # Under chain verification no window row runs and one path is verified: that is what is priced.
+        windows = self._window_rows_of() if request.extra_rows else [0] * len(self.sources)
         extra = sum(windows)
         costs = self._costs(request.budget, extra)
-        sel = select_nodes(tree, costs, request.budget, request.max_depth, self.margin)
+        sel = self._select(tree, costs, request)
         draft_i = len(self.sources) - 1
         if self.draft is not None and active[draft_i]:
             from lookupdec.drafters.gate import draft_pays
@@ -315,12 +318,26 @@ class AutoDrafter(Drafter):
                 spent[draft_i] = (time.perf_counter() - t0) * 1e3
                 merged = merge_trees(trees)
                 tree = self._merged_calibration.apply(merged)
-                sel = select_nodes(tree, costs, request.budget, request.max_depth, self.margin)
+                sel = self._select(tree, costs, request)
         self._last = (trees, merged.maps, sel.nodes)
         self._recent_k.append(len(sel.nodes))
         if self.ledger is not None:
             self._account(merged, sel.nodes, costs, request.budget, windows)
         return tree.subset(sel.nodes) if len(sel.nodes) < len(tree) else tree
+
+    def _select(self, tree: DraftTree, costs: np.ndarray, request: DraftRequest):
+        """The nodes of ``tree`` worth verifying; under chain verification a prefix of its best-scored path.
+
+        Returns:
+            A ``Selection`` whose ``nodes`` index ``tree``.
+        """
+        if request.tree or not len(tree):
+            return select_nodes(tree, costs, request.budget, request.max_depth, self.margin)
+        from lookupdec.verify import best_path_nodes
+
+        path = np.asarray(best_path_nodes(tree), np.int64)
+        sel = select_nodes(tree.subset(path), costs, request.budget, request.max_depth, self.margin)
+        return replace(sel, nodes=path[sel.nodes])
 
     def _source_budget(self) -> int:
         """Nodes each source is asked for: ``SOURCE_BUDGET``, or less when recent steps selected few.
@@ -462,12 +479,16 @@ def rest_method(*, indexes: Sequence | None = None, calibration: Calibration | N
 
 
 def recycle_method(*, calibration: Calibration | None = None,
-                   cost: CostCurve | Callable[[], CostCurve] | None = None) -> AutoDrafter:
-    """Method ``recycle``: Token Recycling alone, sized by the cost curve as ``auto`` sizes its tree."""
+                   cost: CostCurve | Callable[[], CostCurve] | None = None,
+                   state: DrafterState | None = None) -> AutoDrafter:
+    """Method ``recycle``: Token Recycling alone, sized by the cost curve as ``auto`` sizes its tree.
+
+    Its table is ``state``'s (the decoder's: it warms up across requests); None: a private one.
+    """
     from lookupdec.drafters.recycle import RecycleDrafter
 
-    return AutoDrafter(sources=[RecycleDrafter(calibration=calibration)], calibration=calibration, cost=cost,
-                       name="recycle")
+    return AutoDrafter(sources=[RecycleDrafter(calibration=calibration, state=state)], calibration=calibration,
+                       cost=cost, name="recycle", state=state)
 
 
 def lookahead_method(*, calibration: Calibration | None = None,

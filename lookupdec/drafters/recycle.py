@@ -15,11 +15,11 @@ of its (rank, probability bucket, depth) key, learnt from what the verifier
 accepted. ``auto`` (and method ``recycle``) then keep the subtree that pays
 under the cost curve.
 
-The table outlives one request: drafters built with the same Calibration (one
-Decoder's requests) and the same ``table_key`` (the method: ``recycle`` and
-``auto`` keep separate tables, so one method's run never warms another's on
-the same prompt) share it, as the paper's table warms up across queries; a
-drafter with a private calibration has its own.
+The table outlives one request: drafters built with the same ``DrafterState``
+(one Decoder's requests, ``drafters/state.py``) and the same ``table_key`` (the
+method: ``recycle`` and ``auto`` keep separate tables, so one method's run never
+warms another's on the same prompt) share it, as the paper's table warms up
+across queries; a drafter built without a state has its own.
 
 The drafter asks the decoder for the top-k of every verified row through the
 protocol's ``topk`` attribute (version 3). Drafts are a function of the
@@ -28,15 +28,17 @@ committed history, so greedy and sampled decoding stay exact.
 from __future__ import annotations
 
 import heapq
-import weakref
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
 from lookupdec.drafters.base import SOURCES, DraftRequest, Drafter, StepOutcome
 from lookupdec.drafters.calibrate import DEPTH_EDGES, RAW_EDGES, Calibration, bucket
 from lookupdec.tree import DraftTree
+
+if TYPE_CHECKING:
+    from lookupdec.drafters.state import DrafterState
 
 
 @dataclass(frozen=True)
@@ -113,31 +115,6 @@ class RecycleTable:
         ids = self.ids[token]
         n = int((ids >= 0).sum())
         return ids[:n], self.probs[token, :n]
-
-
-# Tables shared by the drafters of one Calibration (one decoder), by id(calibration);
-# an entry goes when its calibration is collected.
-_SHARED_TABLES: dict[tuple[int, int, str], RecycleTable] = {}
-
-
-def shared_table(calibration: Calibration, k: int, table_key: str = "recycle") -> RecycleTable:
-    """The table of ``k`` candidates per token that every drafter with ``calibration`` and ``table_key`` uses.
-
-    Example:
-        >>> cal = Calibration()
-        >>> shared_table(cal, 4) is shared_table(cal, 4), shared_table(cal, 4) is shared_table(Calibration(), 4)
-        (True, False)
-        >>> shared_table(cal, 4) is shared_table(cal, 4, "auto")
-        False
-    """
-    # One table for every temperature band (the top-k is of the raw logits, whatever the sampling).
-    calibration = getattr(calibration, "root", calibration)
-    key = (id(calibration), int(k), str(table_key))
-    table = _SHARED_TABLES.get(key)
-    if table is None:
-        table = _SHARED_TABLES[key] = RecycleTable(k)
-        weakref.finalize(calibration, _SHARED_TABLES.pop, key, None)
-    return table
 
 
 @dataclass(frozen=True)
@@ -229,8 +206,9 @@ class RecycleDrafter(Drafter):
 
     Args:
         config: a :class:`RecycleConfig`; or its fields as keyword settings.
-        calibration: the shared acceptance rates (a private one when None).
-        table_key: which of the calibration's shared tables to use (the method's name).
+        calibration: the shared acceptance rates (None: the state's).
+        state: the decoder's ``DrafterState``, which holds the shared tables (None: a private one).
+        table_key: which of the state's tables to use (the method's name).
 
     Attributes:
         topk: how many candidates per verified row it asks the verifier for (protocol version 3).
@@ -247,12 +225,17 @@ class RecycleDrafter(Drafter):
     name = "recycle"
 
     def __init__(self, config: RecycleConfig | None = None, *, calibration: Calibration | None = None,
-                 table_key: str = "recycle", **settings) -> None:
+                 state: "DrafterState | None" = None, table_key: str = "recycle", **settings) -> None:
+        from lookupdec.drafters.state import DrafterState
+
         if config is not None and settings:
             raise TypeError("pass either a RecycleConfig or keyword settings, not both")
         self.config = config if config is not None else RecycleConfig(**settings)
-        self.calibration = calibration if calibration is not None else Calibration()
-        self.table = shared_table(self.calibration, self.config.topk, table_key)
+        if state is None:
+            state = DrafterState(calibration if calibration is not None else Calibration())
+        self.calibration = calibration if calibration is not None else state.calibration
+        # One table for every temperature band (the top-k is of the raw logits, whatever the sampling).
+        self.table = state.recycle_table(self.config.topk, table_key)
         self._last = -1
         self._pending: tuple[list[int], list[int], list[int], list[tuple]] | None = None
 

@@ -72,8 +72,8 @@ class StepPlan:
     Attributes:
         root: the last committed token (row 0).
         tree: the checked draft (rows ``1 .. n``).
-        kept: for each node of ``tree``, its id in the drafter's own proposal (``tree.node_ids()``
-            (None: the proposal itself, uncut).
+        kept: for each node of ``tree``, its id in the drafter's own proposal, as
+            ``tree.node_ids()`` (None: the proposal itself, uncut).
         extra: the drafter's window rows, or None.
         topk: top-k per verified row the drafter asked for (0: none).
         request: what the drafter was asked for.

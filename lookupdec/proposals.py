@@ -22,6 +22,10 @@ def check_tree(drafter, tree, vocab_size: int, budget: int, max_depth: int,
                tree_masks: bool) -> tuple[DraftTree, np.ndarray | None]:
     """The proposal cut to ``budget`` nodes and ``max_depth``, with its nodes' ids in the proposal (None: uncut).
 
+    The returned tree's ``ids`` (``DraftTree.node_ids()``) are those same ids, so every
+    later cut (the verifier's chain fallback, a batch's shared budget) still names
+    the proposal's nodes.
+
     Args:
         drafter: the drafter that proposed ``tree`` (named in errors).
         tree: its proposal.
@@ -37,6 +41,9 @@ def check_tree(drafter, tree, vocab_size: int, budget: int, max_depth: int,
     """
     if not isinstance(tree, DraftTree):
         raise DraftError(f"drafter {_name(drafter)!r} returned {type(tree).__name__}, not a DraftTree")
+    # Provenance is counted from the proposal: the drafter's own numbering (a merging drafter
+    # may return a cut of a larger tree; its nodes are still numbered as it returned them).
+    tree = tree.with_ids(None)
     if tree.sampled and tree.q is None:
         raise DraftError(f"drafter {_name(drafter)!r} proposed a sampled tree without q, the distributions its "
                          "tokens were drawn from; exact acceptance needs them: set DraftTree.q, or draft "

@@ -72,8 +72,8 @@ class StepPlan:
     Attributes:
         root: the last committed token (row 0).
         tree: the checked draft (rows ``1 .. n``).
-        kept: for each node of ``tree``, its id in the drafter's own proposal
-            (None: the proposal itself, uncut).
+        kept: for each node of ``tree``, its id in the drafter's own proposal, as
+            ``tree.node_ids()`` (None: the proposal itself, uncut).
         extra: the drafter's window rows, or None.
         topk: top-k per verified row the drafter asked for (0: none).
         request: what the drafter was asked for.
@@ -249,10 +249,9 @@ class Sequence:
             topk_s = time.perf_counter() - t_topk
             self.verifier.commit(self.cache, self.past, acc.nodes)
             self.past += 1 + acc.accepted
-            # Node ids of the verified tree -> ids in the drafter's own proposal.
-            origin = np.arange(len(res.tree)) if res.kept is None else res.kept
-            if plan.kept is not None:
-                origin = plan.kept[origin]
+            # Node ids of the verified tree in the drafter's own proposal: carried by the tree
+            # through every cut (check_tree, the grammar, a batch's budget, the chain fallback).
+            origin = res.tree.node_ids()
             for src in res.tree.sources[list(acc.nodes)].tolist():
                 name = SOURCE_NAMES.get(src, "other")
                 self.by_source[name] = self.by_source.get(name, 0) + 1
@@ -322,14 +321,14 @@ class Sequence:
 
         if tree.sampled:
             return tree, kept
-        base = np.arange(len(tree)) if kept is None else kept
         if len(tree):
             keep = self.constraint.prune(tree)
             if len(keep) < len(tree):
-                tree, base = tree.subset(keep), base[keep]
+                tree = tree.subset(keep)  # its ids still name the proposal's nodes
+        base = tree.node_ids()
         # Plain ``ar`` (a drafter that never drafts) stays one token per forward.
         if isinstance(self.drafter, NoDrafter):
-            return tree, (None if kept is None and len(base) == len(tree) else base)
+            return tree, (None if tree.ids is None else base)
         forced = self.constraint.forced(max_depth)
         joined = join_forced(tree, forced, SOURCES["grammar"], budget, max_depth)
         tree = joined.tree
@@ -346,7 +345,8 @@ class Sequence:
             if more:
                 ext = extend_best_leaf(tree, origin, more, leaf, SOURCES["grammar"])
                 tree, origin = ext.tree, ext.origin
-        return tree, np.asarray(origin, np.int64)
+        origin = np.asarray(origin, np.int64)
+        return tree.with_ids(origin), origin
 
     def _absorb(self, outcome: StepOutcome, draft_size: int, draft_ms: float, verify_ms: float,
                 other_ms: float) -> None:

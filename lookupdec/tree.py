@@ -46,6 +46,10 @@ class DraftTree:
         sampled: the tokens were drawn at random. Such a tree needs ``q``
             (the decoder refuses one without it), and may be cut only in ways that do
             not depend on the drawn tokens (see ``subset``).
+        ids: node provenance: int64 ``(n,)``, each node's index in the tree this one
+            was cut from (``subset`` composes them, so a subset of a subset names the
+            nodes of the first tree), or -1 for a node added since (a token a grammar
+            forces); None: the tree is its own origin (``node_ids()`` is ``0..n-1``).
 
     Example:
         >>> t = DraftTree.from_sequences([[5, 6, 7], [5, 8]])
@@ -59,6 +63,7 @@ class DraftTree:
     sources: np.ndarray | None = None
     q: np.ndarray | None = None
     sampled: bool = False
+    ids: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         tokens = np.ascontiguousarray(self.tokens, dtype=np.int64)
@@ -73,6 +78,8 @@ class DraftTree:
             object.__setattr__(self, "q", np.asarray(self.q))
             object.__setattr__(self, "sampled", True)  # a q is only ever the law of a random draw
         object.__setattr__(self, "sampled", bool(self.sampled))
+        if self.ids is not None:
+            object.__setattr__(self, "ids", np.ascontiguousarray(self.ids, dtype=np.int64))
         problem = self.check()
         if problem:
             raise ValueError(f"invalid DraftTree: {problem}")
@@ -94,6 +101,7 @@ class DraftTree:
         object.__setattr__(tree, "sources", np.zeros(len(tokens), np.int16) if sources is None else sources)
         object.__setattr__(tree, "q", None)
         object.__setattr__(tree, "sampled", False)
+        object.__setattr__(tree, "ids", None)
         return tree
 
     @classmethod
@@ -248,8 +256,34 @@ class DraftTree:
         # A sampled tree keeps its q rows. Cutting it stays exact only when the choice of
         # nodes does not depend on their drawn tokens (a depth limit, a fixed shape): a
         # node kept *because* of its value no longer has law q[i] given that it was kept.
+        # Provenance composes: the kept nodes' ids in this tree's origin (their indices here
+        # when this tree is its own origin).
+        ids = keep if self.ids is None else self.ids[keep]
         return DraftTree(self.tokens[keep], new_parents, self.scores[keep], self.sources[keep],
-                         None if self.q is None else self.q[keep], self.sampled)
+                         None if self.q is None else self.q[keep], self.sampled, ids)
+
+    def node_ids(self) -> np.ndarray:
+        """Each node's index in the tree this one was cut from (-1: added since); see ``ids``.
+
+        Example:
+            >>> t = DraftTree.chain([4, 5, 6, 7])
+            >>> t.node_ids().tolist(), t.subset([0, 1, 2]).subset([0, 1]).node_ids().tolist()
+            ([0, 1, 2, 3], [0, 1])
+        """
+        return np.arange(len(self), dtype=np.int64) if self.ids is None else self.ids
+
+    def with_ids(self, ids: np.ndarray | None) -> "DraftTree":
+        """The same nodes with the provenance ``ids`` (None: this tree becomes its own origin)."""
+        if ids is None and self.ids is None:
+            return self
+        tree = object.__new__(DraftTree)
+        for name in ("tokens", "parents", "scores", "sources", "q", "sampled"):
+            object.__setattr__(tree, name, getattr(self, name))
+        object.__setattr__(tree, "ids", None if ids is None else np.ascontiguousarray(ids, dtype=np.int64))
+        problem = tree.check()
+        if problem:
+            raise ValueError(f"invalid DraftTree: {problem}")
+        return tree
 
     def with_scores(self, scores: np.ndarray, source: int | None = None) -> "DraftTree":
         """The same nodes with new scores (and, if given, one source id for all)."""
@@ -257,6 +291,7 @@ class DraftTree:
         tree = DraftTree.trusted(self.tokens, self.parents, np.asarray(scores, np.float64), sources)
         object.__setattr__(tree, "q", self.q)
         object.__setattr__(tree, "sampled", self.sampled)
+        object.__setattr__(tree, "ids", self.ids)
         return tree
 
     def check(self) -> str:
@@ -275,6 +310,8 @@ class DraftTree:
             return "negative token id"
         if n and not np.all(np.isfinite(self.scores)):
             return "non-finite score"
+        if self.ids is not None and (self.ids.shape != (n,) or (n and int(self.ids.min()) < -1)):
+            return f"ids must be ({n},) indices >= -1, got shape {self.ids.shape}"
         if self.q is not None:
             q = self.q
             if q.ndim != 2 or q.shape[0] != n or not np.issubdtype(q.dtype, np.floating):

@@ -310,8 +310,9 @@ def simulate(drafter_factory: Callable[..., Drafter], records: Iterable[Record],
                 # distribution after input token context[len(prompt) + j - 1].
                 rows = np.arange(pos, pos + len(new))
                 outcome = StepOutcome(outcome.accepted, outcome.new_tokens, tree, outcome.origin,
-                                      np.asarray([context[len(rec.prompt_ids) + j - 1] for j in rows], np.int64),
-                                      rec.topk_ids[rows, :k_top], rec.topk_probs[rows, :k_top])
+                                      row_tokens=np.asarray([context[len(rec.prompt_ids) + j - 1] for j in rows],
+                                                            np.int64),
+                                      topk_ids=rec.topk_ids[rows, :k_top], topk_probs=rec.topk_probs[rows, :k_top])
             drafter.commit(outcome)
             pos += len(new)
             steps += 1

@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Callable, Sequence as Seq
 
 import numpy as np
 
-from lookupdec.drafters.base import SOURCE_NAMES, SOURCES, DraftRequest, ExtraRows, NoDrafter, StepOutcome, as_drafter
+from lookupdec.drafters.base import (SOURCE_NAMES, SOURCES, DraftRequest, ExtraRows, NoDrafter, StepOutcome,
+                                     VerifierSignals, as_drafter)
 from lookupdec.proposals import check_tree, check_window, topk_of
 from lookupdec.results import GenerationResult, StepStats
 from lookupdec.stream import TextStream
@@ -244,8 +245,7 @@ class Sequence:
             # Deferred top-k (Token Recycling): over the rows the walk computed, no lm_head row
             # more; its time is the drafter's.
             t_topk = time.perf_counter()
-            row_tokens, topk_ids, topk_probs = res.topk_of() if plan.topk else (
-                np.zeros(0, np.int64), np.zeros((0, 0), np.int64), np.zeros((0, 0), np.float32))
+            signals = res.signals() if plan.topk else VerifierSignals(extra_argmax=res.extra_argmax)
             topk_s = time.perf_counter() - t_topk
             self.verifier.commit(self.cache, self.past, acc.nodes)
             self.past += 1 + acc.accepted
@@ -257,8 +257,7 @@ class Sequence:
                 self.by_source[name] = self.by_source.get(name, 0) + 1
             # Forced tokens the grammar added (origin -1) are not the drafter's nodes.
             mine = tuple(int(origin[i]) for i in acc.nodes if origin[i] >= 0)
-            outcome = StepOutcome(mine, acc.tokens, res.tree, origin,
-                                  row_tokens, topk_ids, topk_probs, res.extra_argmax)
+            outcome = StepOutcome(mine, acc.tokens, res.tree, origin, **signals.fields())
             t1 = time.perf_counter()
             past = self.past - 1 - acc.accepted
             self._absorb(outcome, len(res.tree), (plan.draft_s + topk_s) * 1e3, (forward_s + lazy_s) * 1e3,

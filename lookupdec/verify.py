@@ -59,6 +59,7 @@ from lookupdec.accept import Acceptance, greedy_accept, main_path, sample_accept
 from lookupdec.logit_rows import LazyLogits, subtree  # noqa: F401  (re-exported)
 from lookupdec.kvcache import all_full_attention, keep_rows, new_cache
 from lookupdec.tree import DraftTree
+from lookupdec.drafters.base import VerifierSignals
 
 if TYPE_CHECKING:
     from lookupdec.drafters.base import ExtraRows
@@ -202,8 +203,8 @@ def topk_rows(logits: torch.Tensor, k: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 @dataclass(frozen=True)
-class VerifyResult:
-    """Logits of one verify forward.
+class VerifyResult(VerifierSignals):
+    """Logits of one verify forward, and its signals (``VerifierSignals``, shared with ``StepOutcome``).
 
     Attributes:
         rows: the logit rows, computed on use (row 0 for the root, row ``1 + i`` for node ``i``).
@@ -212,8 +213,8 @@ class VerifyResult:
         kept: for each node of ``tree``, its index in the tree passed to ``forward``
             (None: the same tree, nothing cut).
         row_tokens, topk_ids, topk_probs: left empty by ``forward``: the top-k asked for is
-            deferred (``topk_of``), so it costs no ``lm_head`` row beyond those the acceptance
-            walk computes.
+            deferred (``signals()``/``topk_of``), so it costs no ``lm_head`` row beyond those
+            the acceptance walk computes.
         extra_argmax: int64 ``(m,)`` argmax of each extra row (empty without extra rows).
         topk: top-k per row the caller asked for (0: none): ``topk_of`` gives it.
         root: the root token (row 0's input).
@@ -222,12 +223,23 @@ class VerifyResult:
     rows: LazyLogits
     tree: DraftTree
     kept: np.ndarray | None = None
-    row_tokens: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    topk_ids: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int64))
-    topk_probs: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.float32))
-    extra_argmax: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     topk: int = 0
     root: int = -1
+
+    def signals(self) -> VerifierSignals:
+        """The step's signals for the drafter: the deferred top-k of the rows computed so far
+        (``topk_of()``; after the acceptance walk, the rows it visited) and the extra rows' argmax.
+
+        Example:
+            >>> res = VerifyResult(LazyLogits.of(torch.tensor([[0.0, 2.0, 1.0]])), DraftTree.empty(), topk=1, root=7)
+            >>> _ = res.row(0)  # the walk computed row 0
+            >>> res.signals().topk_ids.tolist()
+            [[1]]
+        """
+        if self.topk <= 0:
+            return VerifierSignals(extra_argmax=self.extra_argmax)
+        row_tokens, ids, probs = self.topk_of()
+        return VerifierSignals(row_tokens=row_tokens, topk_ids=ids, topk_probs=probs, extra_argmax=self.extra_argmax)
 
     def topk_of(self, rows=None, k: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Deferred top-k: the input token, top-k ids and probabilities of ``rows``.

@@ -385,8 +385,9 @@ class AutoDrafter(Drafter):
             # Top-k rows and the source's own slice of the window's argmax ride along
             # (built directly: dataclasses.replace costs more than the whole commit of a source).
             lo, m = windows.get(i, (0, 0))
-            return StepOutcome(o.accepted, o.new_tokens, o.tree, o.origin, outcome.row_tokens, outcome.topk_ids,
-                               outcome.topk_probs, outcome.extra_argmax[lo:lo + m])
+            return StepOutcome(o.accepted, o.new_tokens, o.tree, o.origin, row_tokens=outcome.row_tokens,
+                               topk_ids=outcome.topk_ids, topk_probs=outcome.topk_probs,
+                               extra_argmax=outcome.extra_argmax[lo:lo + m])
 
         def tell(i: int, s, o: StepOutcome) -> None:
             t0 = time.perf_counter()

@@ -159,8 +159,51 @@ class ExtraRows:
 
 
 
+@dataclass(frozen=True, kw_only=True)
+class VerifierSignals:
+    """What a verify forward reports besides the logits the acceptance walk reads.
+
+    One type for both ends: ``lookupdec.verify.VerifyResult`` and :class:`StepOutcome`
+    subclass it, so a result's signals reach the drafter as ``StepOutcome(...,
+    **res.signals().fields())`` and no field is copied by hand. Keyword-only.
+
+    Attributes:
+        row_tokens: int64 ``(rows,)`` input token of each row whose top-k is reported
+            (the root, then nodes; empty unless the drafter asked for top-k).
+        topk_ids, topk_probs: ``(rows, k)`` the target's top-k next tokens and their
+            probabilities (softmax of the raw logits) after each of those rows.
+        extra_argmax: int64 ``(m,)`` the target's argmax after each extra row the
+            drafter's ``window`` asked for (empty when none ran).
+
+    Example:
+        >>> VerifierSignals(extra_argmax=np.array([3, 4])).window(1, 1).extra_argmax.tolist()
+        [4]
+    """
+
+    row_tokens: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    topk_ids: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int64))
+    topk_probs: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.float32))
+    extra_argmax: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+    # The field names, in one place (what ``fields`` hands on).
+    NAMES = ("row_tokens", "topk_ids", "topk_probs", "extra_argmax")
+
+    def fields(self) -> dict:
+        """The signals as keyword arguments (for a ``StepOutcome`` or another ``VerifierSignals``)."""
+        return {name: getattr(self, name) for name in VerifierSignals.NAMES}
+
+    def signals(self) -> "VerifierSignals":
+        """The signals alone, as a plain ``VerifierSignals``."""
+        return VerifierSignals(**self.fields())
+
+    def window(self, lo: int, m: int) -> "VerifierSignals":
+        """The same top-k with only extra rows ``lo .. lo + m - 1`` (one source's window in a merged one)."""
+        return VerifierSignals(row_tokens=self.row_tokens, topk_ids=self.topk_ids, topk_probs=self.topk_probs,
+                               extra_argmax=self.extra_argmax[lo:lo + m])
+
+
 @dataclass(frozen=True)
-class StepOutcome:
+class StepOutcome(VerifierSignals):
     """What became of one step's draft.
 
     Attributes:
@@ -172,12 +215,8 @@ class StepOutcome:
             verifier's chain fallback; its own numbering).
         origin: for each node of ``tree``, the id of the drafter's node it
             verified, or -1 for nodes the drafter did not propose.
-        row_tokens: int64 ``(rows,)`` input token of each verified row: the
-            root, then ``tree``'s nodes (empty unless the drafter asked for top-k).
-        topk_ids, topk_probs: ``(rows, k)`` the target's top-k next tokens and
-            their probabilities after each row (empty unless asked for).
-        extra_argmax: int64 ``(m,)`` the target's argmax after each extra row
-            the drafter's ``window`` asked for (empty when none ran).
+        row_tokens, topk_ids, topk_probs, extra_argmax: the verifier's signals
+            (:class:`VerifierSignals`, keyword-only).
 
     Example:
         >>> StepOutcome((0,), (7, 9), DraftTree.chain([7]), np.array([0])).accepted
@@ -188,10 +227,6 @@ class StepOutcome:
     new_tokens: tuple[int, ...]
     tree: DraftTree = field(default_factory=DraftTree.empty)
     origin: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    row_tokens: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    topk_ids: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int64))
-    topk_probs: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.float32))
-    extra_argmax: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     @property
     def n_accepted(self) -> int:

@@ -209,3 +209,36 @@ def _learnt(table) -> bool:
 
 def _one_extra_row() -> ExtraRows:
     return ExtraRows(np.array([9]), np.array([1]), np.ones((1, 1), bool))
+
+
+def test_a_second_stage_source_is_asked_only_where_it_says_it_pays():
+    from lookupdec.drafters.auto import AutoDrafter
+    from lookupdec.drafters.pld import PLDDrafter
+
+    class Late(Drafter):
+        """Proposes one fixed node; pays on every other step."""
+
+        name = "late"
+        second_stage = True
+
+        def __init__(self):
+            self.asked, self.proposed, self.lookup_sizes = 0, 0, []
+
+        def pays(self, selection, max_depth, margin):
+            self.asked += 1
+            self.lookup_sizes.append(len(selection.nodes))  # it sees the first stage's choice
+            return self.asked % 2 == 0
+
+        def propose(self, request):
+            self.proposed += 1
+            return DraftTree.chain([99], [0.9])  # a token the lookup never drafts
+
+    late = Late()
+    auto = AutoDrafter(sources=[PLDDrafter(), late], gate=False)
+    auto.begin([5, 6, 7, 5, 6, 7, 5, 6])
+    trees = [auto.propose(DraftRequest(8, 8)) for _ in range(6)]
+    assert late.asked == 6 and late.proposed == 3  # only the steps where it paid
+    # On those steps its node is in the merged tree; on the others it is not.
+    has_late = [bool((t.tokens == 99).any()) for t in trees]
+    assert has_late == [False, True] * 3
+    assert all(n > 0 for n in late.lookup_sizes)  # pld's match was selected first

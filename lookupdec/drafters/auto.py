@@ -167,7 +167,7 @@ class AutoDrafter(Drafter):
             from lookupdec.drafters.small_lm import SmallLMDrafter
 
             self.draft = SmallLMDrafter(draft_model, calibration=self.calibration, cost=cost, sampled=False)
-            self.sources.append(self.draft)  # last; proposes only when the gate calls it
+            self.sources.append(self.draft)  # a second-stage source: proposes only where it pays
         self._merged_calibration = _MergedCalibration(self.calibration)
         names = [str(s.name) for s in self.sources]
         # Unique account names (two LLMA sources: references and a prediction, say).
@@ -294,7 +294,7 @@ class AutoDrafter(Drafter):
         spent[:] = 0.0
         trees = []
         for i, s in enumerate(self.sources):
-            if s is self.draft or not active[i]:
+            if s.second_stage or not active[i]:
                 trees.append(DraftTree.empty())
                 continue
             t0 = time.perf_counter()
@@ -308,17 +308,17 @@ class AutoDrafter(Drafter):
         extra = sum(windows)
         costs = self._costs(request.budget, extra)
         sel = self._select(tree, costs, request)
-        draft_i = len(self.sources) - 1
-        if self.draft is not None and active[draft_i]:
-            from lookupdec.drafters.gate import draft_pays
-
-            if draft_pays(self.draft, sel, request.max_depth, self.margin):
+        # Second-stage sources (the small LM) are asked only where they pay against that selection.
+        late = [i for i, s in enumerate(self.sources)
+                if s.second_stage and active[i] and s.pays(sel, request.max_depth, self.margin)]
+        if late:
+            for i in late:
                 t0 = time.perf_counter()
-                trees[-1] = self.draft.propose(sub)
-                spent[draft_i] = (time.perf_counter() - t0) * 1e3
-                merged = merge_trees(trees)
-                tree = self._merged_calibration.apply(merged)
-                sel = self._select(tree, costs, request)
+                trees[i] = self.sources[i].propose(sub)
+                spent[i] = (time.perf_counter() - t0) * 1e3
+            merged = merge_trees(trees)
+            tree = self._merged_calibration.apply(merged)
+            sel = self._select(tree, costs, request)
         self._last = (trees, merged.maps, sel.nodes)
         self._recent_k.append(len(sel.nodes))
         if self.ledger is not None:

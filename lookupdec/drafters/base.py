@@ -42,6 +42,10 @@ the decoder calls them directly instead of probing with ``getattr``:
   when ``request.extra_rows`` (the verifier verifies whole trees). Lookahead's
   Jacobi window runs this way. ``window_rows()`` says how many it will run.
 - ``set_sampling(params, generator)`` (default: nothing).
+- ``second_stage`` / ``pays(selection, max_depth, margin)`` (default: False / True): a
+  source that a merging drafter (``auto``) asks only after the other sources' tree is
+  selected, and only where ``pays`` says its draft is worth more; the small LM is one,
+  through these hooks, not by identity.
 
 The request says what the verifier can run (``DraftRequest.tree``,
 ``DraftRequest.extra_rows``): under chain verification only one path of the
@@ -258,6 +262,9 @@ class Drafter:
     name: str = "drafter"
     # Top-k candidates per verified row asked of the verifier (0: none); see the module docstring.
     topk: int = 0
+    # A second-stage source in a merging drafter (``auto``): asked to propose only on steps where
+    # ``pays`` says so, given what the other sources' tree is worth (the small LM: a forward per token).
+    second_stage: bool = False
 
     def begin(self, prompt_ids: Sequence[int]) -> None:
         """A new sequence starts with ``prompt_ids``."""
@@ -280,6 +287,18 @@ class Drafter:
         """How many extra rows ``window`` will ask for this step."""
         return 0
 
+    def pays(self, selection: Any, max_depth: int, margin: float) -> bool:
+        """For a ``second_stage`` source: whether to propose this step.
+
+        Args:
+            selection: the ``Selection`` chosen from the other sources' merged tree.
+            max_depth: deepest useful node this step.
+            margin: how much more the draft must be worth (``drafters/select.py``).
+        Returns:
+            True to call ``propose`` (the default: always).
+        """
+        return True
+
 
 class _Wrapped(Drafter):
     """A drafter object that does not subclass ``Drafter``: its missing hooks are the defaults."""
@@ -290,7 +309,8 @@ class _Wrapped(Drafter):
         self.begin = inner.begin
         self.propose = inner.propose
         self.commit = inner.commit
-        for hook in ("set_sampling", "window", "window_rows"):
+        self.second_stage = bool(getattr(inner, "second_stage", False))
+        for hook in ("set_sampling", "window", "window_rows", "pays"):
             fn = getattr(inner, hook, None)
             if fn is not None:
                 setattr(self, hook, fn)

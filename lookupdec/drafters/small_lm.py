@@ -167,6 +167,15 @@ class SmallLMDrafter(Drafter):
 
     name = "draft"
 
+    # In ``auto`` it drafts after the lookup sources, and only where ``pays`` says so.
+    second_stage = True
+
+    def pays(self, selection, max_depth: int, margin: float) -> bool:
+        """Whether this step's draft beats the lookup ``selection`` by ``margin`` (``drafters/gate.py``)."""
+        from lookupdec.drafters.gate import draft_pays
+
+        return draft_pays(self, selection, max_depth, margin)
+
     def __init__(self, draft_model: DraftModel, *, calibration: Calibration | None = None, cost=None,
                  config: SmallLMConfig | None = None, sampled: bool = True) -> None:
         self.model = draft_model

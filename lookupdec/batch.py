@@ -109,9 +109,8 @@ def price_batch(plans: "Seq[StepPlan]", curve: "CostCurve | None", past: int | N
         t = p.tree
         plan = p if b < 2 or p.extra is None else replace(p, extra=None)
         if len(t) and not t.sampled and len(keep[s]) < len(t):
-            nodes = np.sort(np.asarray(keep[s], np.int64))
-            kept = nodes if p.kept is None else p.kept[nodes]
-            plan = replace(plan, tree=t.subset(nodes), kept=kept)
+            cut = t.subset(np.sort(np.asarray(keep[s], np.int64)))  # its ids name the proposal's nodes
+            plan = replace(plan, tree=cut, kept=cut.node_ids())
         if len(t) and not t.sampled:
             expected += float(t.path_scores()[keep[s]].sum()) if keep[s] else 0.0
         out.append(plan)

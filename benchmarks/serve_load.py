@@ -4,7 +4,11 @@ For each server configuration (a fresh `lookupdec serve` process each):
 
 - ``auto``: speculation on (method auto), requests batched (``--max-batch``);
 - ``ar``: plain decoding batched (method ar: speculation off);
-- ``one``: method auto one request at a time (``--max-batch 1``),
+- ``one``: method auto one request at a time (``--max-batch 1``);
+- ``llama_cpp`` (peer, only when ``--llama-cpp-python`` names an interpreter with
+  ``llama-cpp-python[server]``): llama.cpp's own OpenAI server on the same GGUF, same threads,
+  plain decoding (it serves one request at a time; its stream carries no usage, so its tokens
+  are counted as content chunks, one token each),
 
 Spec-Bench prompts (the first turn of ``--per-category`` questions per category) are sent as
 streamed chat completions with the official ``openai`` client by ``c`` worker threads, for every
@@ -21,6 +25,8 @@ Usage (from the repository root)::
 
     .venv/bin/python benchmarks/serve_load.py --per-category 2 --max-new-tokens 128
     .venv/bin/python benchmarks/serve_load.py --limit 2 --max-new-tokens 8 --concurrency 1,2  # a smoke run
+    # with the llama.cpp server beside (llama-cpp-python built in its own environment, never CI's):
+    .venv/bin/python benchmarks/serve_load.py --per-category 1 --configs llama_cpp --llama-cpp-python /path/to/venv/bin/python
 """
 from __future__ import annotations
 
@@ -45,7 +51,7 @@ from specbench.tasks import load_questions  # noqa: E402
 
 DEFAULT_QUESTIONS = REPO.parent / "shared" / "data" / "spec_bench_question.jsonl"
 # name -> (method, max batch: None = --max-batch)
-CONFIGS = {"auto": ("auto", None), "ar": ("ar", None), "one": ("auto", 1)}
+CONFIGS = {"auto": ("auto", None), "ar": ("ar", None), "one": ("auto", 1), "llama_cpp": (None, None)}
 
 
 @dataclass(frozen=True)
@@ -78,16 +84,19 @@ class Row:
 
 
 class Server:
-    """A `lookupdec serve` process from this checkout on a free local port."""
+    """A `lookupdec serve` process from this checkout on a free local port (or, with ``command``,
+    another OpenAI-compatible server started by that command, ``{port}`` filled in)."""
 
-    def __init__(self, args: list[str]) -> None:
+    def __init__(self, args: list[str], command: list[str] | None = None, ready_path: str = "/health") -> None:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
         self.log = tempfile.TemporaryFile(mode="w+")
         env = dict(os.environ, PYTHONPATH=str(REPO))
-        self.proc = subprocess.Popen([sys.executable, "-m", "lookupdec", "serve", *args, "--port", str(self.port)],
-                                     cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=self.log)
+        cmd = ([c.replace("{port}", str(self.port)) for c in command] if command
+               else [sys.executable, "-m", "lookupdec", "serve", *args, "--port", str(self.port)])
+        self.has_metrics = command is None
+        self.proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=self.log)
         self.url = f"http://127.0.0.1:{self.port}"
         import httpx
 
@@ -97,7 +106,7 @@ class Server:
                 self.log.seek(0)
                 raise SystemExit(f"the server exited: {self.log.read()}")
             try:
-                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                if httpx.get(self.url + ready_path, timeout=2).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
@@ -109,6 +118,8 @@ class Server:
         import httpx
 
         out = {}
+        if not self.has_metrics:
+            return out
         for line in httpx.get(self.url + "/metrics", timeout=30).text.splitlines():
             if line and not line.startswith("#") and "{" not in line:
                 name, value = line.split()
@@ -137,6 +148,7 @@ def one_request(client, k: int, prompt: str, max_tokens: int) -> Sample:
     t0 = time.perf_counter()
     first = None
     tokens = 0
+    chunks = 0  # content chunks: the token count of a server whose stream carries no usage (llama.cpp's)
     parts = []
     for chunk in client.chat.completions.create(model="served", messages=[{"role": "user", "content": prompt}],
                                                 max_tokens=max_tokens, temperature=0, stream=True,
@@ -147,8 +159,9 @@ def one_request(client, k: int, prompt: str, max_tokens: int) -> Sample:
             if first is None:
                 first = time.perf_counter() - t0
             parts.append(chunk.choices[0].delta.content)
+            chunks += 1
     total = time.perf_counter() - t0
-    return Sample(k, total if first is None else first, total, tokens, "".join(parts))
+    return Sample(k, total if first is None else first, total, tokens or chunks, "".join(parts))
 
 
 def run_load(server: Server, prompts: list[str], concurrency: int, max_tokens: int) -> tuple[list[Sample], float, float]:
@@ -162,6 +175,8 @@ def run_load(server: Server, prompts: list[str], concurrency: int, max_tokens: i
         samples = list(pool.map(lambda kp: one_request(client, kp[0], kp[1], max_tokens), enumerate(prompts)))
     wall = time.perf_counter() - t0
     after = server.counters()
+    if not after:  # a peer server without our metrics: tau unknown
+        return samples, wall, 0.0
     steps = after["lookupdec_sequence_steps_total"] - before["lookupdec_sequence_steps_total"]
     toks = after["lookupdec_decode_tokens_total"] - before["lookupdec_decode_tokens_total"]
     return samples, wall, toks / steps if steps else 0.0
@@ -183,7 +198,7 @@ def markdown(rows: list[Row], meta: dict) -> str:
              "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         lines.append(f"| {r.config} | {r.concurrency} | {r.tokens_per_s:.1f} | {r.ttft_p50_ms:.0f} | {r.ttft_p99_ms:.0f} "
-                     f"| {r.tpot_p50_ms:.1f} | {r.tpot_p99_ms:.1f} | {r.tau:.2f} | "
+                     f"| {r.tpot_p50_ms:.1f} | {r.tpot_p99_ms:.1f} | {'-' if r.config == 'llama_cpp' else f'{r.tau:.2f}'} | "
                      f"{'-' if r.exact is None else ('yes' if r.exact else 'NO')} |")
     return "\n".join(lines) + "\n"
 
@@ -210,6 +225,13 @@ def plot(rows: list[Row], path: Path) -> None:
     plt.close(fig)
 
 
+def embedded_gguf() -> Path:
+    """The embedded model's GGUF file (what the llama_cpp peer serves by default)."""
+    from lookupdec.models import embedded_model_file
+
+    return Path(embedded_model_file())
+
+
 def cpu_name() -> str:
     try:
         for line in open("/proc/cpuinfo", encoding="utf-8"):
@@ -233,6 +255,10 @@ def main(argv=None) -> int:
     ap.add_argument("--configs", default="auto,ar,one", help=f"comma-separated, from {', '.join(CONFIGS)}")
     ap.add_argument("--max-batch", type=int, default=8, help="--max-batch of the batched configurations")
     ap.add_argument("--threads", type=int, default=None, help="OMP_NUM_THREADS of the server (default: torch's choice)")
+    ap.add_argument("--llama-cpp-python", type=Path, default=None, metavar="PYTHON",
+                    help="an interpreter with llama-cpp-python[server]: adds the llama_cpp peer configuration")
+    ap.add_argument("--gguf", type=Path, default=None,
+                    help="the GGUF file the llama_cpp peer serves (default: the embedded model's)")
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "out", help="where the JSON and Markdown go")
     ap.add_argument("--plot", type=Path, default=REPO / "benchmarks" / "img" / "serve_load_throughput.png")
     args = ap.parse_args(argv)
@@ -240,6 +266,10 @@ def main(argv=None) -> int:
     bad = [c for c in configs if c not in CONFIGS]
     if bad:
         ap.error(f"unknown config(s) {bad}; choose from {', '.join(CONFIGS)}")
+    if "llama_cpp" in configs and args.llama_cpp_python is None:
+        ap.error("the llama_cpp configuration needs --llama-cpp-python PYTHON (an interpreter with llama-cpp-python[server])")
+    if args.llama_cpp_python is not None and "llama_cpp" not in configs:
+        configs.append("llama_cpp")
     levels = [int(c) for c in args.concurrency.split(",")]
     questions = load_questions(args.questions, per_category=args.per_category)
     prompts = [q.turns[0] for q in questions][:args.limit]
@@ -255,8 +285,16 @@ def main(argv=None) -> int:
                       "--max-queue", str(max(len(prompts), 1))]
         if args.model:
             serve_args += ["--model", args.model]
+        command = None
+        if config == "llama_cpp":
+            gguf = args.gguf or embedded_gguf()
+            command = [str(args.llama_cpp_python), "-m", "llama_cpp.server", "--model", str(gguf), "--host", "127.0.0.1",
+                       "--port", "{port}", "--n_ctx", "2048", "--n_threads", str(args.threads or os.cpu_count()),
+                       "--n_threads_batch", str(args.threads or os.cpu_count()), "--model_alias", "served",
+                       "--interrupt_requests", "False"]  # its default cancels a stream when another request arrives
+            serve_args = command
         print(f"[{config}] starting the server: {' '.join(serve_args)}", file=sys.stderr)
-        server = Server(serve_args)
+        server = Server(serve_args, command=command, ready_path="/v1/models" if command else "/health")
         try:
             run_load(server, prompts[:1], 1, min(16, args.max_new_tokens))  # warm-up
             for c in levels:
@@ -265,7 +303,7 @@ def main(argv=None) -> int:
                 texts[(config, c)] = got
                 if config == "ar" and reference is None:
                     reference = got
-                exact = None if reference is None else got == reference
+                exact = None if reference is None or config == "llama_cpp" else got == reference
                 row = summarise(config, c, samples, wall, tau, exact)
                 rows.append(row)
                 print(f"[{config}] c={c}: {row.tokens_per_s:.1f} tok/s, TTFT p50 {row.ttft_p50_ms:.0f} ms, "

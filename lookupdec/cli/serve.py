@@ -28,10 +28,12 @@ from lookupdec.methods import METHODS  # a plain dict; torch is imported lazily
 @click.option("--model-id", default=None, help="The id /v1/models reports [default: the --model name].")
 @click.option("--device", default=None, help="torch device [default: CUDA if available].")
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32", show_default=True)
+@click.option("--weights", type=click.Choice(["auto", "float32", "float16"]), default="auto", show_default=True,
+              help="The fast forward's weight format, as for generate (auto: measured per machine).")
 @click.option("--draft-budget", type=click.IntRange(min=0, max=1024), default=None,
               help="Most draft nodes verified per step and sequence [default: 64].")
 def serve_cmd(model, indexes, history, host, port, max_batch, max_queue, api_key, method, model_id, device, dtype,
-              draft_budget) -> None:
+              weights, draft_budget) -> None:
     """Serve the OpenAI API (chat, completions) with lossless speculative decoding.
 
     SIGTERM stops admission (503), finishes the requests in flight and exits 0.
@@ -55,7 +57,7 @@ def serve_cmd(model, indexes, history, host, port, max_batch, max_queue, api_key
 
             check_history_path(history)
         dec = Decoder(model, dtype=dtype, device=device, indexes=list(indexes) or None, history=history,
-                      draft_budget=DEFAULT_DRAFT_BUDGET if draft_budget is None else draft_budget)
+                      weights=weights, draft_budget=DEFAULT_DRAFT_BUDGET if draft_budget is None else draft_budget)
         from lookupdec.methods import method_prices
 
         if method_prices(method):

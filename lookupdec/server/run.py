@@ -2,18 +2,17 @@
 
 SIGTERM (or Ctrl-C) first closes admission (new requests get 503), then uvicorn stops
 listening and waits for every request in flight to be answered; the engine finishes
-every request it accepted, then the process exits 0.
+every request it accepted, then the process exits 0. The engine runs on the main thread,
+uvicorn on a second one.
 """
 from __future__ import annotations
 
-import logging
 import signal
+import threading
 from dataclasses import dataclass
 
 from lookupdec.server.app import create_app
 from lookupdec.server.engine import Engine, EngineConfig
-
-log = logging.getLogger("lookupdec.server")
 
 
 @dataclass(frozen=True)
@@ -36,38 +35,54 @@ class ServeConfig:
 def serve(decoder, engine_config: EngineConfig, config: ServeConfig, on_ready=None) -> None:
     """Serve ``decoder`` until SIGTERM/SIGINT, then drain and return.
 
+    The engine (every forward) runs on the calling thread, which must be the main thread;
+    uvicorn runs on a second thread (see ``lookupdec.server.engine`` for why).
+
     Args:
-        decoder: the ``Decoder`` (the engine's thread owns it from now on).
+        decoder: the ``Decoder`` (the engine owns it from now on).
         engine_config: scheduling (method, max batch, max queue).
         config: host, port, key, model id.
         on_ready: called once the socket listens (the CLI prints the address).
+    Raises:
+        SystemExit: uvicorn could not start (the port is taken, for example).
     """
     import uvicorn
 
     engine = Engine(decoder, engine_config)
     app = create_app(engine, config.model_id, config.api_key)
 
-    class DrainingServer(uvicorn.Server):
-        def handle_exit(self, sig, frame) -> None:  # noqa: D102
-            engine.close_admission()  # new requests get 503 while in-flight ones finish
-            super().handle_exit(sig, frame)
-            if sig == signal.SIGTERM:
-                # uvicorn raises a captured signal again once it has shut down (the process would
-                # die by SIGTERM); a drained server exits 0 instead.
-                captured = getattr(self, "_captured_signals", None)
-                if captured and captured[-1] == sig:
-                    captured.pop()
-
+    class ReadyServer(uvicorn.Server):
         async def startup(self, sockets=None) -> None:  # noqa: D102
             await super().startup(sockets)
             if on_ready is not None and self.started:
                 on_ready()
 
-    server = DrainingServer(uvicorn.Config(app, host=config.host, port=config.port, log_level="warning",
-                                           timeout_graceful_shutdown=None, lifespan="off"))
-    engine.start()
+    server = ReadyServer(uvicorn.Config(app, host=config.host, port=config.port, log_level="warning",
+                                        timeout_graceful_shutdown=None, lifespan="off"))
+    failed: list[BaseException] = []
+
+    def listen() -> None:
+        try:
+            server.run()  # off the main thread uvicorn installs no signal handlers: ours below do
+        except BaseException as exc:  # noqa: BLE001  (SystemExit when it cannot bind: re-raised below)
+            failed.append(exc)
+        finally:
+            engine.close_admission()  # the HTTP side is gone: the engine finishes what it holds
+
+    def on_signal(sig, frame) -> None:
+        # New requests get 503 while the ones in flight finish; uvicorn stops listening and waits
+        # for their responses; a second Ctrl-C forces uvicorn's exit.
+        engine.close_admission()
+        server.handle_exit(sig, frame)
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    web = threading.Thread(target=listen, name="lookupdec-http", daemon=True)
+    web.start()
     try:
-        server.run()
+        engine.run()
+        web.join()
     finally:
-        if not engine.stop(timeout=None):
-            log.error("the engine did not stop")
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if failed:
+        raise failed[0]

@@ -63,6 +63,34 @@ def test_of_two_sources_proposing_the_same_tokens_one_stays_on():
     assert sum(ons) == 1
 
 
+def test_of_two_sources_proposing_the_same_tokens_the_dearer_one_is_switched_off():
+    """Listed first or not, the source that costs more for the same shared tokens is the one off."""
+    for names in (["cheap", "dear"], ["dear", "cheap"]):
+        led = SourceLedger(names, min_steps=8, probe_steps=4)
+        ms = {"cheap": 0.5, "dear": 3.0}
+        for _ in range(500):
+            on = led.drafting(names)
+            both, any_on = all(on), any(on)
+            tokens = 2.0 if any_on else 0.0
+            unique = [0.0 if both else tokens * o for o in on]
+            led.record(30.0, 1 + tokens, names, unique, [ms[n] * o for n, o in zip(names, on)])
+        assert led.account("cheap").on and led.account("cheap").switches == 0, names
+        assert not led.account("dear").on, names
+
+
+def test_a_retry_that_brings_no_token_does_not_switch_a_source_back_on():
+    """Not even one whose re-try rows were priced below the "too cheap to switch off" share."""
+    led = SourceLedger(NAMES, min_steps=8, probe_steps=4, probe_share=0.05)
+    for _ in range(2000):
+        drafting = led.drafting(NAMES)
+        probing = led.account("useless").probe_left > 0
+        # 3 ms a step while on, but priced at almost nothing while being re-tried; never a token.
+        cost = (0.01 if probing else 3.0) if drafting[1] else 0.0
+        led.record(30.0, 2, NAMES, [1.0, 0.0], [1.0, cost])
+    useless = led.account("useless")
+    assert useless.probes >= 2 and useless.switches == 1 and not useless.on
+
+
 def test_accounts_are_by_name_and_new_names_start_on():
     led = SourceLedger()
     assert led.drafting(["a", "b"]) == [True, True]

@@ -14,12 +14,15 @@ multiplies earlier ones by ``decay``), by source name. A Decoder keeps one
 ledger per method and temperature band across its requests (a short request
 alone would end before the evidence is in). After ``min_steps`` steps on, a source
 that costs at least ``min_share`` (1%) of a step and whose rate falls below ``(1 - slack)`` times the overall rate is switched off,
-one source per step; the others' accounts then start again (their marginal
+one source per step (of several that fail, the one with the fewest tokens per
+ms, and among equals the dearest: of two sources drafting the same tokens, the
+cheaper keeps them); the others' accounts then start again (their marginal
 shares change with the set).
 An off source is re-tried for ``probe_steps`` steps at a time, paid from a
 budget that grows by ``probe_share`` (1%) of every step's time and shrinks by
 what each probe step costs, so re-trying costs at most that share of the time
-(plus one probe). A probe whose tokens pay switches the source back on.
+(plus one probe). A probe whose own tokens pay for its time switches the
+source back on; one that brought no token never does.
 Decisions are logged (logger ``lookupdec.auto``, level INFO).
 """
 from __future__ import annotations
@@ -142,7 +145,7 @@ class SourceLedger:
         self.total_ms += step_ms
         self.budget_ms += self.probe_share * step_ms
         rate = self.rate
-        switched = False
+        failing: list[SourceAccount] = []
         for n, u, m in zip(names, unique_tokens, marginal_ms):
             a = self.account(n)
             if not a.drafting:
@@ -162,15 +165,19 @@ class SourceLedger:
             a.ms = a.ms * d + m
             a.n = a.n * d + 1.0
             a.steps += 1
-            if not switched and a.steps >= self.min_steps and not self._pays(a.tokens, a.ms, rate, a.n):
-                # One switch per step: two sources proposing the same tokens both look useless
-                # (neither's tokens are its own); once one is off the other's are.
-                switched = True
-                self._restart_others(a)
-                a.on = False
-                a.switches += 1
-                log.info("auto: source %s switched off: %.3f marginal tokens/ms against %.3f overall",
-                         a.name, a.tokens / max(a.ms, 1e-9), rate)
+            if a.steps >= self.min_steps and not self._pays(a.tokens, a.ms, rate, a.n):
+                failing.append(a)
+        if failing:
+            # One switch per step: two sources proposing the same tokens both look useless
+            # (neither's tokens are its own); once one is off the other's are. The one off is
+            # the one with the fewest tokens per ms, and among equals the dearest, so that of
+            # two sources drafting the same tokens the cheaper one keeps drafting them.
+            a = min(failing, key=lambda x: (x.tokens / max(x.ms, 1e-9), -x.ms))
+            self._restart_others(a)
+            a.on = False
+            a.switches += 1
+            log.info("auto: source %s switched off: %.3f marginal tokens/ms against %.3f overall",
+                     a.name, a.tokens / max(a.ms, 1e-9), rate)
         self._maybe_probe()
 
     def _pays(self, tokens: float, ms: float, rate: float, steps: float) -> bool:
@@ -186,7 +193,10 @@ class SourceLedger:
                 b.steps = 0
 
     def _end_probe(self, a: SourceAccount, rate: float) -> bool:
-        if self._pays(a.probe_tokens, a.probe_ms, rate, float(self.probe_steps)):
+        # Back on only when the re-try's own tokens pay for its time: the "too cheap to switch
+        # off" exemption of ``_pays`` does not apply here (a re-try that brought no token would
+        # otherwise switch a source on again whenever its rows were priced cheaply this time).
+        if a.probe_tokens > 0 and a.probe_tokens >= (1.0 - self.slack) * rate * a.probe_ms:
             a.on = True
             a.tokens, a.ms, a.steps, a.n = a.probe_tokens, a.probe_ms, self.probe_steps, float(self.probe_steps)
             log.info("auto: source %s switched back on after a re-try (%.3f tokens/ms against %.3f overall)",

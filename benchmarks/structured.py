@@ -12,7 +12,9 @@ For each task and prompt it runs constrained ``ar``, constrained ``--method``
 (default auto; the document is passed as a reference) and unconstrained
 ``--method``, greedy. It reports per task and run: validity rate (outputs valid
 against the task's constraint: JSON parsed and validated with ``jsonschema``,
-the label in the list, the regex matched), the share of extracted string values
+the label in the list, the regex matched), how many constrained outputs were cut
+by ``--max-new-tokens`` before the constraint was complete (``incomplete``: they
+cannot be valid; every complete constrained output must be), the share of extracted string values
 that are spans of the document, tokens/s, tau (tokens per forward), the share
 of wall time spent in the grammar engine, the speedup over constrained ar, and
 whether constrained auto equals constrained ar token for token (exit 1 if not).
@@ -66,6 +68,7 @@ class Row:
     run: str
     prompts: int
     valid: float
+    incomplete: int
     span_rate: float | None
     tokens_per_s: float
     tau: float
@@ -143,7 +146,7 @@ def main(argv=None) -> int:
         grammar = grammar_for(task)
         runs = {"constrained ar": ("ar", grammar), f"constrained {args.method}": (args.method, grammar),
                 f"unconstrained {args.method}": (args.method, None)}
-        acc = {name: {"valid": 0, "spans": [], "tokens": 0, "secs": 0.0, "steps": 0, "engine": 0.0, "ids": []}
+        acc = {name: {"valid": 0, "spans": [], "tokens": 0, "secs": 0.0, "steps": 0, "engine": 0.0, "ids": [], "incomplete": 0}
                for name in runs}
         for doc in docs:
             messages = [{"role": "user", "content": f"Document:\n{doc}\n\n{instruction}"}]
@@ -152,6 +155,7 @@ def main(argv=None) -> int:
                                    references=[doc] if method in ("auto", "llma") else None, remember=False)
                 a = acc[name]
                 a["valid"] += is_valid(task, res.text)
+                a["incomplete"] += bool(res.incomplete)
                 a["spans"] += spans(res.text, doc) if task == "extract" else []
                 a["tokens"] += res.new_tokens
                 a["secs"] += res.elapsed_s
@@ -166,23 +170,23 @@ def main(argv=None) -> int:
             if name.startswith("constrained") and name != "constrained ar":
                 exact = a["ids"] == base["ids"]
                 mismatches += not exact
-            rows.append(Row(task, name, len(docs), a["valid"] / max(len(docs), 1),
+            rows.append(Row(task, name, len(docs), a["valid"] / max(len(docs), 1), a["incomplete"],
                             (sum(a["spans"]) / len(a["spans"])) if a["spans"] else None, tps,
                             a["tokens"] / a["steps"] if a["steps"] else 0.0,
                             a["engine"] / a["secs"] if a["secs"] else 0.0,
                             tps / base_tps if base_tps and name != "constrained ar" else None, exact))
             r = rows[-1]
-            print(f"{task:8s} {name:24s} valid {r.valid:6.1%}  tok/s {r.tokens_per_s:7.1f}  tau {r.tau:5.2f}  "
+            print(f"{task:8s} {name:24s} valid {r.valid:6.1%}  incomplete {r.incomplete:2d}  tok/s {r.tokens_per_s:7.1f}  tau {r.tau:5.2f}  "
                   f"engine {r.engine_share:6.2%}  speedup {'' if r.speedup_vs_constrained_ar is None else f'{r.speedup_vs_constrained_ar:.2f}x'}"
                   f"  spans {'' if r.span_rate is None else f'{r.span_rate:.0%}'}"
                   f"  exact {'' if r.exact_vs_constrained_ar is None else r.exact_vs_constrained_ar}", flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "structured.json").write_text(json.dumps({"args": vars(args), "rows": [asdict(r) for r in rows]}, indent=1))
-    lines = ["| task | run | prompts | valid | spans | tokens/s | tau | engine share | speedup vs constrained ar | exact |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| task | run | prompts | valid | incomplete | spans | tokens/s | tau | engine share | speedup vs constrained ar | exact |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r.task} | {r.run} | {r.prompts} | {r.valid:.1%} | "
+        lines.append(f"| {r.task} | {r.run} | {r.prompts} | {r.valid:.1%} | {r.incomplete} | "
                      f"{'' if r.span_rate is None else f'{r.span_rate:.0%}'} | {r.tokens_per_s:.1f} | {r.tau:.2f} | "
                      f"{r.engine_share:.2%} | "
                      f"{'' if r.speedup_vs_constrained_ar is None else f'{r.speedup_vs_constrained_ar:.2f}x'} | "

@@ -143,7 +143,7 @@ class _LinearF16:
     (tests/test_weights.py checks it against that oracle).
     """
 
-    __slots__ = ("packed", "out_features")
+    __slots__ = ("packed", "out_features", "min_rows")
     weights = "float16"
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
@@ -155,18 +155,38 @@ class _LinearF16:
         self.out_features = weight.shape[0]
         self.packed = torch.ops.quantized.linear_prepack_fp16(
             weight, None if bias is None else bias.detach().float().contiguous())
+        # Products of fewer rows than this are padded (see __call__); 1 where this CPU's kernel
+        # rounds small products like the rows of a wider one.
+        self.min_rows = 1 if _small_products_round_alike(self.packed, weight.shape[1]) else MIN_PRODUCT_ROWS
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.shape[0]
-        if rows < MIN_PRODUCT_ROWS:
+        if rows < self.min_rows:
             # fbgemm's AVX2 kernel computes a block of 1 or 2 rows with another
             # summation order than its main kernel (measured: bitwise differences
             # for 1-2 rows, none for 3-6): padding to 4 rows makes a one-row step
-            # round like the same row inside a wider verify forward.
+            # round like the same row inside a wider verify forward. Where the
+            # small products round alike (measured on an AVX-512 Xeon) the padding
+            # is skipped: it cost ~4 ms of a one-row forward's products there.
             xp = x.new_zeros((MIN_PRODUCT_ROWS, x.shape[1]))
             xp[:rows] = x
             return torch.ops.quantized.linear_dynamic_fp16(xp, self.packed)[:rows]
         return torch.ops.quantized.linear_dynamic_fp16(x.contiguous(), self.packed)
+
+
+def _small_products_round_alike(packed, in_features: int) -> bool:
+    """Whether fbgemm's products of 1 to ``MIN_PRODUCT_ROWS - 1`` rows equal, bit for bit, the same
+    rows inside a product of ``2 * MIN_PRODUCT_ROWS`` rows, on random inputs.
+
+    A kernel's summation order depends on the code path (CPU, row count), not on the values, so
+    random rows that agree bitwise show that the paths agree. Where they do not, small products
+    are padded so that a one-row step rounds like a row of a verify forward.
+    """
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2 * MIN_PRODUCT_ROWS, in_features, generator=g)
+    full = torch.ops.quantized.linear_dynamic_fp16(x, packed)
+    return all(torch.equal(torch.ops.quantized.linear_dynamic_fp16(x[:r].contiguous(), packed), full[:r])
+               for r in range(1, MIN_PRODUCT_ROWS))
 
 
 # The weight formats of the fast forward, and the product class of each.

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from lookupdec.decoder import Decoder
-from lookupdec.fast_forward import FastForward, _LinearF16, make_linear, reference_forward
+from lookupdec.fast_forward import MIN_PRODUCT_ROWS, FastForward, _LinearF16, make_linear, reference_forward
 from lookupdec.models import LoadedModel
 from lookupdec.weights import WeightsChoice, auto_candidates, pick_faster
 from tests.conftest import TINY_VOCAB, char_tokenizer, save_tiny, tiny_loaded, tiny_model
@@ -39,6 +39,32 @@ def test_float16_linear_equals_the_float64_product_of_float16_rounded_weights(bi
     w = torch.randn(30, 72, generator=g)
     torch.testing.assert_close(make_linear(w, None, "float16")(x), make_linear(w, None, "float16")(x.contiguous()),
                                atol=0, rtol=0)
+
+
+def test_float16_small_products_round_like_the_same_rows_of_wider_ones():
+    """Padded or not (the probe decides per CPU), a product of 1-3 rows equals those rows inside products
+    of 4-6 rows bit for bit, so a one-row ar step rounds like a row of a small verify forward."""
+    g = torch.Generator().manual_seed(7)
+    for out_f, in_f in ((960, 576), (576, 1536), (200, 72)):
+        lin = make_linear(torch.randn(out_f, in_f, generator=g) * 0.1, None, "float16")
+        assert lin.min_rows in (1, MIN_PRODUCT_ROWS)
+        x = torch.randn(6, in_f, generator=g)
+        for width in (4, 5, 6):
+            wide = lin(x[:width])
+            for r in (1, 2, 3):
+                assert torch.equal(lin(x[:r]), wide[:r]), (out_f, in_f, width, r)
+
+
+def test_float16_pads_small_products_where_the_probe_finds_them_rounding_differently(monkeypatch):
+    import lookupdec.fast_forward as ffm
+
+    monkeypatch.setattr(ffm, "_small_products_round_alike", lambda packed, in_features: False)
+    w = torch.randn(30, 72)
+    lin = make_linear(w, None, "float16")
+    assert lin.min_rows == MIN_PRODUCT_ROWS
+    x = torch.randn(2, 72)
+    padded = torch.cat([x, torch.zeros(MIN_PRODUCT_ROWS - 2, 72)])
+    assert torch.equal(lin(x), torch.ops.quantized.linear_dynamic_fp16(padded, lin.packed)[:2])
 
 
 def test_weights_float16_cannot_hold_are_refused_with_the_fix():

@@ -181,8 +181,13 @@ class SourceLedger:
         self._maybe_probe()
 
     def _pays(self, tokens: float, ms: float, rate: float, steps: float) -> bool:
+        """Whether a source on keeps drafting: too cheap to judge, or its tokens pay (``_earns``)."""
         if steps > 0 and self.n > 0 and ms / steps < self.min_share * self.ms / self.n:
             return True  # too cheap to be worth switching off
+        return self._earns(tokens, ms, rate)
+
+    def _earns(self, tokens: float, ms: float, rate: float) -> bool:
+        """Marginal tokens per ms at least ``1 - slack`` times the overall rate."""
         return tokens >= (1.0 - self.slack) * rate * ms
 
     def _restart_others(self, changed: SourceAccount) -> None:
@@ -196,7 +201,7 @@ class SourceLedger:
         # Back on only when the re-try's own tokens pay for its time: the "too cheap to switch
         # off" exemption of ``_pays`` does not apply here (a re-try that brought no token would
         # otherwise switch a source on again whenever its rows were priced cheaply this time).
-        if a.probe_tokens > 0 and a.probe_tokens >= (1.0 - self.slack) * rate * a.probe_ms:
+        if a.probe_tokens > 0 and self._earns(a.probe_tokens, a.probe_ms, rate):
             a.on = True
             a.tokens, a.ms, a.steps, a.n = a.probe_tokens, a.probe_ms, self.probe_steps, float(self.probe_steps)
             log.info("auto: source %s switched back on after a re-try (%.3f tokens/ms against %.3f overall)",

@@ -52,7 +52,7 @@ def main(argv=None) -> int:
     import torch
 
     from lookupdec.costs import device_description
-    from lookupdec.fast_forward import make_linear
+    from lookupdec.products import make_linear
 
     torch.set_num_threads(args.threads)
     g = torch.Generator().manual_seed(0)

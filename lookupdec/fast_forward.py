@@ -1,6 +1,6 @@
 """A lean CPU float32 forward for Llama-family targets (Llama, SmolLM2, Qwen2, Mistral).
 
-Its linear weights are stored in one of ``WEIGHT_FORMATS``: "float32" (the
+Its linear weights are stored in one of ``lookupdec.products.WEIGHT_FORMATS``: "float32" (the
 model's own values) or "float16" (rounded once; half the bytes read per forward,
 which is what bounds a CPU forward); activations, accumulation, norms, attention
 and the KV cache are float32 in both.
@@ -45,6 +45,7 @@ import torch
 import torch.nn.functional as F
 
 from lookupdec.kvcache import FlatKVCache, all_full_attention
+from lookupdec.products import Product, make_linear, weights_unavailable_reason
 
 # model_type values whose decoder layer is: RMSNorm, attention (q/k/v/o
 # projections, rotary, GQA), residual, RMSNorm, SiLU-gated MLP, residual.
@@ -52,10 +53,6 @@ SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral")
 # Rope types whose inverse frequencies do not depend on the sequence length,
 # so one cos/sin table serves every position.
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
-# Products with fewer rows are padded to this many (see _Linear.__call__).
-MIN_PRODUCT_ROWS = 4
-# The largest finite float16: weights beyond it cannot be stored in the float16 format.
-FLOAT16_MAX = 65504.0
 
 
 def _dense_linear(module) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -106,128 +103,6 @@ def supports_fast_forward(model) -> bool:
     return fast_forward_unsupported_reason(model) == ""
 
 
-class _Linear:
-    """``y = x @ W.T + b`` with ``W`` prepacked for oneDNN in float32; ``x`` and ``y`` are dense 2-D float32 tensors."""
-
-    __slots__ = ("weight", "bias", "out_features")
-    weights = "float32"  # the weight format (WEIGHT_FORMATS)
-
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
-        weight = weight.detach().float().contiguous()
-        self.out_features = weight.shape[0]
-        # oneDNN's blocked weight layout (no batch-size hint: one layout serves every width).
-        # On this CPU it makes the products 1.1x (one row) to 1.6x (16 rows) faster than the
-        # plain layout of ``to_mkldnn()`` with outputs equal to within float rounding.
-        self.weight = torch.ops.mkldnn._reorder_linear_weight(weight, None)
-        self.bias = None if bias is None else bias.detach().float().contiguous()
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.shape[0]
-        if rows < MIN_PRODUCT_ROWS:
-            # oneDNN's kernels for 1-2 rows are slower than its kernel for 4 on this
-            # layout (30 layers' products: ~17 ms at 1 row vs ~14 ms at 4): pad with
-            # zero rows (each output row depends on its input row only) and drop them.
-            xp = x.new_zeros((MIN_PRODUCT_ROWS, x.shape[1]))
-            xp[:rows] = x
-            return torch.ops.mkldnn._linear_pointwise(xp, self.weight, self.bias, "none", [], "")[:rows]
-        return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
-
-
-class _LinearF16:
-    """``y = x @ W16.T + b``: ``W`` rounded to float16 once and prepacked for fbgemm.
-
-    Activations, accumulation, bias and output stay float32 (fbgemm converts the
-    weights back to float32 inside its kernel), so the only change from the
-    float32 format is the weights' rounding to float16: the product equals a
-    float64 product with float16-rounded weights up to float32 rounding
-    (tests/test_weights.py checks it against that oracle).
-    """
-
-    __slots__ = ("packed", "out_features", "min_rows")
-    weights = "float16"
-
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
-        weight = weight.detach().float().contiguous()
-        big = float(weight.abs().max()) if weight.numel() else 0.0
-        if not big <= FLOAT16_MAX:  # also catches nan
-            raise ValueError(f"a weight of magnitude {big:.4g} does not fit float16 (largest {FLOAT16_MAX:g}): "
-                             "use weights='float32' (--weights float32) for this model")
-        self.out_features = weight.shape[0]
-        self.packed = torch.ops.quantized.linear_prepack_fp16(
-            weight, None if bias is None else bias.detach().float().contiguous())
-        # Products of fewer rows than this are padded (see __call__); 1 where this CPU's kernel
-        # rounds small products like the rows of a wider one.
-        self.min_rows = 1 if _small_products_round_alike(self.packed, weight.shape[1]) else MIN_PRODUCT_ROWS
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.shape[0]
-        if rows < self.min_rows:
-            # fbgemm's AVX2 kernel computes a block of 1 or 2 rows with another
-            # summation order than its main kernel (measured: bitwise differences
-            # for 1-2 rows, none for 3-6): padding to 4 rows makes a one-row step
-            # round like the same row inside a wider verify forward. Where the
-            # small products round alike (measured on an AVX-512 Xeon) the padding
-            # is skipped: it cost ~4 ms of a one-row forward's products there.
-            xp = x.new_zeros((MIN_PRODUCT_ROWS, x.shape[1]))
-            xp[:rows] = x
-            return torch.ops.quantized.linear_dynamic_fp16(xp, self.packed)[:rows]
-        return torch.ops.quantized.linear_dynamic_fp16(x.contiguous(), self.packed)
-
-
-def _small_products_round_alike(packed, in_features: int) -> bool:
-    """Whether fbgemm's products of 1 to ``MIN_PRODUCT_ROWS - 1`` rows equal, bit for bit, the same
-    rows inside a product of ``2 * MIN_PRODUCT_ROWS`` rows, on random inputs.
-
-    A kernel's summation order depends on the code path (CPU, row count), not on the values, so
-    random rows that agree bitwise show that the paths agree. Where they do not, small products
-    are padded so that a one-row step rounds like a row of a verify forward.
-    """
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(2 * MIN_PRODUCT_ROWS, in_features, generator=g)
-    full = torch.ops.quantized.linear_dynamic_fp16(x, packed)
-    return all(torch.equal(torch.ops.quantized.linear_dynamic_fp16(x[:r].contiguous(), packed), full[:r])
-               for r in range(1, MIN_PRODUCT_ROWS))
-
-
-# The weight formats of the fast forward, and the product class of each.
-_LINEARS = {"float32": _Linear, "float16": _LinearF16}
-WEIGHT_FORMATS = tuple(_LINEARS)
-
-
-def weights_unavailable_reason(weights: str) -> str:
-    """Why this torch cannot run weight format ``weights`` ("" when it can).
-
-    Raises:
-        ValueError: ``weights`` is not one of ``WEIGHT_FORMATS``.
-
-    Example:
-        >>> weights_unavailable_reason("float32")
-        ''
-    """
-    if weights not in _LINEARS:
-        raise ValueError(f"weights must be one of {', '.join(WEIGHT_FORMATS)}, got {weights!r}")
-    if weights == "float16" and "fbgemm" not in torch.backends.quantized.supported_engines:
-        return "float16 weights need torch's fbgemm kernels (x86 CPUs), which this torch lacks"
-    return ""
-
-
-def make_linear(weight: torch.Tensor, bias: torch.Tensor | None, weights: str = "float32"):
-    """A prepacked product ``x (R, in) float32 -> (R, out) float32`` with ``weight`` stored in format ``weights``.
-
-    Raises:
-        ValueError: an unknown or unavailable format, or weights float16 cannot hold.
-
-    Example:
-        >>> lin = make_linear(torch.eye(4), None, "float16")
-        >>> lin(torch.ones(2, 4)).tolist()
-        [[1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0]]
-    """
-    reason = weights_unavailable_reason(weights)
-    if reason:
-        raise ValueError(f"{reason}; use weights='float32'")
-    return _LINEARS[weights](weight, bias)
-
-
 def _release(linear) -> None:
     """Drop an ``nn.Linear``'s weight (and bias) storage; its packed copy serves the fast forward."""
     import torch.nn as nn
@@ -273,10 +148,10 @@ def _cat_bias(biases: Sequence[torch.Tensor | None], sizes: Sequence[int]) -> to
 class _Layer:
     in_norm: torch.Tensor
     post_norm: torch.Tensor
-    qkv: _Linear | _LinearF16
-    o: _Linear | _LinearF16
-    gate_up: _Linear | _LinearF16
-    down: _Linear | _LinearF16
+    qkv: Product
+    o: Product
+    gate_up: Product
+    down: Product
 
 
 class FastForward:

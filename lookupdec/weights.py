@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from lookupdec.fast_forward import WEIGHT_FORMATS, fast_forward_unsupported_reason, weights_unavailable_reason
+from lookupdec.fast_forward import fast_forward_unsupported_reason
+from lookupdec.products import WEIGHT_FORMATS, weights_unavailable_reason
 
 WEIGHTS_CHOICES = ("auto",) + WEIGHT_FORMATS
 # Rows of the two forwards ``auto`` times per format: plain decoding, and a mid-size verify tree.

@@ -312,7 +312,7 @@ def test_fast_verifier_fetches_root_and_main_path_and_lazy_rows_equal_the_full_p
 
 def test_prepacked_linear_equals_plain_product_at_every_width():
     """The blocked-layout product (one layout for all widths) equals x @ W.T + b."""
-    from lookupdec.fast_forward import _Linear
+    from lookupdec.products import _Linear
 
     g = torch.Generator().manual_seed(4)
     w, b = torch.randn(200, 72, generator=g), torch.randn(200, generator=g)

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from lookupdec.decoder import Decoder
-from lookupdec.fast_forward import MIN_PRODUCT_ROWS, FastForward, _LinearF16, make_linear, reference_forward
+from lookupdec.fast_forward import FastForward, reference_forward
+from lookupdec.products import MIN_PRODUCT_ROWS, _LinearF16, make_linear
 from lookupdec.models import LoadedModel
 from lookupdec.weights import WeightsChoice, auto_candidates, pick_faster
 from tests.conftest import TINY_VOCAB, char_tokenizer, save_tiny, tiny_loaded, tiny_model
@@ -56,7 +57,7 @@ def test_float16_small_products_round_like_the_same_rows_of_wider_ones():
 
 
 def test_float16_pads_small_products_where_the_probe_finds_them_rounding_differently(monkeypatch):
-    import lookupdec.fast_forward as ffm
+    import lookupdec.products as ffm
 
     monkeypatch.setattr(ffm, "_small_products_round_alike", lambda packed, in_features: False)
     w = torch.randn(30, 72)

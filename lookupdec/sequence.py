@@ -257,7 +257,7 @@ class Sequence:
                 self.by_source[name] = self.by_source.get(name, 0) + 1
             # Forced tokens the grammar added (origin -1) are not the drafter's nodes.
             mine = tuple(int(origin[i]) for i in acc.nodes if origin[i] >= 0)
-            outcome = StepOutcome(mine, acc.tokens, res.tree, origin, **signals.fields())
+            outcome = StepOutcome(mine, acc.tokens, res.tree, origin, topk_ms=topk_s * 1e3, **signals.fields())
             t1 = time.perf_counter()
             past = self.past - 1 - acc.accepted
             self._absorb(outcome, len(res.tree), (plan.draft_s + topk_s) * 1e3, (forward_s + lazy_s) * 1e3,

@@ -8,7 +8,7 @@ import torch
 from lookupdec.costs import CostCurve
 from lookupdec.decoder import Decoder
 from lookupdec.drafters.auto import AutoDrafter, context_source
-from lookupdec.drafters.base import DraftRequest, ExtraRows, StepOutcome
+from lookupdec.drafters.base import DraftRequest, Drafter, ExtraRows, StepOutcome
 from lookupdec.drafters.calibrate import Calibration, temperature_band
 from lookupdec.drafters.ledger import SourceLedger
 from lookupdec.index import build_index_from_tokens
@@ -142,6 +142,67 @@ def test_auto_switches_a_useless_source_off_retries_it_and_stays_exact():
     assert acct.switches == 1 and acct.probes >= 1 and not acct.on
     assert 8 <= useless.windows <= 8 + 2 * acct.probes < out.steps - 1  # its window stopped running
     assert ledger.account("pld").on
+
+
+class _Chain(Drafter):
+    """Proposes one fixed chain, sure of it; with ``rows`` window rows beside the tree each step."""
+
+    def __init__(self, name: str, tokens: list[int], rows: int = 0):
+        self.name, self.tokens, self.rows = name, tokens, rows
+
+    def propose(self, request: DraftRequest) -> DraftTree:
+        return DraftTree.chain(self.tokens, [0.99] * len(self.tokens))
+
+    def window_rows(self) -> int:
+        return self.rows
+
+    def window(self, request: DraftRequest) -> ExtraRows | None:
+        m = self.rows
+        return ExtraRows(np.full(m, 3), np.arange(1, m + 1), np.tril(np.ones((m, m), bool))) if m else None
+
+
+class _Spy(SourceLedger):
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def record(self, step_ms, tokens, names, unique_tokens, marginal_ms):
+        self.calls.append((list(names), list(unique_tokens), list(marginal_ms)))
+        super().record(step_ms, tokens, names, unique_tokens, marginal_ms)
+
+
+def test_tokens_several_sources_proposed_are_credited_to_the_cheapest_of_them():
+    """The dear source (a window of 6 rows), listed first, shares three accepted tokens with the cheap
+    one and brings one of its own: the shared three are the cheap one's, only the fourth the dear one's,
+    and the dear one pays for its window and its own row only."""
+    spy = _Spy()
+    dear, cheap = _Chain("dear", [5, 6, 7, 8], rows=6), _Chain("cheap", [5, 6, 7])
+    auto = AutoDrafter(sources=[dear, cheap], cost=SLOPED, ledger=spy)
+    auto.begin([1, 2, 3])
+    req = DraftRequest(budget=16, max_depth=8)
+    tree = auto.propose(req)
+    assert tree.tokens.tolist() == [5, 6, 7, 8]
+    auto.window(req)
+    auto.commit(StepOutcome((0, 1, 2, 3), (5, 6, 7, 8, 9), tree, np.arange(4)))
+    (names, unique, marginal), = spy.calls
+    assert names == ["dear", "cheap"] and unique == [1.0, 3.0]
+    row = (137.0 - 10.0) / 127  # ms per row on SLOPED
+    # cheap: three rows and its (tiny) drafting time; dear: six window rows and one tree row on top.
+    assert 3 * row <= marginal[1] < 3 * row + 0.5
+    assert 7 * row <= marginal[0] < 7 * row + 0.5
+
+
+def test_the_deferred_topk_time_is_charged_to_the_sources_that_asked_for_it():
+    spy = _Spy()
+    asks = _Chain("asks", [5])
+    asks.topk = 8
+    auto = AutoDrafter(sources=[_Chain("plain", [5]), asks], cost=SLOPED, ledger=spy)
+    auto.begin([1, 2, 3])
+    tree = auto.propose(DraftRequest(budget=16, max_depth=8))
+    assert auto.topk == 8
+    auto.commit(StepOutcome((0,), (5, 9), tree, np.arange(len(tree)), topk_ms=40.0))
+    (_, _, marginal), = spy.calls
+    assert marginal[0] < 1.0 and marginal[1] >= 40.0
 
 
 def test_gating_is_off_for_a_single_source_method():

@@ -351,28 +351,33 @@ class AutoDrafter(Drafter):
 
     def _account(self, merged: Merged, chosen: np.ndarray, costs: np.ndarray, budget: int,
                  windows: list[int]) -> None:
-        """Each source's marginal rows this step and what they cost (``lookupdec.drafters.ledger``)."""
+        """Each source's marginal rows this step and what they cost (``lookupdec.drafters.ledger``).
+
+        A node several sources proposed is owned by the cheapest of them this step (drafting
+        ms plus its window rows' ms): the sources are added in order of cost, and each is
+        credited with the rows and accepted tokens that the cheaper ones did not bring. So of
+        two sources drafting the same tokens the dear one has nothing of its own to show for
+        its cost, and the cheap one keeps them.
+        """
         n = len(merged.tree)
-        owners = np.zeros(n, np.int64)
-        owner = np.full(n, -1, np.int64)
-        for i, where in enumerate(merged.maps):
-            if len(where):
-                u = np.unique(where)
-                owners[u] += 1
-                owner[u] = i
-        sole = np.where(owners == 1, owner, -1)
         k = len(chosen)
         rows_ms = np.zeros(len(self.sources))
-        if k:
-            mine = np.bincount(sole[chosen][sole[chosen] >= 0], minlength=len(self.sources))
-            for i, u in enumerate(mine.tolist()):
-                if u:
-                    rows_ms[i] = float(costs[1 + k] - costs[1 + k - u])
         extra = sum(windows)
         for i, m in enumerate(windows):
             if m:  # the step without this source's window rows
                 rows_ms[i] += float(costs[1 + k] - self._costs(budget, extra - m)[1 + k])
-        self._step = (rows_ms, float(costs[1 + k]), sole, chosen)
+        owner = np.full(n, -1, np.int64)
+        for i in np.argsort(self._draft_ms + rows_ms, kind="stable").tolist():
+            where = merged.maps[i]
+            if len(where):
+                free = where[owner[where] < 0]
+                owner[free] = i
+        if k:
+            mine = np.bincount(owner[chosen][owner[chosen] >= 0], minlength=len(self.sources))
+            for i, u in enumerate(mine.tolist()):
+                if u:
+                    rows_ms[i] += float(costs[1 + k] - costs[1 + k - u])
+        self._step = (rows_ms, float(costs[1 + k]), owner, chosen)
 
     def commit(self, outcome: StepOutcome) -> None:
         new = outcome.new_tokens
@@ -423,13 +428,17 @@ class AutoDrafter(Drafter):
                 if a >= 0:
                     origin[v] = inverse.get(int(chosen[a]), -1)
             tell(i, s, StepOutcome(tuple(own), new, outcome.tree, origin))
+        # The deferred top-k is the cost of the sources that asked for it.
+        asked = [i for i, (s, on) in enumerate(zip(self.sources, self._active)) if on and s.topk > 0]
+        for i in asked:
+            spent[i] += outcome.topk_ms / len(asked)
         step, self._step = self._step, None
         if self.ledger is not None and step is not None:
-            rows_ms, forward_ms, sole, _ = step
+            rows_ms, forward_ms, owner, _ = step
             unique = np.zeros(len(self.sources))
             for m in accepted_merged:
-                if sole[m] >= 0:
-                    unique[sole[m]] += 1
+                if owner[m] >= 0:
+                    unique[owner[m]] += 1
             host = float(getattr(self.cost, "host_ms", 0.0) or 0.0)
             self.ledger.record(forward_ms + float(spent.sum()) + host, len(new), self._names, unique.tolist(),
                                (rows_ms + spent).tolist())

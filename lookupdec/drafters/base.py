@@ -219,6 +219,8 @@ class StepOutcome(VerifierSignals):
             verifier's chain fallback; its own numbering).
         origin: for each node of ``tree``, the id of the drafter's node it
             verified, or -1 for nodes the drafter did not propose.
+        topk_ms: what the deferred top-k (``row_tokens``, ``topk_ids``, ``topk_probs``)
+            took to compute, in ms (0 when no top-k was asked for).
         row_tokens, topk_ids, topk_probs, extra_argmax: the verifier's signals
             (:class:`VerifierSignals`, keyword-only).
 
@@ -231,6 +233,8 @@ class StepOutcome(VerifierSignals):
     new_tokens: tuple[int, ...]
     tree: DraftTree = field(default_factory=DraftTree.empty)
     origin: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    # What computing the deferred top-k took (ms): a cost of the sources that asked for it.
+    topk_ms: float = 0.0
 
     @property
     def n_accepted(self) -> int:

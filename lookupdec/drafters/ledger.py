@@ -1,10 +1,14 @@
 """Every source pays its own way: ``auto`` switches off a source whose tokens do not pay for its time.
 
-A source's *marginal* tokens are the accepted tokens that no other source
-proposed (without it they would not have been drafted); its *marginal*
-milliseconds are its own drafting time (propose and commit), the tree rows
-only it put into the forward, and the rows it runs beside the tree (a
-Lookahead window), each priced by the cost model. Removing the source changes
+The sources are added in order of what they cost this step (drafting time
+plus the rows they run beside the tree): a source's *marginal* tokens are the
+accepted tokens that no cheaper source proposed (without it they would not
+have been drafted); its *marginal* milliseconds are its own drafting time
+(propose and commit), the tree rows no cheaper source put into the forward,
+and the rows it runs beside the tree (a Lookahead window), each priced by the
+cost model. (Counting only the tokens no *other* source proposed leaves two
+sources that draft the same tokens with nothing of their own, and may switch
+off the cheap one.) Removing the source changes
 a run of ``T`` tokens in ``S`` ms to ``T - U`` tokens in ``S - M`` ms, which
 is faster exactly when ``U / M < T / S``. So a source pays when its marginal
 tokens per ms are at least the overall rate.
@@ -134,7 +138,7 @@ class SourceLedger:
             step_ms: the step's time (forward, drafting, host).
             tokens: tokens the step produced (accepted + 1).
             names: the step's sources.
-            unique_tokens: per source, accepted tokens only it proposed (ignored for sources off).
+            unique_tokens: per source, accepted tokens no cheaper source proposed (ignored for sources off).
             marginal_ms: per source, what it added to the step's time (ignored for sources off).
         """
         d = self.decay

@@ -51,7 +51,9 @@ EXTRACT_SCHEMA = {
 }
 LABELS = ["politics", "sports", "science", "business", "health", "crime", "entertainment", "environment", "other"]
 NUMBER_RE = (r"(January|February|March|April|May|June|July|August|September|October|November|December) "
-             r"[0-9]{1,2}(, [0-9]{4})?|[0-9]{1,3}(,[0-9]{3})*(\.[0-9]+)?( (percent|million|billion|years))?")
+             r"[0-9]{1,2}(, [0-9]{4})?|[0-9]{1,3}(,[0-9]{3}){0,4}(\.[0-9]{1,4})?( (percent|million|billion|years))?")
+# Every repetition is bounded (up to 10^15, 4 decimals): with an unbounded one the model may write
+# digits until max_new_tokens runs out, which leaves the output incomplete, not a number.
 
 TASKS = {
     "extract": ("Read the document and answer with a JSON object with the keys first_sentence (the document's first "

@@ -205,6 +205,21 @@ def test_the_deferred_topk_time_is_charged_to_the_sources_that_asked_for_it():
     assert marginal[0] < 1.0 and marginal[1] >= 40.0
 
 
+@pytest.mark.parametrize("budget, window_runs", [(5, False), (12, False), (16, True), (20, True)])
+def test_the_window_counts_inside_the_draft_budget(budget, window_runs):
+    """The tree is chosen first; the window runs only where it fits beside it in the budget."""
+    chain, windowed = _Chain("pld", list(range(5, 15))), _Chain("lookahead", [], rows=6)
+    auto = AutoDrafter(sources=[chain, windowed], cost=FLAT, gate=False)
+    auto.begin([1, 2, 3])
+    req = DraftRequest(budget=budget, max_depth=16)
+    tree = auto.propose(req)
+    window = auto.window(req)
+    rows = 0 if window is None else len(window)
+    assert (rows == 6) == window_runs
+    assert len(tree) + rows <= budget
+    assert len(tree) == min(10, budget)  # under a flat curve the whole chain that fits is drafted
+
+
 def test_gating_is_off_for_a_single_source_method():
     assert AutoDrafter(sources=[context_source(None)], cost=FLAT).ledger is None
 

@@ -190,6 +190,8 @@ class AutoDrafter(Drafter):
         self._last: tuple[list[DraftTree], tuple[np.ndarray, ...], np.ndarray] | None = None
         # Rows of this step's window, per source: (source index, first row, rows).
         self._windows: list[tuple[int, int, int]] = []
+        # Window rows each source may run this step, as priced by ``propose`` (0: none).
+        self._step_windows = [0] * len(self.sources)
         self._window_rows = 0
         # Sizes of the recent selections: sources are asked for a few times more, not always 48.
         from collections import deque
@@ -205,14 +207,15 @@ class AutoDrafter(Drafter):
         """The sources' extra rows side by side (protocol v3): each source's rows see only its own.
 
         Called after ``propose`` by the decoder; the rows' cost was already in that
-        step's selection (``window_rows``).
+        step's selection (``window_rows``), and their number in its budget: when the window
+        does not fit beside the chosen tree, no source runs one.
         """
         parts, self._windows = [], []
         if not request.extra_rows:
             return None
         at = 0
         for i, s in enumerate(self.sources):
-            x = s.window(request) if self._active[i] else None
+            x = s.window(request) if self._active[i] and self._step_windows[i] else None
             if x is not None and len(x):
                 parts.append(x)
                 self._windows.append((i, at, len(x)))
@@ -308,6 +311,13 @@ class AutoDrafter(Drafter):
         extra = sum(windows)
         costs = self._costs(request.budget, extra)
         sel = self._select(tree, costs, request)
+        # The window counts inside the draft budget: the tree is chosen first (its tokens pay in
+        # this step, the window's only in later ones), and the window runs only if it fits beside it.
+        if extra and len(sel.nodes) + extra > request.budget:
+            windows, extra = [0] * len(self.sources), 0
+            costs = self._costs(request.budget)
+            sel = self._select(tree, costs, request)
+        self._step_windows = windows
         # Second-stage sources (the small LM) are asked only where they pay against that selection.
         late = [i for i, s in enumerate(self.sources)
                 if s.second_stage and active[i] and s.pays(sel, request.max_depth, self.margin)]

@@ -476,7 +476,8 @@ def drafter_factory(name: str, settings: Mapping[str, object], records: Sequence
         config = PLDConfig(**settings)  # validate once, not per record
         return lambda rec: PLDDrafter(config)
     if name in ("auto", "llma", "rest", "history", "recycle"):
-        from lookupdec.drafters.auto import AutoDrafter, history_method, llma_method, recycle_method, rest_method
+        from lookupdec.drafters.auto import AutoDrafter
+        from lookupdec.drafters.single import history_method, llma_method, recycle_method, rest_method
         from lookupdec.drafters.calibrate import Calibration
 
         if name == "rest" and not indexes:

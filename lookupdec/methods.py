@@ -25,11 +25,11 @@ from typing import Any
 METHODS: dict[str, str] = {
     "ar": "lookupdec.drafters.base:NoDrafter",
     "pld": "lookupdec.drafters.pld:PLDDrafter",
-    "llma": "lookupdec.drafters.auto:llma_method",
-    "rest": "lookupdec.drafters.auto:rest_method",
-    "history": "lookupdec.drafters.auto:history_method",
-    "recycle": "lookupdec.drafters.auto:recycle_method",
-    "lookahead": "lookupdec.drafters.auto:lookahead_method",
+    "llma": "lookupdec.drafters.single:llma_method",
+    "rest": "lookupdec.drafters.single:rest_method",
+    "history": "lookupdec.drafters.single:history_method",
+    "recycle": "lookupdec.drafters.single:recycle_method",
+    "lookahead": "lookupdec.drafters.single:lookahead_method",
     "auto": "lookupdec.drafters.auto:AutoDrafter",
     "draft": "lookupdec.drafters.small_lm:draft_method",
 }

@@ -12,7 +12,8 @@ import pytest
 
 from lookupdec.costs import CostCurve
 from lookupdec.decoder import Decoder
-from lookupdec.drafters.auto import AutoDrafter, lookahead_method, recycle_method
+from lookupdec.drafters.auto import AutoDrafter
+from lookupdec.drafters.single import lookahead_method, recycle_method
 from lookupdec.drafters.lookahead import LookaheadDrafter
 from lookupdec.sampling import SamplingParams
 from tests.conftest import TINY_VOCAB, tiny_loaded

@@ -319,3 +319,19 @@ def test_deferred_topk_skips_rows_the_walk_never_visits():
     greedy_accept(res.tree, lambda r: int(res.row(r).argmax()))
     rows = res.topk_of()[0]
     assert len(rows) < 1 + len(tree)
+
+
+@pytest.mark.parametrize("extra", [1, 3, 6, 12])
+def test_auto_prices_window_rows_as_the_per_width_formula(extra):
+    """The tabulated prices of a step carrying ``extra`` window rows equal c(1 + k + extra) plus the
+    window rows' lm_head beyond what the curve includes, width by width (the slow oracle)."""
+    from lookupdec.costs import MEASURED_LOGIT_ROWS
+
+    curve = CostCurve((1, 4, 16, 64), (20.0, 22.0, 40.0, 80.0), 0, (0.0,) * 4, "cpu", "k",
+                      head_ms=(1.0, 2.5, 8.0, 30.0))
+    auto = AutoDrafter(cost=curve)
+    auto.begin([1, 2, 3])
+    got = auto._costs(40, extra)
+    for w in range(1, 41):
+        want = curve.ms_at(w + extra) + curve.logits_extra_ms(w + extra, min(w, MEASURED_LOGIT_ROWS) + extra)
+        assert got[w] == pytest.approx(want, rel=1e-12), w

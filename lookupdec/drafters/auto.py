@@ -285,8 +285,12 @@ class AutoDrafter(Drafter):
             if curve is not None and curve.head_ms:
                 from lookupdec.costs import MEASURED_LOGIT_ROWS
 
-                for w in range(1, len(out)):
-                    out[w] += curve.logits_extra_ms(w + extra, min(w, MEASURED_LOGIT_ROWS) + extra)
+                # From MEASURED_LOGIT_ROWS tree rows on, the extra lm_head rows are the same
+                # (the window's), so they are priced once for all those widths.
+                for w in range(1, min(MEASURED_LOGIT_ROWS, len(out) - 1) + 1):
+                    out[w] += curve.logits_extra_ms(w + extra, w + extra)
+                out[MEASURED_LOGIT_ROWS + 1:] += curve.logits_extra_ms(MEASURED_LOGIT_ROWS + extra,
+                                                                       MEASURED_LOGIT_ROWS + extra)
             self._extra_cache[extra] = out
         return out
 

@@ -107,6 +107,10 @@ COST_CURVES: dict[str, tuple[tuple[int, float], ...]] = {
     "amd-avx512": ((1, 29.2), (8, 33.6), (16, 40.5), (32, 59.8)),
     # The 2-core AMD EPYC with AVX2 only, the curve `make demo` cached (issue 17): noisy, c(4) < c(1).
     "amd-avx2-demo": ((1, 67.6), (2, 73.3), (4, 60.1), (8, 82.8), (16, 87.5), (32, 122.4), (64, 226.3)),
+    # The 2-core Intel Xeon with AVX-512 and AMX, float16 weights, one-row products unpadded
+    # (RESULTS.md "Weight formats", issue 18; benchmarks/out/curve_fp16_nopad.txt).
+    "xeon-amx-fp16": ((1, 21.7), (2, 23.6), (4, 26.9), (8, 32.6), (12, 36.9), (16, 43.6), (24, 50.9), (32, 59.8),
+                      (48, 75.2), (64, 86.3)),
 }
 
 

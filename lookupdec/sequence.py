@@ -200,7 +200,8 @@ class Sequence:
             request = DraftRequest(budget, max_depth, tree=tree_masks)
             drafter = self.drafter
             proposal = drafter.propose(request) if budget and max_depth else None
-            # The window is part of the step's draft: no budget, no window rows.
+            # The window is part of the step's draft: no budget, no window rows (and below: none
+            # that does not fit beside the tree; ``auto`` prices that itself before choosing).
             extra = check_window(drafter, request, self.vocab_size) if budget and max_depth else None
             if proposal is not None:
                 tree, kept = check_tree(drafter, proposal, self.vocab_size, budget, max_depth, tree_masks)
@@ -208,6 +209,8 @@ class Sequence:
                 tree, kept = DraftTree.empty(), None
             if self.constraint is not None and budget and max_depth:
                 tree, kept = self._constrain(tree, kept, budget, max_depth)
+            if extra is not None and len(tree) + len(extra) > budget:
+                extra = None  # the window counts inside the budget: one that does not fit beside the tree does not run
             t1 = time.perf_counter()
         return StepPlan(root, tree, kept, extra, topk_of(drafter), request, t1 - t0)
 

@@ -335,3 +335,37 @@ def test_auto_prices_window_rows_as_the_per_width_formula(extra):
     for w in range(1, 41):
         want = curve.ms_at(w + extra) + curve.logits_extra_ms(w + extra, min(w, MEASURED_LOGIT_ROWS) + extra)
         assert got[w] == pytest.approx(want, rel=1e-12), w
+
+
+class _Late(_Chain):
+    """A second-stage source (as the small LM): asked after the first selection, always willing."""
+
+    second_stage = True
+
+    def pays(self, selection, max_depth, margin):
+        return True
+
+
+def test_a_window_that_no_longer_fits_beside_the_second_stages_nodes_does_not_run():
+    """5 first-stage nodes and a 6-row window fit a budget of 12; the second stage's 5 more nodes leave
+    no room for the window, so it does not run and the tree keeps the budget."""
+    first, windowed, late = _Chain("pld", [5, 6, 7, 8, 9]), _Chain("lookahead", [], rows=6), _Late("draft", [10, 11, 12, 13, 14])
+    auto = AutoDrafter(sources=[first, windowed, late], cost=FLAT, gate=False)
+    auto.begin([1, 2, 3])
+    req = DraftRequest(budget=12, max_depth=16)
+    tree = auto.propose(req)
+    assert auto.window(req) is None
+    assert len(tree) == 10
+
+
+def test_the_decoder_runs_no_window_that_does_not_fit_beside_the_tree():
+    """Any drafter's window counts inside the step's budget (not only auto's, which prices it itself)."""
+    dec = Decoder(tiny_loaded(0), cost_curve=FLAT)
+    for budget, runs in ((12, False), (16, True)):
+        dec.draft_budget = budget
+        seq = dec.new_sequence([5, 6, 7, 8], drafter=_Chain("pld", list(range(20, 30)), rows=6), max_new_tokens=32,
+                               chat_template=False)
+        seq.prefill()
+        plan = seq.plan()
+        assert len(plan.tree) == 10
+        assert (plan.extra is not None and len(plan.extra) == 6) == runs

@@ -192,7 +192,6 @@ class AutoDrafter(Drafter):
         self._windows: list[tuple[int, int, int]] = []
         # Window rows each source may run this step, as priced by ``propose`` (0: none).
         self._step_windows = [0] * len(self.sources)
-        self._window_rows = 0
         # Sizes of the recent selections: sources are asked for a few times more, not always 48.
         from collections import deque
 
@@ -315,13 +314,6 @@ class AutoDrafter(Drafter):
         extra = sum(windows)
         costs = self._costs(request.budget, extra)
         sel = self._select(tree, costs, request)
-        # The window counts inside the draft budget: the tree is chosen first (its tokens pay in
-        # this step, the window's only in later ones), and the window runs only if it fits beside it.
-        if extra and len(sel.nodes) + extra > request.budget:
-            windows, extra = [0] * len(self.sources), 0
-            costs = self._costs(request.budget)
-            sel = self._select(tree, costs, request)
-        self._step_windows = windows
         # Second-stage sources (the small LM) are asked only where they pay against that selection.
         late = [i for i, s in enumerate(self.sources)
                 if s.second_stage and active[i] and s.pays(sel, request.max_depth, self.margin)]
@@ -333,6 +325,13 @@ class AutoDrafter(Drafter):
             merged = merge_trees(trees)
             tree = self._merged_calibration.apply(merged)
             sel = self._select(tree, costs, request)
+        # The window counts inside the draft budget: the tree is chosen first (its tokens pay in
+        # this step, the window's only in later ones), and the window runs only if it fits beside it.
+        if extra and len(sel.nodes) + extra > request.budget:
+            windows, extra = [0] * len(self.sources), 0
+            costs = self._costs(request.budget)
+            sel = self._select(tree, costs, request)
+        self._step_windows = windows
         self._last = (trees, merged.maps, sel.nodes)
         self._recent_k.append(len(sel.nodes))
         if self.ledger is not None:

@@ -4,7 +4,8 @@ The sources are added in order of what they cost this step (drafting time
 plus the rows they run beside the tree): a source's *marginal* tokens are the
 accepted tokens that no cheaper source proposed (without it they would not
 have been drafted); its *marginal* milliseconds are its own drafting time
-(propose and commit), the tree rows no cheaper source put into the forward,
+(propose and commit, and its share of the deferred top-k when it asks for
+one), the tree rows no cheaper source put into the forward,
 and the rows it runs beside the tree (a Lookahead window), each priced by the
 cost model. (Counting only the tokens no *other* source proposed leaves two
 sources that draft the same tokens with nothing of their own, and may switch

@@ -67,23 +67,24 @@ def main(argv=None) -> int:
         return torch.ops.quantized.linear_dynamic(x, p, True)  # reduce_range: fbgemm's usual setting
 
     def int8_channels(w):
+        """Per-output-channel int8 weights (out, in) and their float32 scales."""
         scale = w.abs().amax(1).clamp_min(1e-30) / 127
-        return torch.round(w / scale[:, None]).clamp_(-127, 127).to(torch.int8).t(), scale  # (in, out) view
+        return torch.round(w / scale[:, None]).clamp_(-127, 127).to(torch.int8), scale
 
     def int8_row_scaled(x, p):
         sx = x.abs().amax(1, keepdim=True).clamp_min_(1e-30).div_(127)
         return torch._int_mm(torch.round(x / sx).to(torch.int8), p[0]).float().mul_(sx).mul_(p[1])
 
     def int8_weight_only(w):
-        scales = (w.abs().amax(1) / 127).clamp_min(1e-12)
-        return torch.round(w / scales[:, None]).to(torch.int8), scales.bfloat16()
+        q, scale = int8_channels(w)
+        return q, scale.bfloat16()
 
     packs = {
         "float32": [[make_linear(w, None, "float32") for w in layer] for layer in weights],
         "float16": [[make_linear(w, None, "float16") for w in layer] for layer in weights],
         "int8": [[int8_pack(w) for w in layer] for layer in weights],
         "int8 weights": [[int8_weight_only(w) for w in layer] for layer in weights],
-        "int8 channels": [[int8_channels(w) for w in layer] for layer in weights],
+        "int8 channels": [[(q.t(), s) for q, s in map(int8_channels, layer)] for layer in weights],  # (in, out)
         "bfloat16": [[w.bfloat16() for w in layer] for layer in weights],
     }
     run = {

@@ -40,9 +40,7 @@ class _Linear:
             # oneDNN's kernels for 1-2 rows are slower than its kernel for 4 on this
             # layout (30 layers' products: ~17 ms at 1 row vs ~14 ms at 4): pad with
             # zero rows (each output row depends on its input row only) and drop them.
-            xp = x.new_zeros((MIN_PRODUCT_ROWS, x.shape[1]))
-            xp[:rows] = x
-            return torch.ops.mkldnn._linear_pointwise(xp, self.weight, self.bias, "none", [], "")[:rows]
+            return torch.ops.mkldnn._linear_pointwise(_padded(x), self.weight, self.bias, "none", [], "")[:rows]
         return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
 
 
@@ -81,10 +79,15 @@ class _LinearF16:
             # round like the same row inside a wider verify forward. Where the
             # small products round alike (measured on an AVX-512 Xeon) the padding
             # is skipped: it cost ~4 ms of a one-row forward's products there.
-            xp = x.new_zeros((MIN_PRODUCT_ROWS, x.shape[1]))
-            xp[:rows] = x
-            return torch.ops.quantized.linear_dynamic_fp16(xp, self.packed)[:rows]
+            return torch.ops.quantized.linear_dynamic_fp16(_padded(x), self.packed)[:rows]
         return torch.ops.quantized.linear_dynamic_fp16(x.contiguous(), self.packed)
+
+
+def _padded(x: torch.Tensor) -> torch.Tensor:
+    """``x`` (fewer than ``MIN_PRODUCT_ROWS`` rows) with zero rows below it up to that many."""
+    xp = x.new_zeros((MIN_PRODUCT_ROWS, x.shape[1]))
+    xp[:x.shape[0]] = x
+    return xp
 
 
 def _small_products_round_alike(packed, in_features: int) -> bool:

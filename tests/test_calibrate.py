@@ -59,11 +59,11 @@ def test_shrinkage_toward_the_coarse_rate_then_the_prior():
 
 
 def test_merged_calibration_observes_whole_paths_and_learns_a_source_s_overconfidence():
-    from lookupdec.drafters.auto import _MergedCalibration
+    from lookupdec.drafters.merged import MergedCalibration
     from lookupdec.tree import merge_trees
 
     cal = Calibration()
-    mc = _MergedCalibration(cal)
+    mc = MergedCalibration(cal)
     # Two sources agree on [5, 6]; one also proposes [7]. Both overstate their chances.
     a = DraftTree.chain([5, 6], scores=[0.9, 0.9], source=1)
     b = DraftTree.from_sequences([[5, 6], [7]], source=2)

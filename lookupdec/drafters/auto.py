@@ -6,7 +6,7 @@ calibrated acceptance probabilities. The trees are merged into one trie (a
 path proposed by several sources keeps its best score). Keeping the best of
 several estimates biases it upward, so the merged scores are calibrated once
 more, by score, by how many sources proposed the path and by depth, against
-how often such paths were accepted (``_MergedCalibration``). The subtree to
+how often such paths were accepted (``MergedCalibration``). The subtree to
 verify is chosen from the verifier's cost curve: the one with the best
 expected tokens per millisecond at the current cache length, or nothing when
 no tree beats a plain step (``lookupdec.drafters.select``). After
@@ -22,8 +22,9 @@ import numpy as np
 
 from lookupdec.costs import CostCurve
 from lookupdec.drafters.base import DraftRequest, Drafter, ExtraRows, StepOutcome, as_drafter
-from lookupdec.drafters.calibrate import DEPTH_EDGES, Calibration, bucket
+from lookupdec.drafters.calibrate import Calibration
 from lookupdec.drafters.ledger import SourceLedger
+from lookupdec.drafters.merged import MergedCalibration
 from lookupdec.drafters.select import DEFAULT_MARGIN, select_nodes
 from lookupdec.drafters.state import DrafterState
 from lookupdec.tree import DraftTree, Merged, merge_trees
@@ -42,52 +43,6 @@ def context_source(calibration: Calibration | None) -> Drafter:
     cfg = PLDConfig(max_width=SOURCE_BUDGET, max_occurrences=8, min_depth=16, init_depth=16, max_depth=16, grow=0,
                     fallback_width=8, fallback_depth=6)
     return PLDDrafter(cfg, calibration=calibration)
-
-
-class _MergedCalibration:
-    """Path scores of the merged tree mapped to observed acceptance.
-
-    Key: (score in 20 bins, sources that proposed the path (up to 3), depth
-    bucket); the prior is the merged score itself. An observation is
-    unconditional: a path is a hit if every token on it was accepted, a miss if
-    one was not, unknown if it runs past the step's new tokens.
-    """
-
-    def __init__(self, calibration: Calibration) -> None:
-        self.calibration = calibration
-        self._pending: tuple[list[int], list[int], list[int], list[tuple]] | None = None
-
-    def apply(self, merged: Merged) -> DraftTree:
-        tree = merged.tree
-        n = len(tree)
-        if n == 0:
-            self._pending = None
-            return tree
-        agree = np.zeros(n, np.int64)
-        for where in merged.maps:
-            agree[np.unique(where)] += 1
-        depth = tree.depth.tolist()
-        scores = tree.path_scores()
-        keys = [("auto", int(min(s, 0.999) * 20), int(min(a, 3)), bucket(DEPTH_EDGES, d))
-                for s, a, d in zip(scores.tolist(), agree.tolist(), depth)]
-        rated = np.array([self.calibration.rate(k, float(s)) for k, s in zip(keys, scores.tolist())])
-        self._pending = (tree.tokens.tolist(), tree.parents.tolist(), depth, keys)
-        return DraftTree.trusted(tree.tokens, tree.parents, rated, tree.sources)
-
-    def learn(self, new_tokens) -> None:
-        pend, self._pending = self._pending, None
-        if pend is None:
-            return
-        tokens, parents, depth, keys = pend
-        new = list(new_tokens)
-        state: list[bool | None] = [None] * len(tokens)  # path accepted / not / unknown
-        for i, (tok, p, d) in enumerate(zip(tokens, parents, depth)):
-            if p >= 0 and state[p] is not True:
-                state[i] = state[p]  # under a rejected node: rejected; under an unknown one: unknown
-            elif d <= len(new):
-                state[i] = tok == new[d - 1]
-            if state[i] is not None:
-                self.calibration.observe(keys[i], state[i])
 
 
 class AutoDrafter(Drafter):
@@ -168,7 +123,7 @@ class AutoDrafter(Drafter):
 
             self.draft = SmallLMDrafter(draft_model, calibration=self.calibration, cost=cost, sampled=False)
             self.sources.append(self.draft)  # a second-stage source: proposes only where it pays
-        self._merged_calibration = _MergedCalibration(self.calibration)
+        self._merged_calibration = MergedCalibration(self.calibration)
         names = [str(s.name) for s in self.sources]
         # Unique account names (two LLMA sources: references and a prediction, say).
         self._names = [n if names[:i].count(n) == 0 else f"{n}#{names[:i].count(n) + 1}" for i, n in enumerate(names)]

@@ -32,6 +32,8 @@ import numpy as np
 from lookupdec.drafters.select import DEFAULT_MARGIN
 
 if TYPE_CHECKING:
+    from typing import Callable
+
     from lookupdec.costs import CostCurve
     from lookupdec.sequence import Sequence, StepPlan
 
@@ -187,3 +189,33 @@ def step_together(verifier, seqs: "Seq[Sequence]", curve: "CostCurve | None", bu
                 accepted += d
     return BatchStep(len(seqs), width, sum(len(p.tree) for p in plans), accepted, new, forward_s,
                      time.perf_counter() - t0, by_source)
+
+
+def decode_batch(verifier, seqs: "Seq[Sequence]", curve: "CostCurve | None", batch_size: int,
+                 done: "Callable[[int], None]") -> None:
+    """Decode ``seqs`` to the end, up to ``batch_size`` stepped together (continuous batching).
+
+    Sequences join in order, each after its own prefill, as soon as there is room, and leave
+    when done: their KV cache is freed, then ``done(i)`` is called with their index.
+    """
+    waiting = list(range(len(seqs)))
+    active: list[int] = []
+
+    def leave(i: int) -> None:
+        seqs[i].cache = None  # free its KV cache now
+        done(i)
+
+    while waiting or active:
+        while waiting and len(active) < batch_size:
+            i = waiting.pop(0)
+            seqs[i].prefill()
+            if seqs[i].done:
+                leave(i)
+            else:
+                active.append(i)
+        if not active:
+            continue
+        step_together(verifier, [seqs[i] for i in active], curve)
+        for i in [i for i in active if seqs[i].done]:
+            active.remove(i)
+            leave(i)

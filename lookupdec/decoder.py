@@ -18,6 +18,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from lookupdec.decoder_args import open_history_arg, open_indexes, reference_ids, renamed_arguments
 from lookupdec.drafters.base import as_drafter
 from lookupdec.drafters.state import DrafterState
 from lookupdec.errors import ContextTooLongError, ModelLoadError
@@ -113,9 +114,9 @@ class Decoder:
         if isinstance(draft_budget, bool) or int(draft_budget) != draft_budget or draft_budget < 0:
             raise ValueError(f"draft_budget must be an integer >= 0, got {draft_budget!r}")
         self.draft_budget = int(draft_budget)
-        indexes, hf_kernels = _renamed_arguments(renamed, indexes, hf_kernels)
+        indexes, hf_kernels = renamed_arguments(renamed, indexes, hf_kernels)
         fast_kernels = not hf_kernels
-        indexes = _open_indexes(indexes)  # file errors before the model loads
+        indexes = open_indexes(indexes)  # file errors before the model loads
         self.loaded = model if isinstance(model, LoadedModel) else load_model(model, dtype=dtype, device=device)
         from lookupdec.kvcache import unsupported_attention
 
@@ -127,7 +128,7 @@ class Decoder:
         for idx in indexes:
             idx.check_tokenizer(self.tokenizer, self.loaded.name)
         self.indexes = indexes
-        self.history = _open_history(history, self.tokenizer, history_budget)
+        self.history = open_history_arg(history, self.tokenizer, history_budget)
         self.fast_kernels = bool(fast_kernels) and fast_kernels_available(self.loaded.model)
         # The draft model before the target's weights may be released (draft_layers copies them).
         draft_loaded = None
@@ -218,28 +219,13 @@ class Decoder:
         contradict the curve (``CostModel.stale``), it is refreshed here as ``cost_refresh`` says,
         and the decision is logged (logger ``lookupdec.pricing``).
         """
-        from lookupdec.pricing import CostModel
-        from lookupdec.pricing import log as pricing_log
+        from lookupdec.pricing import CostModel, settle_stale
 
         if self._cost_model is None:
             self._cost_model = CostModel(self.cost_curve())
-        model = self._cost_model
-        if model.stale:
-            off = 100 * (np.exp(model.disagreement()) - 1)
-            if self.cost_refresh == "off":
-                pricing_log.info("cost curve %s: %d steps disagree with it by %.0f%%; kept, corrected online "
-                                 "(cost_refresh='off')", model.key, model.steps, off)
-                model.stale = False
-                model.min_steps = model.steps + 10 ** 9  # said once
-            elif self.cost_refresh == "measure" and not self._cost_curve_given:
-                pricing_log.warning("measuring the cost curve %s again: %d steps disagreed with it by %.0f%%",
-                                    model.key, model.steps, off)
-                self.cost_curve(remeasure=True)
-            else:
-                pricing_log.warning("cost curve %s: %d steps disagreed with it by %.0f%%; their fit is the new "
-                                    "prior (not written to disk)", model.key, model.steps, off)
-                model.reset(model.curve())
-        return model
+        remeasure = None if self._cost_curve_given else (lambda: self.cost_curve(remeasure=True))
+        settle_stale(self._cost_model, self.cost_refresh, remeasure)
+        return self._cost_model
 
     def _ledger(self, method: str, temperature: float):
         """The decoder's ``SourceLedger`` for ``method`` at ``temperature``'s band (created on first use)."""
@@ -355,7 +341,7 @@ class Decoder:
         constraint = None if grammar is None else self.constraint(grammar)
         prompt_ids = self.prepare(prompt, max_new_tokens, chat_template)
         if drafter is None:
-            ref_ids = self._reference_ids(references)
+            ref_ids = reference_ids(self.tokenizer, references)
             pred_ids = None
             if prediction is not None:
                 if not isinstance(prediction, str):
@@ -430,7 +416,7 @@ class Decoder:
         Example:
             >>> dec.generate_batch(["Say a", "Say b"], method="ar", max_new_tokens=4)  # doctest: +SKIP
         """
-        from lookupdec.batch import step_together
+        from lookupdec.batch import decode_batch
 
         if isinstance(batch_size, bool) or int(batch_size) != batch_size or batch_size < 1:
             raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
@@ -457,32 +443,16 @@ class Decoder:
         # Plain decoding drafts nothing, so only other methods need the curve that prices the batch.
         curve = None if kwargs.get("method", "auto") == "ar" else self.costs()
         results: list[GenerationResult | None] = [None] * n
-        waiting = list(range(n))
-        active: list[int] = []
 
         def done(i: int) -> None:
             res = seqs[i].result()
             results[i] = res
-            seqs[i].cache = None  # free its KV cache now
             if remember:
                 self.remember(res)
             if on_result is not None:
                 on_result(i, res)
 
-        while waiting or active:
-            while waiting and len(active) < batch_size:
-                i = waiting.pop(0)
-                seqs[i].prefill()
-                if seqs[i].done:
-                    done(i)
-                else:
-                    active.append(i)
-            if not active:
-                continue
-            step_together(self.verifier, [seqs[i] for i in active], curve)
-            for i in [i for i in active if seqs[i].done]:
-                active.remove(i)
-                done(i)
+        decode_batch(self.verifier, seqs, curve, batch_size, done)
         return results
 
     def prepare(self, prompt, max_new_tokens: int, chat_template: bool = True) -> list[int]:
@@ -507,22 +477,6 @@ class Decoder:
             )
         return prompt_ids
 
-    def _reference_ids(self, references) -> list[list[int]] | None:
-        if references is None:
-            return None
-        if isinstance(references, str):
-            raise TypeError("references must be a list of documents (strings), not one string; wrap it in a list")
-        out = []
-        for i, r in enumerate(references):
-            if not isinstance(r, str):
-                raise TypeError(f"references[{i}] is a {type(r).__name__}; references must be strings")
-            if not r.strip():
-                raise ValueError(f"references[{i}] is empty; pass documents with text, or no references")
-            out.append(list(self.tokenizer(r, add_special_tokens=False)["input_ids"]))
-        if not out:
-            raise ValueError("references is an empty list; pass at least one document, or None")
-        return out
-
     def _checked(self, drafter, tree: DraftTree, budget: int, max_depth: int) -> tuple[DraftTree, np.ndarray | None]:
         """The proposal checked and cut to the step's request (``lookupdec.proposals.check_tree``)."""
         return check_tree(drafter, tree, self.vocab_size, budget, max_depth, self.verifier.tree_masks)
@@ -536,48 +490,3 @@ class Decoder:
         from lookupdec.constraints import Constraint
 
         return Constraint(grammar, self.tokenizer, self.vocab_size, self.loaded.eos_ids)
-
-
-def _open_history(history, tokenizer, budget: int | None):
-    """``history`` (None, a directory, or an open HistoryStore) as an open store."""
-    if history is None:
-        return None
-    from lookupdec.index.history import DEFAULT_BUDGET_TOKENS, HistoryStore, open_history
-
-    if isinstance(history, HistoryStore):
-        return history
-    return open_history(history, tokenizer=tokenizer, budget_tokens=budget or DEFAULT_BUDGET_TOKENS)
-
-
-def _renamed_arguments(renamed: dict, indexes, hf_kernels: bool):
-    """``indexes`` and ``hf_kernels`` given under their earlier names (``index=``, ``fast_kernels=``).
-
-    The old names still work, with a ``DeprecationWarning``; any other unknown keyword is a TypeError.
-    """
-    import warnings
-
-    for old, new in (("index", "indexes"), ("fast_kernels", "hf_kernels")):
-        if old not in renamed:
-            continue
-        value = renamed.pop(old)
-        warnings.warn(f"Decoder({old}=...) is renamed {new}=" + (" (the inverse)" if old == "fast_kernels" else ""),
-                      DeprecationWarning, stacklevel=3)
-        if old == "index":
-            if indexes is not None:
-                raise TypeError("give indexes= (index= is its earlier name), not both")
-            indexes = value
-        else:
-            hf_kernels = not value
-    if renamed:
-        raise TypeError(f"Decoder() got an unexpected keyword argument {next(iter(renamed))!r}")
-    return indexes, hf_kernels
-
-
-def _open_indexes(index) -> list:
-    """``index`` (None, a path, a SuffixIndex, or a list of them) as a list of opened indexes."""
-    if index is None:
-        return []
-    from lookupdec.index import SuffixIndex, open_index
-
-    items = [index] if isinstance(index, (str, bytes)) or not isinstance(index, (list, tuple)) else list(index)
-    return [i if isinstance(i, SuffixIndex) else open_index(i) for i in items]

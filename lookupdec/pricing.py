@@ -32,7 +32,7 @@ import logging
 import math
 from bisect import bisect_right
 from dataclasses import dataclass, replace
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -366,3 +366,29 @@ class CostModel:
                             "the curve (margin %.0f%%); the decoder refreshes it before its next request",
                             self.prior.key, self.steps, 100 * (math.exp(off) - 1), 100 * self.margin)
         return self._cached
+
+
+def settle_stale(model: "CostModel", policy: str, remeasure: Callable[[], object] | None) -> None:
+    """Act on a cost model whose steps contradict its curve (``model.stale``), as ``policy`` says.
+
+    "off": keep the curve (corrected online) and say so once; "measure": call ``remeasure``
+    (which measures the curve again and resets the model; None when the curve was given, which
+    then falls back to "fit"); "fit": the steps' fit becomes the new prior (not written to disk).
+    Each decision is logged (logger ``lookupdec.pricing``). Nothing happens when not stale.
+    """
+    if not model.stale:
+        return
+    off = 100 * (math.exp(model.disagreement()) - 1)
+    if policy == "off":
+        log.info("cost curve %s: %d steps disagree with it by %.0f%%; kept, corrected online "
+                 "(cost_refresh='off')", model.key, model.steps, off)
+        model.stale = False
+        model.min_steps = model.steps + 10 ** 9  # said once
+    elif policy == "measure" and remeasure is not None:
+        log.warning("measuring the cost curve %s again: %d steps disagreed with it by %.0f%%",
+                    model.key, model.steps, off)
+        remeasure()
+    else:
+        log.warning("cost curve %s: %d steps disagreed with it by %.0f%%; their fit is the new "
+                    "prior (not written to disk)", model.key, model.steps, off)
+        model.reset(model.curve())

@@ -23,6 +23,16 @@ static void FN(bounds)(const TX *T, SX n, const SX *C, SX *B, SX cmin, SX k, int
 #define LK_PF 48
 #endif
 
+/* Prefetch for an induction pass: the text before the entry LK_PF slots ahead
+ * (far) and, half-way (near: that text is cached by now), the bucket pointer it
+ * will update (only when the bucket array is too big to stay cached). */
+static inline void FN(ahead)(const TX *T, const SX *SA, const SX *B, SX far, SX near, int big) {
+    SX jp = SA[far];
+    if (jp > 0) __builtin_prefetch(T + jp - 1);
+    jp = SA[near];
+    if (big && jp > 0) __builtin_prefetch(B + T[jp - 1], 1);
+}
+
 /* Induces L-type suffixes (left-to-right) then S-type suffixes (right-to-left)
  * from the seeds in SA (positive values at bucket ends, empty slots 0).
  * lms_only (stage 1): entries no longer needed are cleared to 0, and each LMS
@@ -38,13 +48,7 @@ static void FN(induce)(const TX *T, SX *SA, SX n, const SX *C, SX *B, SX cmin, S
     b = SA + B[c1];
     *b++ = (j > 0 && (SX)T[j - 1] < c1) ? ~j : j;
     for (i = 0; i < n; ++i) {
-        if (i + LK_PF < n) {
-            SX jp = SA[i + LK_PF];
-            if (jp > 0) __builtin_prefetch(T + jp - 1);
-            /* half-way: the text is cached by now, fetch the bucket pointer */
-            jp = SA[i + LK_PF / 2];
-            if (big && jp > 0) __builtin_prefetch(B + T[jp - 1], 1);
-        }
+        if (i + LK_PF < n) FN(ahead)(T, SA, B, i + LK_PF, i + LK_PF / 2, big);
         j = SA[i];
         if (j > 0) {
             SA[i] = lms_only ? 0 : ~j;
@@ -60,12 +64,7 @@ static void FN(induce)(const TX *T, SX *SA, SX n, const SX *C, SX *B, SX cmin, S
     c1 = cmin;
     b = SA + B[c1];
     for (i = n - 1; i >= 0; --i) {
-        if (i - LK_PF >= 0) {
-            SX jp = SA[i - LK_PF];
-            if (jp > 0) __builtin_prefetch(T + jp - 1);
-            jp = SA[i - LK_PF / 2];
-            if (big && jp > 0) __builtin_prefetch(B + T[jp - 1], 1);
-        }
+        if (i - LK_PF >= 0) FN(ahead)(T, SA, B, i - LK_PF, i - LK_PF / 2, big);
         j = SA[i];
         if (j > 0) {
             --j;
@@ -114,12 +113,7 @@ static void FN(induce_marked)(const TX *T, SX *SA, SX n, const SX *C, SX *B, SX 
     D[c1] = 0;
     *b++ = (j > 0 && (SX)T[j - 1] < c1) ? ~j : j;
     for (i = 0; i < n; ++i) {
-        if (i + LK_PF < n) {
-            SX jp = SA[i + LK_PF];
-            if (jp > 0) __builtin_prefetch(T + jp - 1);
-            jp = SA[i + LK_PF / 2];
-            if (big && jp > 0) __builtin_prefetch(B + T[jp - 1], 1);
-        }
+        if (i + LK_PF < n) FN(ahead)(T, SA, B, i + LK_PF, i + LK_PF / 2, big);
         d += mk[i];
         j = SA[i];
         if (j > 0) {
@@ -146,12 +140,7 @@ static void FN(induce_marked)(const TX *T, SX *SA, SX n, const SX *C, SX *B, SX 
     c1 = cmin;
     b = SA + B[c1];
     for (i = n - 1; i >= 0; --i) {
-        if (i - LK_PF >= 0) {
-            SX jp = SA[i - LK_PF];
-            if (jp > 0) __builtin_prefetch(T + jp - 1);
-            jp = SA[i - LK_PF / 2];
-            if (big && jp > 0) __builtin_prefetch(B + T[jp - 1], 1);
-        }
+        if (i - LK_PF >= 0) FN(ahead)(T, SA, B, i - LK_PF, i - LK_PF / 2, big);
         j = SA[i];
         if (j > 0) {
             --j;

@@ -16,7 +16,8 @@ extensions = [
         # Rebuild when a header or an included .pxi changes, not only a .c file.
         depends=[*sorted(glob.glob("ext/csrc/*.h")), *sorted(glob.glob("ext/*.pxi"))],
         include_dirs=["ext/csrc", np.get_include()],
-        extra_compile_args=["-O3", "-std=c11"],
+        extra_compile_args=["-O3", "-std=c11", "-pthread"],
+        extra_link_args=["-pthread", "-ldl"],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
     )
 ]

@@ -421,3 +421,4 @@ cdef class ContinuationTrie:
         return tok, par, cnt
 include "shards.pxi"
 include "live.pxi"
+include "qmatmul.pxi"

@@ -13,6 +13,8 @@ from typing import Union
 
 import torch
 
+from lookupdec._native import QMATMUL_FORMATS, qmatmul_ptr
+
 # Products with fewer rows are padded to this many (see _Linear.__call__).
 MIN_PRODUCT_ROWS = 4
 # The largest finite float16: weights beyond it cannot be stored in the float16 format.
@@ -83,6 +85,43 @@ class _LinearF16:
         return torch.ops.quantized.linear_dynamic_fp16(x.contiguous(), self.packed)
 
 
+class _LinearQuant:
+    """``y = x @ W.T + b`` with ``W`` kept in the GGML blocks it was dequantized from (Q4_1 or Q8_0).
+
+    ``lookupdec.blocks.find_blocks`` recovers the blocks from the float32 weights and checks
+    that they reproduce every value; the product (ext/csrc/qmatmul.c) dequantizes them as
+    GGML does, so it reads the same weight values as the float32 format from 4.5 (Q4_1) or
+    8.5 (Q8_0) bits each. Activations, accumulation, bias and output are float32, and each
+    output row is summed in one fixed order whatever the other rows are (row-independent
+    bit for bit, so no padding is needed).
+    """
+
+    __slots__ = ("fmt", "qs", "dm", "bias", "out_features", "in_features")
+    weights = "quantized"
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+        from lookupdec.blocks import find_blocks
+
+        blocks = find_blocks(weight.detach().float().contiguous().numpy())
+        if blocks is None:
+            raise ValueError("these weights are not GGML Q4_1 or Q8_0 blocks dequantized to float32 (the quantized "
+                             "format keeps such blocks: it serves GGUF files stored in them)")
+        self.fmt = QMATMUL_FORMATS[blocks.fmt]
+        self.qs = torch.from_numpy(blocks.qs)
+        self.dm = torch.from_numpy(blocks.dm.astype("float32"))  # the kernel reads float32 scales
+        self.out_features, self.in_features = blocks.shape
+        self.bias = None if bias is None else bias.detach().float().contiguous()
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.contiguous()
+        if x.dtype != torch.float32 or x.dim() != 2 or x.shape[1] != self.in_features:
+            raise ValueError(f"expected a float32 (rows, {self.in_features}) input, got {x.dtype} {tuple(x.shape)}")
+        y = torch.empty(x.shape[0], self.out_features)
+        qmatmul_ptr(self.fmt, x.data_ptr(), x.shape[0], self.in_features, self.qs.data_ptr(), self.dm.data_ptr(),
+                    self.out_features, y.data_ptr(), torch.get_num_threads())
+        return y if self.bias is None else y.add_(self.bias)
+
+
 def _padded(x: torch.Tensor) -> torch.Tensor:
     """``x`` (fewer than ``MIN_PRODUCT_ROWS`` rows) with zero rows below it up to that many."""
     xp = x.new_zeros((MIN_PRODUCT_ROWS, x.shape[1]))
@@ -106,7 +145,7 @@ def _small_products_round_alike(packed, in_features: int) -> bool:
 
 
 # The weight formats of the fast forward, and the product class of each.
-_LINEARS = {"float32": _Linear, "float16": _LinearF16}
+_LINEARS = {"float32": _Linear, "float16": _LinearF16, "quantized": _LinearQuant}
 WEIGHT_FORMATS = tuple(_LINEARS)
 
 
@@ -144,4 +183,4 @@ def make_linear(weight: torch.Tensor, bias: torch.Tensor | None, weights: str = 
     return _LINEARS[weights](weight, bias)
 
 
-Product = Union[_Linear, _LinearF16]  # what make_linear returns
+Product = Union[_Linear, _LinearF16, _LinearQuant]  # what make_linear returns

@@ -43,7 +43,7 @@ MEASURE_WIDTHS = (1, 8)
 MEASURE_LAYERS = 6
 # Storage kinds (``LoadedModel.stored``) whose values float16 holds (almost) exactly.
 FLOAT16_FAITHFUL = ("quantized", "float16")
-CHOICE_FORMAT = 1  # bump when cached choices from older versions must not be reused
+CHOICE_FORMAT = 2  # bump when cached choices from older versions must not be reused (2: "quantized" added)
 
 
 @dataclass(frozen=True)
@@ -83,9 +83,11 @@ def auto_candidates(stored: str) -> tuple[str, ...]:
     """The formats ``auto`` may pick for weights stored as ``stored`` (``LoadedModel.stored``).
 
     Example:
-        >>> auto_candidates("quantized"), auto_candidates("bfloat16"), auto_candidates("")
-        (('float32', 'float16'), ('float32',), ('float32',))
+        >>> auto_candidates("quantized"), auto_candidates("float16"), auto_candidates("bfloat16")
+        (('float32', 'float16', 'quantized'), ('float32', 'float16'), ('float32',))
     """
+    if stored == "quantized":
+        return ("float32", "float16", "quantized")
     return ("float32", "float16") if stored in FLOAT16_FAITHFUL else ("float32",)
 
 
@@ -193,12 +195,12 @@ def build_verifier(build: Callable, model, *, weights: str, stored: str, fast: b
     check_weights(weights)
     unsupported = "" if fast else "transformers' forward is in use (hf_kernels=True, or no fast kernels here)"
     unsupported = unsupported or fast_forward_unsupported_reason(model)
-    if weights == "float16":
-        reason = unsupported or weights_unavailable_reason("float16")
+    if weights in ("float16", "quantized"):
+        reason = unsupported or weights_unavailable_reason(weights)
         if reason:
-            raise ValueError(f"weights='float16' (--weights float16) needs lookupdec's fast forward, which this model "
-                             f"cannot use: {reason}; use --weights float32 (or auto)")
-        return build("float16"), WeightsChoice("float16", "asked for")
+            raise ValueError(f"weights={weights!r} (--weights {weights}) needs lookupdec's fast forward, which this "
+                             f"model cannot use: {reason}; use --weights float32 (or auto)")
+        return build(weights), WeightsChoice(weights, "asked for")
     if weights == "float32" or unsupported:
         verifier = build("float32")
         fmt = "float32" if verifier.backend == "fast" else ""
@@ -216,7 +218,12 @@ def build_verifier(build: Callable, model, *, weights: str, stored: str, fast: b
         return build(cached.weights), cached
     from lookupdec.fast_forward import FastForward
 
-    partial = {fmt: FastForward(model, weights=fmt, layers=MEASURE_LAYERS) for fmt in ("float32", "float16")}
+    partial = {}
+    for fmt in candidates:
+        try:
+            partial[fmt] = FastForward(model, weights=fmt, layers=MEASURE_LAYERS)
+        except ValueError:  # "quantized" where the matrices are not Q4_1 / Q8_0 blocks (e.g. K-quants)
+            continue
     ms = time_forwards(partial)
     del partial
     best = pick_faster(ms)

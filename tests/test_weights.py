@@ -145,7 +145,8 @@ def test_auto_keeps_float32_for_models_not_stored_in_float16_or_quantized():
         lm = tiny_loaded(0)
         dec = Decoder(LoadedModel(lm.model, lm.tokenizer, lm.name, lm.eos_ids, lm.max_context, stored))
         assert dec.weights == "float32" and "offered" in dec.weights_choice.reason and not dec.weights_choice.ms
-    assert auto_candidates("quantized") == auto_candidates("float16") == ("float32", "float16")
+    assert auto_candidates("float16") == ("float32", "float16")
+    assert auto_candidates("quantized") == ("float32", "float16", "quantized")
     assert auto_candidates("bfloat16") == ("float32",)
 
 

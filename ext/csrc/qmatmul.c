@@ -1,0 +1,301 @@
+/* See qmatmul.h. One set of tile routines per instruction set; the dispatch picks one per process.
+ *
+ * A tile is up to RB rows x NB outputs. With few rows the weights are dequantized in
+ * registers; with more, a tile's weights are dequantized once into a scratch buffer and
+ * every row tile reads them from there. Both routes add the same values in the same
+ * order to each (row, output) accumulator, so they agree bit for bit. */
+#include "qmatmul.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lk_common.h"
+#include "qpool.h"
+
+#define NB 4 /* outputs per tile */
+#define RB 4 /* rows per tile */
+
+typedef struct {
+    int fmt;
+    const float *x;
+    int64_t rows, k, n;
+    const uint8_t *qs;
+    const float *dm;
+    float *y;
+} job;
+
+/* Bytes of qs and floats of dm per block. */
+static inline int64_t qs_per_block(int fmt) { return fmt == LK_Q4_1 ? 16 : 32; }
+static inline int64_t dm_per_block(int fmt) { return fmt == LK_Q4_1 ? 2 : 1; }
+
+/* Calls FN(ARGS..., r0, nr, n0, nn) with constant sizes for full tiles, one output at a time otherwise. */
+#define TILE_CASES(FN, ...)                                              \
+    switch (nr * 8 + nn) {                                               \
+    case 1 * 8 + 4: FN(__VA_ARGS__, r0, 1, n0, 4); break;                \
+    case 2 * 8 + 4: FN(__VA_ARGS__, r0, 2, n0, 4); break;                \
+    case 3 * 8 + 4: FN(__VA_ARGS__, r0, 3, n0, 4); break;                \
+    case 4 * 8 + 4: FN(__VA_ARGS__, r0, 4, n0, 4); break;                \
+    default:                                                             \
+        for (int c = 0; c < nn; c++) FN(__VA_ARGS__, r0, nr, n0 + c, 1); \
+    }
+
+/* ---- plain C: one float accumulator per (row, output), blocks in order, elements in order ---- */
+
+static void dequant_c(int fmt, const uint8_t *q, const float *dm, int64_t b, float *w) {
+    if (fmt == LK_Q4_1) {
+        for (int e = 0; e < 16; e++) {
+            w[e] = fmaf(dm[2 * b], (float)(q[16 * b + e] & 15), dm[2 * b + 1]);
+            w[e + 16] = fmaf(dm[2 * b], (float)(q[16 * b + e] >> 4), dm[2 * b + 1]);
+        }
+    } else {
+        for (int e = 0; e < LK_QK; e++) w[e] = dm[b] * (float)(int8_t)q[32 * b + e];
+    }
+}
+
+static void tile_c(const job *j, float *scratch, int64_t n0, int64_t nn) {
+    (void)scratch;
+    int64_t nblk = j->k / LK_QK;
+    for (int64_t c = 0; c < nn; c++) {
+        const uint8_t *q = j->qs + (n0 + c) * nblk * qs_per_block(j->fmt);
+        const float *dm = j->dm + (n0 + c) * nblk * dm_per_block(j->fmt);
+        for (int64_t r = 0; r < j->rows; r++) {
+            const float *x = j->x + r * j->k;
+            float acc = 0.0f, w[LK_QK];
+            for (int64_t b = 0; b < nblk; b++) {
+                dequant_c(j->fmt, q, dm, b, w);
+                for (int e = 0; e < LK_QK; e++) acc = fmaf(w[e], x[b * LK_QK + e], acc);
+            }
+            j->y[r * j->n + n0 + c] = acc;
+        }
+    }
+}
+
+/* ---- AVX-512: per (row, output) one 16-lane accumulator; a block adds its low half, then its high half ---- */
+
+#define AVX512 __attribute__((target("avx512f,fma")))
+#define INLINE512 __attribute__((target("avx512f,fma"), always_inline)) static inline
+
+/* Q4_1: the block's 16 possible values d * q + m form a table that vpermps indexes with the nibbles. */
+INLINE512 void dequant512(int fmt, const uint8_t *q, const float *dm, int64_t b, __m512 *lo, __m512 *hi) {
+    if (fmt == LK_Q4_1) {
+        const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        __m512 table = _mm512_fmadd_ps(_mm512_set1_ps(dm[2 * b]), iota, _mm512_set1_ps(dm[2 * b + 1]));
+        __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + 16 * b)));
+        *lo = _mm512_permutexvar_ps(v, table); /* reads the index's low 4 bits only */
+        *hi = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table);
+    } else {
+        __m512 d = _mm512_set1_ps(dm[b]);
+        __m512i v0 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + 32 * b)));
+        __m512i v1 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + 32 * b + 16)));
+        *lo = _mm512_mul_ps(d, _mm512_cvtepi32_ps(v0));
+        *hi = _mm512_mul_ps(d, _mm512_cvtepi32_ps(v1));
+    }
+}
+
+/* Rows r0 .. r0 + nr - 1 against outputs n0 .. n0 + nn - 1; weights from w (nn x k floats) or, if w is
+ * NULL, dequantized here. */
+INLINE512 void tile512_fixed(const job *j, int fmt, const float *w, int64_t r0, int nr, int64_t n0, int nn) {
+    int64_t nblk = j->k / LK_QK, qb = qs_per_block(fmt), db = dm_per_block(fmt);
+    __m512 acc[RB][NB];
+    for (int r = 0; r < nr; r++)
+        for (int c = 0; c < nn; c++) acc[r][c] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nblk; b++) {
+        __m512 lo[NB], hi[NB];
+        for (int c = 0; c < nn; c++) {
+            if (w) {
+                lo[c] = _mm512_loadu_ps(w + c * j->k + b * LK_QK);
+                hi[c] = _mm512_loadu_ps(w + c * j->k + b * LK_QK + 16);
+            } else {
+                dequant512(fmt, j->qs + (n0 + c) * nblk * qb, j->dm + (n0 + c) * nblk * db, b, &lo[c], &hi[c]);
+            }
+        }
+        for (int r = 0; r < nr; r++) {
+            const float *x = j->x + (r0 + r) * j->k + b * LK_QK;
+            __m512 xl = _mm512_loadu_ps(x), xh = _mm512_loadu_ps(x + 16);
+            for (int c = 0; c < nn; c++) {
+                acc[r][c] = _mm512_fmadd_ps(lo[c], xl, acc[r][c]);
+                acc[r][c] = _mm512_fmadd_ps(hi[c], xh, acc[r][c]);
+            }
+        }
+    }
+    for (int r = 0; r < nr; r++)
+        for (int c = 0; c < nn; c++) j->y[(r0 + r) * j->n + n0 + c] = _mm512_reduce_add_ps(acc[r][c]);
+}
+
+AVX512 static void tile512(const job *j, float *scratch, int64_t n0, int64_t nn) {
+    int64_t nblk = j->k / LK_QK, qb = qs_per_block(j->fmt), db = dm_per_block(j->fmt);
+    const float *w = NULL;
+    if (j->rows > RB && scratch) {
+        for (int64_t c = 0; c < nn; c++)
+            for (int64_t b = 0; b < nblk; b++) {
+                __m512 lo, hi;
+                dequant512(j->fmt, j->qs + (n0 + c) * nblk * qb, j->dm + (n0 + c) * nblk * db, b, &lo, &hi);
+                _mm512_storeu_ps(scratch + c * j->k + b * LK_QK, lo);
+                _mm512_storeu_ps(scratch + c * j->k + b * LK_QK + 16, hi);
+            }
+        w = scratch;
+    }
+    for (int64_t r0 = 0; r0 < j->rows; r0 += RB) {
+        int64_t nr = j->rows - r0 < RB ? j->rows - r0 : RB;
+        if (w) {
+            TILE_CASES(tile512_fixed, j, j->fmt, w)  /* fmt does not matter: the weights are in w */
+        } else if (j->fmt == LK_Q4_1) {
+            TILE_CASES(tile512_fixed, j, LK_Q4_1, NULL)
+        } else {
+            TILE_CASES(tile512_fixed, j, LK_Q8_0, NULL)
+        }
+    }
+}
+
+/* ---- AVX2 + FMA: per (row, output) one 8-lane accumulator; a block adds its four quarters in order ---- */
+
+#define AVX2 __attribute__((target("avx2,fma")))
+#define INLINE256 __attribute__((target("avx2,fma"), always_inline)) static inline
+
+INLINE256 void dequant256(int fmt, const uint8_t *q, const float *dm, int64_t b, __m256 w[4]) {
+    if (fmt == LK_Q4_1) {
+        __m256 d = _mm256_set1_ps(dm[2 * b]), m = _mm256_set1_ps(dm[2 * b + 1]);
+        __m256i v0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(q + 16 * b)));
+        __m256i v1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(q + 16 * b + 8)));
+        __m256i low = _mm256_set1_epi32(15);
+        w[0] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_and_si256(v0, low)), m);
+        w[1] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_and_si256(v1, low)), m);
+        w[2] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_srli_epi32(v0, 4)), m);
+        w[3] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_srli_epi32(v1, 4)), m);
+    } else {
+        __m256 d = _mm256_set1_ps(dm[b]);
+        for (int e = 0; e < 4; e++)
+            w[e] = _mm256_mul_ps(
+                d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(q + 32 * b + 8 * e)))));
+    }
+}
+
+INLINE256 float hsum256(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+INLINE256 void tile256_fixed(const job *j, int fmt, const float *ws, int64_t r0, int nr, int64_t n0, int nn) {
+    int64_t nblk = j->k / LK_QK, qb = qs_per_block(fmt), db = dm_per_block(fmt);
+    __m256 acc[RB][NB];
+    for (int r = 0; r < nr; r++)
+        for (int c = 0; c < nn; c++) acc[r][c] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nblk; b++) {
+        __m256 w[NB][4];
+        for (int c = 0; c < nn; c++) {
+            if (ws) {
+                for (int e = 0; e < 4; e++) w[c][e] = _mm256_loadu_ps(ws + c * j->k + b * LK_QK + 8 * e);
+            } else {
+                dequant256(fmt, j->qs + (n0 + c) * nblk * qb, j->dm + (n0 + c) * nblk * db, b, w[c]);
+            }
+        }
+        for (int r = 0; r < nr; r++) {
+            const float *x = j->x + (r0 + r) * j->k + b * LK_QK;
+            for (int e = 0; e < 4; e++) {
+                __m256 xv = _mm256_loadu_ps(x + 8 * e);
+                for (int c = 0; c < nn; c++) acc[r][c] = _mm256_fmadd_ps(w[c][e], xv, acc[r][c]);
+            }
+        }
+    }
+    for (int r = 0; r < nr; r++)
+        for (int c = 0; c < nn; c++) j->y[(r0 + r) * j->n + n0 + c] = hsum256(acc[r][c]);
+}
+
+AVX2 static void tile256(const job *j, float *scratch, int64_t n0, int64_t nn) {
+    int64_t nblk = j->k / LK_QK, qb = qs_per_block(j->fmt), db = dm_per_block(j->fmt);
+    const float *w = NULL;
+    if (j->rows > RB && scratch) {
+        for (int64_t c = 0; c < nn; c++)
+            for (int64_t b = 0; b < nblk; b++) {
+                __m256 v[4];
+                dequant256(j->fmt, j->qs + (n0 + c) * nblk * qb, j->dm + (n0 + c) * nblk * db, b, v);
+                for (int e = 0; e < 4; e++) _mm256_storeu_ps(scratch + c * j->k + b * LK_QK + 8 * e, v[e]);
+            }
+        w = scratch;
+    }
+    for (int64_t r0 = 0; r0 < j->rows; r0 += RB) {
+        int64_t nr = j->rows - r0 < RB ? j->rows - r0 : RB;
+        if (w) {
+            TILE_CASES(tile256_fixed, j, j->fmt, w)
+        } else if (j->fmt == LK_Q4_1) {
+            TILE_CASES(tile256_fixed, j, LK_Q4_1, NULL)
+        } else {
+            TILE_CASES(tile256_fixed, j, LK_Q8_0, NULL)
+        }
+    }
+}
+
+/* ---- dispatch ---- */
+
+typedef void (*tile_fn)(const job *, float *, int64_t, int64_t);
+static tile_fn tile;
+static const char *isa;
+
+static int has_avx512(void) { return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma"); }
+static int has_avx2(void) { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+
+static void pick_isa(void) {
+    if (tile) return;
+    __builtin_cpu_init();
+    if (has_avx512()) {
+        tile = tile512;
+        isa = "avx512";
+    } else if (has_avx2()) {
+        tile = tile256;
+        isa = "avx2";
+    } else {
+        tile = tile_c;
+        isa = "c";
+    }
+}
+
+const char *lk_qmatmul_isa(void) {
+    pick_isa();
+    return isa;
+}
+
+int lk_qmatmul_force_isa(const char *name) {
+    __builtin_cpu_init();
+    if (!strcmp(name, "c")) {
+        tile = tile_c;
+        isa = "c";
+    } else if (!strcmp(name, "avx2") && has_avx2()) {
+        tile = tile256;
+        isa = "avx2";
+    } else if (!strcmp(name, "avx512") && has_avx512()) {
+        tile = tile512;
+        isa = "avx512";
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
+/* Part p of parts takes a contiguous run of whole output tiles. */
+static void run_part(void *ctx, int part, int parts) {
+    const job *j = ctx;
+    int64_t tiles = (j->n + NB - 1) / NB;
+    int64_t t0 = tiles * part / parts, t1 = tiles * (part + 1) / parts;
+    /* Without scratch memory the tiles dequantize in registers: slower for many rows, same sums. */
+    float *scratch = j->rows > RB ? aligned_alloc(64, (size_t)((NB * j->k * 4 + 63) / 64 * 64)) : NULL;
+    for (int64_t t = t0; t < t1; t++) {
+        int64_t n0 = t * NB;
+        tile(j, scratch, n0, j->n - n0 < NB ? j->n - n0 : NB);
+    }
+    free(scratch);
+}
+
+int lk_qmatmul(int fmt, const float *x, int64_t rows, int64_t k, const uint8_t *qs, const float *dm, int64_t n,
+               float *y, int threads) {
+    pick_isa();
+    job j = {fmt, x, rows, k, n, qs, dm, y};
+    if (rows <= 0 || n <= 0) return LK_OK;
+    int64_t tiles = (n + NB - 1) / NB;
+    int parts = threads < 1 ? 1 : threads;
+    if (parts > tiles) parts = (int)tiles;
+    return lk_pool_run(run_part, &j, parts);
+}

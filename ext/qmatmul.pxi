@@ -1,0 +1,55 @@
+# Products with weights in GGML's Q4_1 / Q8_0 blocks (ext/csrc/qmatmul.h), for lookupdec.products.
+
+from libc.stdint cimport uint8_t
+
+
+cdef extern from "qmatmul.h" nogil:
+    int LK_Q4_1
+    int LK_Q8_0
+    int lk_qmatmul(int fmt, const float *x, int64_t rows, int64_t k, const uint8_t *qs, const float *dm,
+                   int64_t n, float *y, int threads)
+    const char *lk_qmatmul_isa()
+    int lk_qmatmul_force_isa(const char *name)
+
+
+cdef extern from "qpool.h" nogil:
+    const char *lk_pool_kind()
+    void lk_pool_force_own_threads(int on)
+
+
+QMATMUL_FORMATS = {"q4_1": 0, "q8_0": 1}
+
+
+def qmatmul_ptr(int fmt, size_t x, int64_t rows, int64_t k, size_t qs, size_t dm, int64_t n, size_t y,
+                int threads):
+    """``y = x @ W.T`` over raw addresses; the caller (lookupdec.products) owns the checks.
+
+    ``x``: rows x k float32, ``y``: rows x n float32, both C-contiguous; ``qs`` and ``dm``:
+    the blocks of ``fmt`` (0 Q4_1, 1 Q8_0) as qmatmul.h lays them out; k a multiple of 32.
+    Every address must stay valid for the call (the GIL is released during it).
+    """
+    if fmt not in (0, 1) or rows < 0 or n < 0 or k % 32:
+        raise ValueError("qmatmul: bad format or shape")
+    with nogil:
+        lk_qmatmul(fmt, <const float *>x, rows, k, <const uint8_t *>qs, <const float *>dm, n,
+                   <float *>y, threads)
+
+
+def qmatmul_isa():
+    """The instruction set the quantized products use on this CPU: "avx512", "avx2" or "c"."""
+    return lk_qmatmul_isa().decode()
+
+
+def qmatmul_threads():
+    """Whose threads run the quantized products: "openmp" (the OpenMP team torch uses) or "threads" (our own)."""
+    return lk_pool_kind().decode()
+
+
+def qmatmul_force_isa(str name):
+    """Use instruction set ``name`` from now on, if this CPU has it (tests compare the paths); returns whether it did."""
+    return bool(lk_qmatmul_force_isa(name.encode()))
+
+
+def qmatmul_force_own_threads(bint on):
+    """Tests: run the products on our own threads even where an OpenMP team is loaded (``on=False`` undoes it)."""
+    lk_pool_force_own_threads(on)

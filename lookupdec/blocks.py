@@ -1,0 +1,100 @@
+"""Recovering GGML's Q4_1 and Q8_0 blocks from float32 weights that were dequantized from them.
+
+A GGUF model's quantized matrices reach lookupdec as float32 (transformers'
+loader dequantizes them: ``w = d * q + m`` per block of 32 along a row, with
+``d``, ``m`` float16). The "quantized" weight format keeps the blocks instead
+and dequantizes inside the product (``lookupdec._native.qmatmul_ptr``): a
+quarter to an eighth of float32's bytes per forward, and the same weight
+values. This module finds the blocks back from the float32 values and checks
+that they reproduce every value bit for bit; a matrix that is not exactly a
+dequantized Q4_1 or Q8_0 matrix (any float32 checkpoint, a row permuted
+inside a block, a value edited) has no blocks, and the format refuses it.
+
+Layouts (what ext/csrc/qmatmul.h reads):
+
+- Q4_1: ``qs`` uint8 ``(N, K // 2)``: per block 16 bytes, element ``j`` in the low
+  nibble of byte ``j`` and element ``j + 16`` in its high nibble; ``dm`` float16
+  ``(N, K // 16)``: ``(d, m)`` per block.
+- Q8_0: ``qs`` int8 as uint8 ``(N, K)``; ``dm`` float16 ``(N, K // 32)``: ``d`` per block.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+QK = 32  # weights per block
+BLOCK_FORMATS = ("q4_1", "q8_0")
+
+
+class Blocks(NamedTuple):
+    """A matrix in one block format: ``fmt`` ("q4_1" or "q8_0"), ``qs`` (uint8), ``dm`` (float16), ``shape`` (N, K)."""
+
+    fmt: str
+    qs: np.ndarray
+    dm: np.ndarray
+    shape: tuple
+
+
+def dequantize(blocks: Blocks) -> np.ndarray:
+    """The float32 matrix ``blocks`` stands for, formed as GGML forms it (``d * q + m``, one rounding)."""
+    n, k = blocks.shape
+    if blocks.fmt == "q4_1":
+        packed = blocks.qs.reshape(n, k // QK, 16)
+        q = np.concatenate([packed & 15, packed >> 4], axis=-1).astype(np.float32)
+        dm = blocks.dm.reshape(n, k // QK, 2).astype(np.float32)
+        return (dm[..., :1] * q + dm[..., 1:]).reshape(n, k)  # d * q is exact in float32
+    q = blocks.qs.view(np.int8).reshape(n, k // QK, QK).astype(np.float32)
+    return (blocks.dm.reshape(n, k // QK, 1).astype(np.float32) * q).reshape(n, k)
+
+
+def _q4_1(w: np.ndarray) -> Blocks | None:
+    n, k = w.shape
+    b = w.reshape(n, k // QK, QK)
+    lo = b.min(-1)
+    m16 = lo.astype(np.float16)
+    if not np.array_equal(m16.astype(np.float32), lo):
+        return None
+    # The block's largest value is d * 15 + m (the quantizer maps the range onto 0..15).
+    d16 = ((b.max(-1).astype(np.float64) - lo) / 15).astype(np.float16)
+    d = d16.astype(np.float32)
+    safe = np.where(d > 0, d, 1)[..., None]
+    q = np.clip(np.rint((b - lo[..., None]) / safe), 0, 15).astype(np.uint8)
+    q[d == 0] = 0
+    if not np.array_equal(d[..., None] * q.astype(np.float32) + lo[..., None], b):
+        return None
+    qs = (q[..., :16] | (q[..., 16:] << 4)).reshape(n, k // 2)
+    return Blocks("q4_1", np.ascontiguousarray(qs), np.stack([d16, m16], -1).reshape(n, k // 16), (n, k))
+
+
+def _q8_0(w: np.ndarray) -> Blocks | None:
+    n, k = w.shape
+    b = w.reshape(n, k // QK, QK)
+    # The block's largest magnitude is d * 127.
+    d16 = (np.abs(b).max(-1).astype(np.float64) / 127).astype(np.float16)
+    d = d16.astype(np.float32)
+    safe = np.where(d > 0, d, 1)[..., None]
+    q = np.clip(np.rint(b / safe), -127, 127).astype(np.int8)
+    q[d == 0] = 0
+    if not np.array_equal(d[..., None] * q.astype(np.float32), b):
+        return None
+    return Blocks("q8_0", np.ascontiguousarray(q.reshape(n, k).view(np.uint8)), np.ascontiguousarray(d16), (n, k))
+
+
+def find_blocks(w: np.ndarray) -> Blocks | None:
+    """The Q4_1 (tried first: fewer bytes) or Q8_0 blocks whose dequantization is ``w`` bit for bit; None if neither.
+
+    Args:
+        w: a float32 matrix (N, K); K must be a multiple of 32.
+
+    Example:
+        >>> w = np.array([[0.5 * (j % 16) - 2.0 for j in range(32)]], dtype=np.float32)
+        >>> find_blocks(w).fmt, np.array_equal(dequantize(find_blocks(w)), w)
+        ('q4_1', True)
+        >>> find_blocks(np.full((1, 32), 0.1, np.float32)) is None  # 0.1 is no float16 scale times an integer
+        True
+    """
+    if w.ndim != 2 or w.dtype != np.float32 or w.shape[1] % QK or not np.isfinite(w).all():
+        return None
+    with np.errstate(all="ignore"):
+        return _q4_1(w) or _q8_0(w)

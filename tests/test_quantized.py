@@ -1,0 +1,217 @@
+"""The "quantized" weight format: blocks recovered from float32 weights, the native products against their
+float64 oracle on every instruction set this CPU has, each row independent of the rest of its batch bit for
+bit, and every method equal to ``ar`` in the format (tiny models whose weights went through GGML's quantizer)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from lookupdec import _native
+from lookupdec.blocks import dequantize, find_blocks
+from lookupdec.decoder import Decoder
+from lookupdec.fast_forward import FastForward, reference_forward
+from lookupdec.models import LoadedModel
+from lookupdec.products import make_linear
+from lookupdec.weights import pick_faster
+from tests.conftest import TINY_VOCAB, char_tokenizer, save_tiny, tiny_loaded
+from tests.oracles.blocks import blockified_model, product_reference, q4_1_reference, q8_0_reference
+from tests.test_decoder_exact import OracleDrafter, RandomDrafter
+
+ISAS = [isa for isa in ("avx512", "avx2", "c") if _native.qmatmul_force_isa(isa)]
+_native.qmatmul_force_isa(ISAS[0])  # back to the best this CPU has (what the dispatch picks)
+
+
+@pytest.fixture(params=ISAS)
+def isa(request):
+    assert _native.qmatmul_force_isa(request.param)
+    yield request.param
+    _native.qmatmul_force_isa(ISAS[0])
+
+
+def _matrix(rng, n, k, fmt):
+    w = (rng.standard_normal((n, k)) * 0.05).astype(np.float32)
+    w[0, :32] = 0.0  # an all-zero block (d = 0)
+    if n > 1:
+        w[1, :32] = -np.abs(w[1, :32])  # a block with no positive value
+    return q4_1_reference(w) if fmt == "q4_1" else q8_0_reference(w)
+
+
+@pytest.mark.parametrize("fmt", ["q4_1", "q8_0"])
+def test_blocks_are_found_back_from_what_ggmls_reference_quantizer_made(fmt):
+    rng = np.random.default_rng(0)
+    for n, k in ((1, 32), (7, 64), (13, 160)):
+        w = _matrix(rng, n, k, fmt)
+        blocks = find_blocks(w)
+        assert blocks is not None and blocks.shape == (n, k)
+        assert np.array_equal(dequantize(blocks), w)  # every value, bit for bit
+        if fmt == "q4_1":
+            assert blocks.fmt == "q4_1" and blocks.qs.nbytes == n * k // 2
+    q8 = find_blocks(_matrix(rng, 5, 64, "q8_0"))
+    assert q8.fmt == "q8_0" and q8.qs.nbytes == 5 * 64  # more than 16 levels a block: not Q4_1
+
+
+def test_matrices_that_are_not_blocks_have_none():
+    rng = np.random.default_rng(1)
+    w = _matrix(rng, 4, 64, "q4_1")
+    assert find_blocks((rng.standard_normal((4, 64))).astype(np.float32)) is None  # a float32 checkpoint
+    nudged = w.copy()
+    nudged[2, 5] = np.nextafter(nudged[2, 5], np.float32(1))  # one value edited by one ulp
+    assert find_blocks(nudged) is None
+    assert find_blocks(w[:, :48].copy()) is None  # K not a multiple of 32
+    bad = w.copy()
+    bad[0, 0] = np.nan
+    assert find_blocks(bad) is None
+    assert find_blocks(w.astype(np.float64)) is None
+
+
+def _product(lin, x):
+    return lin(torch.from_numpy(x)).numpy()
+
+
+@pytest.mark.parametrize("fmt", ["q4_1", "q8_0"])
+def test_quantized_products_equal_the_float64_product_of_the_dequantized_weights(isa, fmt):
+    rng = np.random.default_rng(2)
+    for n, k, rows in ((1, 32, 1), (5, 64, 3), (13, 96, 4), (64, 160, 5), (37, 64, 33)):
+        w = _matrix(rng, n, k, fmt)
+        x = rng.standard_normal((rows, k)).astype(np.float32)
+        lin = make_linear(torch.from_numpy(w), None, "quantized")
+        got, want = _product(lin, x), product_reference(x, w)
+        scale = np.abs(x).astype(np.float64) @ np.abs(w).astype(np.float64).T  # float32 rounding is relative to it
+        assert np.all(np.abs(got - want) <= 1e-6 * scale + 1e-30), (isa, n, k, rows)
+    bias = rng.standard_normal(13).astype(np.float32)
+    w = _matrix(rng, 13, 64, fmt)
+    lin = make_linear(torch.from_numpy(w), torch.from_numpy(bias), "quantized")
+    x = rng.standard_normal((2, 64)).astype(np.float32)
+    np.testing.assert_allclose(_product(lin, x), product_reference(x, w) + bias, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("own_threads", [False, True])
+def test_each_row_of_a_quantized_product_is_independent_of_its_batch_bit_for_bit(isa, own_threads):
+    """A row computed alone (plain decoding) equals the same row inside a wider product (a verify tree,
+    other sequences of a batch), on both routes (weights dequantized in registers for a few rows, into a
+    scratch tile for many), for any thread count and with the other rows changed."""
+    rng = np.random.default_rng(3)
+    _native.qmatmul_force_own_threads(own_threads)
+    try:
+        for fmt in ("q4_1", "q8_0"):
+            w = _matrix(rng, 45, 96, fmt)  # 45 outputs: full tiles of 4 and a remainder
+            lin = make_linear(torch.from_numpy(w), None, "quantized")
+            x = rng.standard_normal((37, 96)).astype(np.float32)
+            full = _product(lin, x)
+            for r in (0, 5, 36):
+                assert np.array_equal(_product(lin, x[r:r + 1]), full[r:r + 1])
+            for lo, hi in ((0, 2), (3, 7), (10, 19)):
+                assert np.array_equal(_product(lin, x[lo:hi]), full[lo:hi])
+            other = x.copy()
+            other[1:] = rng.standard_normal((36, 96))
+            assert np.array_equal(_product(lin, other)[0], full[0])
+            before = torch.get_num_threads()
+            try:
+                for threads in (1, 3):
+                    torch.set_num_threads(threads)
+                    assert np.array_equal(_product(lin, x), full)
+            finally:
+                torch.set_num_threads(before)
+    finally:
+        _native.qmatmul_force_own_threads(False)
+
+
+def test_the_instruction_sets_agree_with_each_other_to_float_rounding():
+    rng = np.random.default_rng(4)
+    w = _matrix(rng, 21, 128, "q4_1")
+    x = rng.standard_normal((6, 128)).astype(np.float32)
+    lin = make_linear(torch.from_numpy(w), None, "quantized")
+    outs = {}
+    try:
+        for name in ISAS:
+            _native.qmatmul_force_isa(name)
+            outs[name] = _product(lin, x)
+    finally:
+        _native.qmatmul_force_isa(ISAS[0])
+    for name in ISAS:
+        np.testing.assert_allclose(outs[name], outs["c"], rtol=1e-5, atol=1e-5)
+    assert _native.qmatmul_isa() == ISAS[0]
+
+
+def test_products_run_on_the_openmp_team_torch_loaded():
+    """Where torch brought an OpenMP runtime, the products share its threads (our own pool beside it spins
+    against torch's idle threads on the same cores)."""
+    with open("/proc/self/maps") as f:
+        maps = f.read()
+    loaded = any(name in maps for name in ("/libgomp", "/libiomp", "/libomp"))
+    assert _native.qmatmul_threads() == ("openmp" if loaded else "threads")
+
+
+def test_a_quantized_fast_forward_computes_the_blockified_models_own_logits():
+    lm = tiny_loaded(0)
+    model = blockified_model(lm.model)
+    ff = FastForward(model, weights="quantized")
+    assert ff.weights == "quantized" and ff.lm_head.weights == "quantized"
+    ids = torch.tensor(np.random.default_rng(0).integers(3, TINY_VOCAB, 20))
+    cache = ff.new_cache(32)
+    got = ff.forward(cache, ids, torch.arange(20), None, list(range(20)), causal=True)
+    torch.testing.assert_close(got, reference_forward(model, ids.tolist()), atol=1e-4, rtol=1e-5)
+
+
+def _blockified(seed, scale=1.0, stored="quantized"):
+    lm = tiny_loaded(seed, scale=scale)
+    return LoadedModel(blockified_model(lm.model), lm.tokenizer, lm.name, lm.eos_ids, lm.max_context, stored)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_quantized_trees_equal_quantized_ar_on_unscaled_weights_with_near_ties(seed):
+    lm = _blockified(seed)
+    dec = Decoder(lm, weights="quantized", draft_budget=24)
+    assert dec.weights == "quantized" and dec.verifier.fast.weights == "quantized"
+    prompt = np.random.default_rng(seed).integers(3, TINY_VOCAB, 30).tolist()
+    ar = dec.generate(prompt, method="ar", max_new_tokens=64)
+    with torch.no_grad():
+        logits = lm.model(torch.tensor([prompt + list(ar.token_ids)])).logits[0]
+    top2 = torch.topk(logits[len(prompt) - 1:-1], 2).values
+    assert float((top2[:, 0] - top2[:, 1]).min()) < 5e-3  # near-ties are there
+    for depth in (2, 6):
+        out = dec.generate(prompt, max_new_tokens=64, drafter=OracleDrafter(list(ar.token_ids), depth, seed))
+        assert out.token_ids == ar.token_ids and out.steps < ar.steps
+    assert dec.generate(prompt, max_new_tokens=64, drafter=RandomDrafter(seed, size=24)).token_ids == ar.token_ids
+    for method in ("pld", "recycle", "lookahead", "auto"):
+        assert dec.generate(prompt, method=method, max_new_tokens=64).token_ids == ar.token_ids, method
+    together = dec.generate_batch([prompt, prompt[:11]], method="pld", max_new_tokens=40, batch_size=2)
+    assert together[0].token_ids == ar.token_ids[:40]
+    assert together[1].token_ids == dec.generate(prompt[:11], method="ar", max_new_tokens=40).token_ids
+
+
+def test_auto_times_the_quantized_format_where_the_weights_are_blocks(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOOKUPDEC_CACHE", str(tmp_path))
+    dec = Decoder(_blockified(0))
+    assert set(dec.weights_choice.ms) == {"float32", "float16", "quantized"}
+    assert dec.weights == pick_faster(dec.weights_choice.ms) == dec.verifier.fast.weights
+
+
+def test_quantized_weights_for_a_model_without_blocks_are_a_user_error_naming_the_fix(tmp_path):
+    with pytest.raises(ValueError, match="Q4_1 or Q8_0"):
+        Decoder(tiny_loaded(0), weights="quantized")
+    from click.testing import CliRunner
+
+    from lookupdec.cli import main
+
+    bad = CliRunner().invoke(main, ["generate", "--model", save_tiny(tmp_path, 0), "--prompt", "hello",
+                                    "--weights", "quantized"])
+    assert bad.exit_code == 1 and "Q4_1 or Q8_0" in bad.output and "Traceback" not in bad.output
+
+
+@pytest.mark.slow
+def test_embedded_model_quantized_equals_its_float32_weights_and_methods_equal_ar(real_loaded):
+    """The embedded GGUF's matrices are Q4_1 (layers) and Q8_0 (embedding / lm_head): the format finds all of
+    them, and greedy decoding in it equals float32's here and every method equals its own ar."""
+    dec = Decoder(real_loaded, weights="quantized")
+    kinds = {lin.fmt for layer in dec.verifier.fast.layers for lin in (layer.qkv, layer.o, layer.gate_up, layer.down)}
+    assert kinds == {_native.QMATMUL_FORMATS["q4_1"]} and dec.verifier.fast.lm_head.fmt == _native.QMATMUL_FORMATS["q8_0"]
+    ref = Decoder(real_loaded, weights="float32")
+    for text in ("Repeat this sentence three times: the quick brown fox jumps over the lazy dog.",
+                 "Write a Python function that returns the squares of a list of numbers."):
+        ids = dec.encode(text)
+        ar = dec.generate(ids, method="ar", max_new_tokens=40)
+        assert ar.token_ids == ref.generate(ids, method="ar", max_new_tokens=40).token_ids
+        for method in ("pld", "auto"):
+            assert dec.generate(ids, method=method, max_new_tokens=40).token_ids == ar.token_ids, method

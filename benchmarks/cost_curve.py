@@ -72,6 +72,8 @@ def memory(which: str) -> tuple[float, float]:
 
 
 def main() -> None:
+    from lookupdec.weights import WEIGHTS_CHOICES
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--past", type=int, default=500)
@@ -79,7 +81,7 @@ def main() -> None:
     ap.add_argument("--widths", type=str, default="1,2,4,8,12,16,24,32,48,64")
     ap.add_argument("--ar-tokens", type=int, default=128, help="0 skips the ar vs generate() comparison")
     ap.add_argument("--no-rss", action="store_true", help="skip the memory comparison")
-    ap.add_argument("--weights", default="float32", choices=("auto", "float32", "float16"),
+    ap.add_argument("--weights", default="float32", choices=WEIGHTS_CHOICES,
                     help="the fast forward's weight format")
     ap.add_argument("--out", default=None, help="default benchmarks/out/cost_curve[_WEIGHTS].json")
     args = ap.parse_args()

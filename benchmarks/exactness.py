@@ -218,6 +218,8 @@ def width_rows(decoder, prompts: list[Prompt], widths=range(1, 33), positions: i
 
 
 def main(argv=None) -> int:
+    from lookupdec.weights import WEIGHTS_CHOICES
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=500, help="prompts (each run by every method)")
     ap.add_argument("--seed", type=int, default=0)
@@ -226,7 +228,7 @@ def main(argv=None) -> int:
     ap.add_argument("--model", default=None)
     ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     ap.add_argument("--hf-kernels", action="store_true", help="transformers' forward instead of the fast one")
-    ap.add_argument("--weights", default="float32", choices=("auto", "float32", "float16"),
+    ap.add_argument("--weights", default="float32", choices=WEIGHTS_CHOICES,
                     help="the fast forward's weight format (ar and every method run in it)")
     ap.add_argument("--index", action="append", default=[], help="a datastore for rest and auto")
     ap.add_argument("--threads", type=int, default=None)

@@ -16,7 +16,7 @@ It also reports the KV cache bytes per token of the fast forward (``FlatKVCache`
 layers x 2 x KV heads x head dim x 4 bytes), measured from an allocated cache.
 
 Usage:
-    python benchmarks/memory.py [--weights float32,float16,auto] [--max-new-tokens 32]
+    python benchmarks/memory.py [--weights float32,float16,quantized,auto] [--max-new-tokens 32]
                                 [--threads 2] [--model PATH.gguf] [--fresh-cache] [--json benchmarks/out/memory.json]
 """
 from __future__ import annotations
@@ -86,7 +86,7 @@ def probe(which: str, model: str | None, max_new: int, threads: int, cache_dir: 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--weights", default="float32,float16,auto", help="comma list of Decoder(weights=...) values")
+    ap.add_argument("--weights", default="float32,float16,quantized,auto", help="comma list of Decoder(weights=...) values")
     ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--model", default=None, help="a .gguf file (default: the embedded model)")
@@ -96,10 +96,12 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.model is not None and not args.model.endswith(".gguf"):
         ap.error("--model must be a .gguf file (the baseline is transformers' GGUF loader)")
+    from lookupdec.weights import WEIGHTS_CHOICES
+
     formats = [w.strip() for w in args.weights.split(",") if w.strip()]
-    bad = [w for w in formats if w not in ("auto", "float32", "float16")]
+    bad = [w for w in formats if w not in WEIGHTS_CHOICES]
     if bad:
-        ap.error(f"unknown weight formats {bad}; use auto, float32, float16")
+        ap.error(f"unknown weight formats {bad}; use {', '.join(WEIGHTS_CHOICES)}")
 
     from lookupdec.costs import device_description
 

@@ -1,11 +1,13 @@
-"""Agreement of float16 weights with float32: identical greedy generations, and where they part.
+"""Agreement of float16 (or quantized) weights with float32: identical greedy generations, and where they part.
 
 For each prompt, plain greedy decoding (``ar``) runs with the fast forward's
-weights in float32 and in float16 (``Decoder(weights=...)``, both over one
-loaded model). It reports the share of generations that are identical token for
-token and, for each that is not, the first divergence: its position, the two
-tokens, and the logit gaps there (same prefix in both formats): float32's margin
-of its own token over float16's (``gap32``), and float16's margin the other way
+weights in float32 and in the format compared (``--weights``: float16 by
+default, or quantized; ``Decoder(weights=...)``, both over one loaded model).
+Fields and columns named ``16`` are the compared format's. It reports the
+share of generations that are identical token for token and, for each that is
+not, the first divergence: its position, the two tokens, and the logit gaps
+there (same prefix in both formats): float32's margin of its own token over the
+other format's (``gap32``), and the other format's margin the other way
 (``gap16``). Small gaps mean a near-tie that the weights' rounding decided.
 
 Prompts:
@@ -16,7 +18,7 @@ Prompts:
 
 Usage:
     python benchmarks/weights_agreement.py [--n-specbench 120] [--n-humaneval 164] [--max-new-tokens 128]
-                                           [--threads 2] [--model PATH] [--json benchmarks/out/weights_agreement.json]
+                                           [--weights float16|quantized] [--threads 2] [--model PATH] [--json benchmarks/out/weights_agreement.json]
 """
 from __future__ import annotations
 
@@ -135,6 +137,8 @@ def main(argv=None) -> int:
     ap.add_argument("--n-humaneval", type=int, default=164)
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--weights", default="float16", choices=("float16", "quantized"),
+                    help="the format compared with float32")
     ap.add_argument("--model", default=None, help="default: the embedded model")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
@@ -150,7 +154,7 @@ def main(argv=None) -> int:
     prompts = spec_bench_prompts(args.n_specbench) + (humaneval_prompts(args.n_humaneval) if args.n_humaneval else [])
     lm = load_model(args.model)
     d32 = Decoder(lm, weights="float32")  # a model passed in is not released: both formats pack from it
-    d16 = Decoder(lm, weights="float16")
+    d16 = Decoder(lm, weights=args.weights)  # "16": the compared format
     t0 = time.perf_counter()
     rows = []
     for i, (source, pid, text) in enumerate(prompts):
@@ -174,6 +178,7 @@ def main(argv=None) -> int:
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"device": device_description("cpu"), "threads": torch.get_num_threads(),
+                                         "compared": args.weights,
                                          "model": lm.name, "max_new_tokens": args.max_new_tokens,
                                          "summary": stats, "rows": [asdict(r) for r in rows]}, indent=1))
     return 0

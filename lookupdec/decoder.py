@@ -81,9 +81,11 @@ class Decoder:
             is None) to its first K decoder layers.
         weights: the fast forward's weight format (CLI ``--weights``): "float32" (the
             model's values), "float16" (rounded once, fbgemm kernels, float32 activations:
-            half the bytes per forward), or "auto" (default): float16 only for a GGUF
-            file whose matrices are quantized or float16 and where it measured faster on
-            this machine (cached), else float32; see ``lookupdec.weights``. Greedy output
+            half the bytes per forward), "quantized" (a GGUF's own Q4_1 / Q8_0 blocks,
+            the same values as float32 at 4.5-8.5 bits each; native kernels), or "auto"
+            (default): for a GGUF file whose matrices are quantized or float16, the
+            format that measured fastest on this machine (cached), else float32; see
+            ``lookupdec.weights``. Greedy output
             equals ``ar`` in the same format. ``weights_choice`` says what was used and why.
 
     Raises:

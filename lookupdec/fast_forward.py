@@ -1,9 +1,10 @@
 """A lean CPU float32 forward for Llama-family targets (Llama, SmolLM2, Qwen2, Mistral).
 
 Its linear weights are stored in one of ``lookupdec.products.WEIGHT_FORMATS``: "float32" (the
-model's own values) or "float16" (rounded once; half the bytes read per forward,
-which is what bounds a CPU forward); activations, accumulation, norms, attention
-and the KV cache are float32 in both.
+model's own values), "float16" (rounded once; half the bytes read per forward,
+which is what bounds a CPU forward) or "quantized" (the Q4_1 / Q8_0 blocks a GGUF
+model was dequantized from: float32's values from 4.5-8.5 bits each); activations,
+accumulation, norms, attention and the KV cache are float32 in all three.
 
 transformers' forward spends as much time in per-module Python, mask
 building and layout conversions as in the matrix products on a small model
@@ -166,9 +167,11 @@ class FastForward:
             The model's own forward then no longer works. False (the default)
             leaves the model unchanged.
         weights: the format the linear weights are stored in (``WEIGHT_FORMATS``):
-            "float32" (the model's own values, oneDNN's blocked layout) or "float16"
+            "float32" (the model's own values, oneDNN's blocked layout), "float16"
             (rounded to float16 once, fbgemm kernels: half the bytes read per forward;
-            activations and accumulation stay float32). Every product is in this
+            activations and accumulation stay float32) or "quantized" (the GGML blocks
+            the float32 values were dequantized from, lookupdec's native products;
+            ``lookupdec.blocks``). Every product is in this
             format: q/k/v, o, gate/up, down and ``lm_head``. Norms, the embedding
             table, rotary tables and the KV cache stay float32.
         layers: build only the first ``layers`` decoder layers and no ``lm_head`` (for timing

@@ -4,7 +4,9 @@
 callable ``x (R, in) float32 -> (R, out) float32``: "float32" keeps the
 model's values in oneDNN's blocked layout (``_Linear``); "float16" rounds them
 to float16 once for fbgemm, activations and accumulation staying float32
-(``_LinearF16``). ``WEIGHT_FORMATS`` lists the formats; ``weights_unavailable_reason``
+(``_LinearF16``); "quantized" keeps the GGML blocks the values were
+dequantized from and multiplies with lookupdec's native kernel
+(``_LinearQuant``, ext/csrc/qmatmul.c). ``WEIGHT_FORMATS`` lists the formats; ``weights_unavailable_reason``
 says why this torch cannot run one.
 """
 from __future__ import annotations

@@ -2,21 +2,24 @@
 
 A CPU forward of a small model is bound by reading its weights, so float16
 weights (fbgemm, float32 activations and accumulation) can be much faster than
-float32 ones (oneDNN). Rounding the weights to float16 changes the model,
-though, so ``auto`` may pick float16 only where the weights were no more
-precise than that to begin with:
+float32 ones (oneDNN), and a GGUF's own Q4_1 / Q8_0 blocks ("quantized":
+float32's values at 4.5-8.5 bits each, ``lookupdec.blocks``) faster still.
+Rounding the weights to float16 changes the model, though, so ``auto`` may
+pick float16 only where the weights were no more precise than that to begin
+with:
 
 - a GGUF file whose weight matrices are block-quantized (Q4_0, Q4_1, Q8_0, the
   K- and IQ-quants: their scales are float16) or float16: ``auto`` times one
-  forward at ``MEASURE_WIDTHS`` rows in each format on this machine and takes
-  the faster (the result is cached, like the cost curve);
+  forward at ``MEASURE_WIDTHS`` rows in each format on this machine (float32,
+  float16, and quantized where every matrix is found to be Q4_1 or Q8_0
+  blocks) and takes the fastest (the result is cached, like the cost curve);
 - anything else (float32 or bfloat16 checkpoints, HF model directories, a model
   passed in): ``auto`` is float32. float16 is offered (``weights="float16"``,
   ``--weights float16``), never chosen silently.
 
 Models that run transformers' forward (not Llama-family, not float32 on a CPU,
 ``hf_kernels=True``) have no weight format: ``auto`` leaves them alone, and an
-explicit "float16" is an error that says why.
+explicit "float16" or "quantized" is an error that says why.
 
 Exactness is per format: every method equals ``ar`` run in the same format.
 """
@@ -51,7 +54,7 @@ class WeightsChoice:
     """The weight format a Decoder uses, and why.
 
     Attributes:
-        weights: "float32" or "float16"; "" when the model runs transformers' forward.
+        weights: "float32", "float16" or "quantized"; "" when the model runs transformers' forward.
         reason: why, in words (asked for / measured faster / stored as ...).
         ms: milliseconds of a forward over the first ``MEASURE_LAYERS`` layers (no ``lm_head``),
             per format, at ``MEASURE_WIDTHS`` rows (empty: not measured).

@@ -48,6 +48,8 @@ class Setup:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    from lookupdec.weights import WEIGHTS_CHOICES
+
     ap = argparse.ArgumentParser(
         prog="spec_bench.py",
         description="Spec-Bench: speed, accepted tokens and exactness of every method on the same prompts.",
@@ -78,7 +80,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--draft-layers", type=int, default=None, metavar="K",
                     help="cut the draft model (the target itself without --draft-model) to its first K layers")
     ap.add_argument("--max-new-tokens", type=int, default=128)
-    ap.add_argument("--weights", choices=("auto", "float32", "float16"), default="auto",
+    ap.add_argument("--weights", choices=WEIGHTS_CHOICES, default="auto",
                     help="the fast forward's weight format for every lookupdec method (Decoder(weights=...)); "
                          "transformers' peers always run the float32 model")
     ap.add_argument("--methods", default="all",

@@ -72,7 +72,8 @@ def _product(lin, x):
 @pytest.mark.parametrize("fmt", ["q4_1", "q8_0"])
 def test_quantized_products_equal_the_float64_product_of_the_dequantized_weights(isa, fmt):
     rng = np.random.default_rng(2)
-    for n, k, rows in ((1, 32, 1), (5, 64, 3), (13, 96, 4), (64, 160, 5), (37, 64, 33)):
+    for n, k, rows in ((1, 32, 1), (5, 64, 3), (13, 96, 4), (64, 160, 5), (37, 64, 33), (9, 64, 130), (6, 576, 3),
+                       (5, 1056, 7)):  # the last two: scales widened in whole groups and a partial one
         w = _matrix(rng, n, k, fmt)
         x = rng.standard_normal((rows, k)).astype(np.float32)
         lin = make_linear(torch.from_numpy(w), None, "quantized")
@@ -89,22 +90,23 @@ def test_quantized_products_equal_the_float64_product_of_the_dequantized_weights
 @pytest.mark.parametrize("own_threads", [False, True])
 def test_each_row_of_a_quantized_product_is_independent_of_its_batch_bit_for_bit(isa, own_threads):
     """A row computed alone (plain decoding) equals the same row inside a wider product (a verify tree,
-    other sequences of a batch), on both routes (weights dequantized in registers for a few rows, into a
-    scratch tile for many), for any thread count and with the other rows changed."""
+    other sequences of a batch, a prefill of several row chunks), on both routes (weights dequantized in
+    registers for a few rows, into a scratch tile for many), for any thread count and with the other rows
+    changed."""
     rng = np.random.default_rng(3)
     _native.qmatmul_force_own_threads(own_threads)
     try:
         for fmt in ("q4_1", "q8_0"):
             w = _matrix(rng, 45, 96, fmt)  # 45 outputs: full tiles of 4 and a remainder
             lin = make_linear(torch.from_numpy(w), None, "quantized")
-            x = rng.standard_normal((37, 96)).astype(np.float32)
+            x = rng.standard_normal((101, 96)).astype(np.float32)  # 101 rows: three chunks of the wide route
             full = _product(lin, x)
-            for r in (0, 5, 36):
+            for r in (0, 5, 36, 47, 48, 100):
                 assert np.array_equal(_product(lin, x[r:r + 1]), full[r:r + 1])
-            for lo, hi in ((0, 2), (3, 7), (10, 19)):
+            for lo, hi in ((0, 2), (3, 7), (10, 19), (40, 93)):
                 assert np.array_equal(_product(lin, x[lo:hi]), full[lo:hi])
             other = x.copy()
-            other[1:] = rng.standard_normal((36, 96))
+            other[1:] = rng.standard_normal((100, 96))
             assert np.array_equal(_product(lin, other)[0], full[0])
             before = torch.get_num_threads()
             try:

@@ -1,12 +1,12 @@
 # Products with weights in GGML's Q4_1 / Q8_0 blocks (ext/csrc/qmatmul.h), for lookupdec.products.
 
-from libc.stdint cimport uint8_t, uint16_t
+from libc.stdint cimport uint8_t
 
 
 cdef extern from "qmatmul.h" nogil:
     int LK_Q4_1
     int LK_Q8_0
-    int lk_qmatmul(int fmt, const float *x, int64_t rows, int64_t k, const uint8_t *qs, const uint16_t *dm,
+    int lk_qmatmul(int fmt, const float *x, int64_t rows, int64_t k, const uint8_t *qs, const float *dm,
                    int64_t n, float *y, int threads)
     const char *lk_qmatmul_isa()
     int lk_qmatmul_force_isa(const char *name)
@@ -31,7 +31,7 @@ def qmatmul_ptr(int fmt, size_t x, int64_t rows, int64_t k, size_t qs, size_t dm
     if fmt not in (0, 1) or rows < 0 or n < 0 or k % 32:
         raise ValueError("qmatmul: bad format or shape")
     with nogil:
-        lk_qmatmul(fmt, <const float *>x, rows, k, <const uint8_t *>qs, <const uint16_t *>dm, n,
+        lk_qmatmul(fmt, <const float *>x, rows, k, <const uint8_t *>qs, <const float *>dm, n,
                    <float *>y, threads)
 
 

@@ -110,7 +110,7 @@ class _LinearQuant:
                              "format keeps such blocks: it serves GGUF files stored in them)")
         self.fmt = QMATMUL_FORMATS[blocks.fmt]
         self.qs = torch.from_numpy(blocks.qs)
-        self.dm = torch.from_numpy(blocks.dm.view("int16"))  # float16 scales; torch has no uint16 view to spare
+        self.dm = torch.from_numpy(blocks.dm.astype("float32"))  # the kernel reads float32 scales
         self.out_features, self.in_features = blocks.shape
         self.bias = None if bias is None else bias.detach().float().contiguous()
 

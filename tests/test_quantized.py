@@ -73,7 +73,7 @@ def _product(lin, x):
 def test_quantized_products_equal_the_float64_product_of_the_dequantized_weights(isa, fmt):
     rng = np.random.default_rng(2)
     for n, k, rows in ((1, 32, 1), (5, 64, 3), (13, 96, 4), (64, 160, 5), (37, 64, 33), (9, 64, 130), (6, 576, 3),
-                       (5, 1056, 7)):  # the last two: scales widened in whole groups and a partial one
+                       (5, 1056, 7)):
         w = _matrix(rng, n, k, fmt)
         x = rng.standard_normal((rows, k)).astype(np.float32)
         lin = make_linear(torch.from_numpy(w), None, "quantized")
@@ -90,7 +90,7 @@ def test_quantized_products_equal_the_float64_product_of_the_dequantized_weights
 @pytest.mark.parametrize("own_threads", [False, True])
 def test_each_row_of_a_quantized_product_is_independent_of_its_batch_bit_for_bit(isa, own_threads):
     """A row computed alone (plain decoding) equals the same row inside a wider product (a verify tree,
-    other sequences of a batch, a prefill of several row chunks), on both routes (weights dequantized in
+    other sequences of a batch, a prefill), on both routes (weights dequantized in
     registers for a few rows, into a scratch tile for many), for any thread count and with the other rows
     changed."""
     rng = np.random.default_rng(3)
@@ -99,7 +99,7 @@ def test_each_row_of_a_quantized_product_is_independent_of_its_batch_bit_for_bit
         for fmt in ("q4_1", "q8_0"):
             w = _matrix(rng, 45, 96, fmt)  # 45 outputs: full tiles of 4 and a remainder
             lin = make_linear(torch.from_numpy(w), None, "quantized")
-            x = rng.standard_normal((101, 96)).astype(np.float32)  # 101 rows: three chunks of the wide route
+            x = rng.standard_normal((101, 96)).astype(np.float32)
             full = _product(lin, x)
             for r in (0, 5, 36, 47, 48, 100):
                 assert np.array_equal(_product(lin, x[r:r + 1]), full[r:r + 1])

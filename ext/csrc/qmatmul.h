@@ -5,16 +5,16 @@
  * Weights are blocks of 32 along k, one row of blocks per output n:
  *   Q4_1: w = d * q + m, q in 0..15: qs holds 16 bytes a block, element j (0..15) in
  *         the low nibble of byte j, element j + 16 in its high nibble; dm holds (d, m)
- *         as IEEE float16, two per block.
+ *         as float32 (the file's float16 values, widened), two per block.
  *   Q8_0: w = d * q, q in -127..127: qs holds 32 signed bytes a block; dm holds d as
- *         float16, one per block.
+ *         float32, one per block.
  * Every weight is formed exactly as GGML dequantizes it (d * q + m rounded once to
  * float32; d * q is exact), so the product reads the same values as a float32 matrix.
  *
  * Each y[r, n] is summed in one fixed order, whatever R, the other rows, the thread
  * count or n's place in a tile: a row's output never depends on the rest of the
  * batch. The instruction set (AVX-512, AVX2 with FMA, or plain C) is chosen once per
- * process from the CPU (AVX2 with FMA and F16C); each has its own order. K must be a multiple of 32. */
+ * process from the CPU; each has its own order. K must be a multiple of 32. */
 #ifndef LK_QMATMUL_H
 #define LK_QMATMUL_H
 
@@ -25,7 +25,7 @@
 #define LK_Q8_0 1
 
 /* Returns LK_OK (also when some threads could not start: the product is still complete). */
-int lk_qmatmul(int fmt, const float *x, int64_t rows, int64_t k, const uint8_t *qs, const uint16_t *dm,
+int lk_qmatmul(int fmt, const float *x, int64_t rows, int64_t k, const uint8_t *qs, const float *dm,
                int64_t n, float *y, int threads);
 
 /* The instruction set in use: "avx512", "avx2" or "c". */

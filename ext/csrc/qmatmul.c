@@ -6,7 +6,10 @@
  * order to each (row, output) accumulator, so they agree bit for bit. */
 #include "qmatmul.h"
 
+#if (defined(__x86_64__) || defined(__i386__)) && !defined(LK_NO_X86) /* LK_NO_X86: build as for other CPUs */
+#define LK_X86 1
 #include <immintrin.h>
+#endif
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +74,8 @@ static void tile_c(const job *j, float *scratch, int64_t n0, int64_t nn) {
         }
     }
 }
+
+#ifdef LK_X86 /* the vector routes; other CPUs use the plain C one */
 
 /* ---- AVX-512: per (row, output) one 16-lane accumulator; a block adds its low half, then its high half ---- */
 
@@ -229,18 +234,32 @@ AVX2 static void tile256(const job *j, float *scratch, int64_t n0, int64_t nn) {
     }
 }
 
+#endif /* LK_X86 */
+
 /* ---- dispatch ---- */
 
 typedef void (*tile_fn)(const job *, float *, int64_t, int64_t);
 static tile_fn tile;
 static const char *isa;
 
-static int has_avx512(void) { return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma"); }
-static int has_avx2(void) { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+#ifdef LK_X86
+static int has_avx512(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
+}
+static int has_avx2(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+#else
+static int has_avx512(void) { return 0; }
+static int has_avx2(void) { return 0; }
+#define tile512 tile_c /* never picked: has_avx512() is 0 */
+#define tile256 tile_c
+#endif
 
 static void pick_isa(void) {
     if (tile) return;
-    __builtin_cpu_init();
     if (has_avx512()) {
         tile = tile512;
         isa = "avx512";
@@ -259,7 +278,6 @@ const char *lk_qmatmul_isa(void) {
 }
 
 int lk_qmatmul_force_isa(const char *name) {
-    __builtin_cpu_init();
     if (!strcmp(name, "c")) {
         tile = tile_c;
         isa = "c";

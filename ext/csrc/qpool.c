@@ -3,7 +3,9 @@
 #include "qpool.h"
 
 #include <dlfcn.h>
+#ifdef __linux__
 #include <link.h>
+#endif
 #include <pthread.h>
 #include <string.h>
 #include <sched.h>
@@ -101,6 +103,7 @@ static int (*omp_num_threads)(void);
 static int omp_looked;
 static int own_threads_forced; /* tests: use the pool's own workers even where OpenMP is loaded */
 
+#ifdef __linux__
 static int find_omp(struct dl_phdr_info *info, size_t size, void *found) {
     (void)size;
     const char *name = info->dlpi_name, *base = strrchr(name, '/');
@@ -118,6 +121,7 @@ static int find_omp(struct dl_phdr_info *info, size_t size, void *found) {
     *(int *)found = 1;
     return 1;
 }
+#endif
 
 typedef struct {
     lk_task_fn fn;
@@ -136,8 +140,10 @@ void lk_pool_force_own_threads(int on) { own_threads_forced = on; }
 const char *lk_pool_kind(void) {
     if (own_threads_forced) return "threads";
     if (!omp_looked) {
+#ifdef __linux__
         int found = 0;
-        dl_iterate_phdr(find_omp, &found);
+        dl_iterate_phdr(find_omp, &found); /* elsewhere: our own threads */
+#endif
         omp_looked = 1;
     }
     return gomp_parallel ? "openmp" : "threads";

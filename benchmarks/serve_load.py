@@ -18,8 +18,8 @@ tau (tokens committed per sequence per verify forward, from the server's /metric
 every output equals ``ar``'s at concurrency 1 (reported; a batch's wider forward carries the same
 float-rounding caveat as a tree, see README).
 
-Writes ``serve_load.json`` and ``serve_load.md`` into ``--out`` and the plot
-``benchmarks/img/serve_load_throughput.png`` (throughput against concurrency).
+Writes ``serve_load.json``, ``serve_load.md`` and the plot ``serve_load_throughput.png``
+(throughput against concurrency; ``--plot`` puts it elsewhere) into ``--out``.
 
 Usage (from the repository root)::
 
@@ -260,7 +260,8 @@ def main(argv=None) -> int:
     ap.add_argument("--gguf", type=Path, default=None,
                     help="the GGUF file the llama_cpp peer serves (default: the embedded model's)")
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "out", help="where the JSON and Markdown go")
-    ap.add_argument("--plot", type=Path, default=REPO / "benchmarks" / "img" / "serve_load_throughput.png")
+    ap.add_argument("--plot", type=Path, default=None,
+                    help="where the throughput plot goes (default: serve_load_throughput.png in --out)")
     args = ap.parse_args(argv)
     configs = [c.strip() for c in args.configs.split(",") if c.strip()]
     bad = [c for c in configs if c not in CONFIGS]
@@ -317,7 +318,7 @@ def main(argv=None) -> int:
     (args.out / "serve_load.json").write_text(json.dumps({"meta": meta, "rows": [asdict(r) for r in rows]}, indent=1))
     md = markdown(rows, meta)
     (args.out / "serve_load.md").write_text(md)
-    plot(rows, args.plot)
+    plot(rows, args.plot or args.out / "serve_load_throughput.png")
     print(md)
     mismatched = [r for r in rows if r.exact is False]
     if mismatched:  # reported, not fatal: a wider batched forward may round a near-tie differently

@@ -183,3 +183,77 @@ def test_sampling_through_a_batch_keeps_the_target_distribution():
     assert accepted > 150  # speculation was really exercised inside the batches
     for k in range(3):
         assert_matches(counts[k], exact[k])
+
+
+def test_batch_gate_pauses_after_idle_steps_doubles_and_resets():
+    from lookupdec.batch import BatchGate
+
+    g = BatchGate()
+    for _ in range(BatchGate.IDLE_STEPS - 1):
+        assert g.budget(3, 16) == 16
+        g.record(3, drafted=True, kept=False)
+    assert g.budget(3, 16) == 16
+    g.record(3, drafted=True, kept=False)  # the IDLE_STEPS-th in a row: a pause of FIRST_PAUSE starts
+    paused = [g.budget(3, 16) for _ in range(BatchGate.FIRST_PAUSE)]
+    assert paused == [0] * BatchGate.FIRST_PAUSE
+    for _ in range(BatchGate.FIRST_PAUSE):
+        g.record(3, drafted=False, kept=False)  # paused steps teach nothing
+    assert g.budget(3, 16) == 16  # the re-try
+    g.record(3, drafted=True, kept=False)  # it kept nothing either: twice the pause
+    assert [g.budget(3, 16) for _ in range(2 * BatchGate.FIRST_PAUSE)] == [0] * (2 * BatchGate.FIRST_PAUSE)
+    assert g.budget(3, 16) == 16
+    g.record(3, drafted=True, kept=True)  # a re-try that keeps a draft starts over
+    assert g.pause == BatchGate.FIRST_PAUSE and g.idle == 0 and g.budget(3, 16) == 16
+    assert g.budget(1, None) is None  # one sequence is never gated
+    g.skip = 5
+    assert g.budget(1, 7) == 7 and g.skip == 5
+
+
+class _CountingDrafter:
+    """Proposes the true continuation (first ``depth`` tokens); counts the proposals."""
+
+    name = "counting"
+    topk = 0
+
+    def __init__(self, answer, depth=4):
+        self.answer, self.depth, self.calls, self.pos = list(answer), depth, 0, 0
+
+    def begin(self, prompt_ids):
+        self.pos = 0
+
+    def propose(self, request):
+        self.calls += 1
+        return DraftTree.chain(self.answer[self.pos + 1:self.pos + 1 + min(self.depth, request.budget)])
+
+    def commit(self, outcome):
+        self.pos += len(outcome.new_tokens)
+
+    def window(self, request):
+        return None
+
+    def window_rows(self):
+        return 0
+
+
+def test_a_batch_where_no_draft_pays_stops_drafting_and_still_equals_ar():
+    """Under a compute-bound curve (every row costs as much as the first) a batch keeps no draft: after
+    ``IDLE_STEPS`` such steps the gate stops calling the drafters, re-trying now and then; outputs stay ar's."""
+    from lookupdec.batch import BatchGate
+
+    lm = tiny_loaded(1)
+    steep = CostCurve((1, 64), (10.0, 640.0), 0, (0.0, 0.0), "cpu", "compute-bound")
+    dec = Decoder(lm, cost_curve=steep, draft_budget=8)
+    prompts = [[5, 6, 7, 8], [40, 41, 42], [9, 10, 11, 12, 13]]
+    alone = [dec.generate(p, method="ar", max_new_tokens=40).token_ids for p in prompts]
+    drafters = [_CountingDrafter(a) for a in alone]
+    seqs = [dec.new_sequence(p, max_new_tokens=40, drafter=d) for p, d in zip(prompts, drafters)]
+    for s in seqs:
+        s.prefill()
+    gate, steps = BatchGate(), 0
+    while any(not s.done for s in seqs):
+        step_together(dec.verifier, [s for s in seqs if not s.done], steep, gate=gate)
+        steps += 1
+    assert [s.result().token_ids for s in seqs] == alone
+    calls = max(d.calls for d in drafters)
+    assert steps >= 30 and calls < steps / 2, (calls, steps)  # most steps ran no drafter
+    assert calls >= BatchGate.IDLE_STEPS + 1  # it did try, and re-tried

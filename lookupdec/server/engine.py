@@ -145,6 +145,9 @@ class Engine:
         self._inbox: collections.deque[Job] = collections.deque()  # submitted, not yet checked
         self._waiting: collections.deque[Job] = collections.deque()  # checked, FIFO for a slot
         self._active: list[Job] = []
+        from lookupdec.batch import BatchGate
+
+        self._gate = BatchGate()  # stops drafting while the batch's pricing keeps none
         self._accepting = True
         self._thread: threading.Thread | None = None
         self._stopped = threading.Event()
@@ -246,7 +249,7 @@ class Engine:
         if not active:
             return
         try:
-            step = step_together(self.decoder.verifier, [j.seq for j in active], curve)
+            step = step_together(self.decoder.verifier, [j.seq for j in active], curve, gate=self._gate)
         except Exception:  # noqa: BLE001  (find the request that raised it; the others go on)
             log.exception("a batched step failed; stepping its %d sequences one at a time", len(active))
             self._step_alone(active, curve)

@@ -1,4 +1,5 @@
-# Products with weights in GGML's Q4_1 / Q8_0 blocks (ext/csrc/qmatmul.h), for lookupdec.products.
+# Native kernels of the fast forward: products with weights in GGML's Q4_1 / Q8_0 blocks (ext/csrc/qmatmul.h)
+# for lookupdec.products, and the RMS norm (ext/csrc/rmsnorm.h).
 
 from libc.stdint cimport uint8_t
 
@@ -10,6 +11,10 @@ cdef extern from "qmatmul.h" nogil:
                    int64_t n, float *y, int threads)
     const char *lk_qmatmul_isa()
     int lk_qmatmul_force_isa(const char *name)
+
+
+cdef extern from "rmsnorm.h" nogil:
+    void lk_rms_norm(const float *x, int64_t rows, int64_t n, const float *w, float eps, float *y)
 
 
 cdef extern from "qpool.h" nogil:
@@ -53,3 +58,14 @@ def qmatmul_force_isa(str name):
 def qmatmul_force_own_threads(bint on):
     """Tests: run the products on our own threads even where an OpenMP team is loaded (``on=False`` undoes it)."""
     lk_pool_force_own_threads(on)
+
+
+def rms_norm_ptr(size_t x, int64_t rows, int64_t n, size_t w, float eps, size_t y):
+    """RMS-normalise ``rows`` float32 rows of ``n`` at address ``x`` into ``y`` with weights ``w`` (ext/csrc/rmsnorm.h).
+
+    Raw addresses, as ``qmatmul_ptr``: the caller (lookupdec.fast_forward) owns the checks.
+    """
+    if rows < 0 or n <= 0:
+        raise ValueError("rms_norm: bad shape")
+    with nogil:
+        lk_rms_norm(<const float *>x, rows, n, <const float *>w, eps, <float *>y)

@@ -320,3 +320,29 @@ def test_prepacked_linear_equals_plain_product_at_every_width():
     for rows in (1, 2, 3, 7, 16, 33):
         x = torch.randn(rows, 72, generator=g)
         torch.testing.assert_close(lin(x), x @ w.T + b, atol=1e-4, rtol=1e-5)
+
+
+def test_native_rms_norm_equals_the_float64_formula_row_by_row():
+    """ext/csrc/rmsnorm.c against ``w * x / sqrt(mean(x^2) + eps)`` in float64; a row alone equals the same
+    row among others bit for bit (the fast forward's norms never depend on the width of the forward)."""
+    from lookupdec._native import rms_norm_ptr
+
+    rng = np.random.default_rng(0)
+    for rows, n in ((1, 64), (7, 576), (33, 96)):
+        x = torch.from_numpy((rng.standard_normal((rows, n)) * 3).astype(np.float32))
+        w = torch.from_numpy(rng.standard_normal(n).astype(np.float32))
+        y = torch.empty_like(x)
+        rms_norm_ptr(x.data_ptr(), rows, n, w.data_ptr(), 1e-5, y.data_ptr())
+        xd = x.double()
+        want = w.double() * xd / torch.sqrt(xd.pow(2).mean(-1, keepdim=True) + 1e-5)
+        torch.testing.assert_close(y.double(), want, rtol=2e-6, atol=1e-6)
+        for r in (0, rows - 1):
+            one = torch.empty(1, n)
+            rms_norm_ptr(x[r:r + 1].contiguous().data_ptr(), 1, n, w.data_ptr(), 1e-5, one.data_ptr())
+            assert torch.equal(one[0], y[r])
+    zero = torch.zeros(2, 32)
+    out = torch.empty_like(zero)
+    rms_norm_ptr(zero.data_ptr(), 2, 32, torch.ones(32).data_ptr(), 1e-6, out.data_ptr())
+    assert torch.equal(out, zero)  # eps keeps an all-zero row finite
+    with pytest.raises(ValueError):
+        rms_norm_ptr(zero.data_ptr(), 2, 0, zero.data_ptr(), 1e-6, out.data_ptr())

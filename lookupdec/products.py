@@ -92,10 +92,10 @@ class _LinearQuant:
 
     ``lookupdec.blocks.find_blocks`` recovers the blocks from the float32 weights and checks
     that they reproduce every value; the product (ext/csrc/qmatmul.c) dequantizes them as
-    GGML does, so it reads the same weight values as the float32 format from 4.5 (Q4_1) or
-    8.5 (Q8_0) bits each. Activations, accumulation, bias and output are float32, and each
-    output row is summed in one fixed order whatever the other rows are (row-independent
-    bit for bit, so no padding is needed).
+    GGML does, so it reads the same weight values as the float32 format from 6 (Q4_1) or
+    9 (Q8_0) bits each (the file's 4.5 and 8.5, scales widened to float32). Activations,
+    accumulation, bias and output are float32, and each output row is summed in one fixed
+    order whatever the other rows are (row-independent bit for bit, so no padding is needed).
     """
 
     __slots__ = ("fmt", "qs", "dm", "bias", "out_features", "in_features")

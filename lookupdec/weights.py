@@ -3,7 +3,7 @@
 A CPU forward of a small model is bound by reading its weights, so float16
 weights (fbgemm, float32 activations and accumulation) can be much faster than
 float32 ones (oneDNN), and a GGUF's own Q4_1 / Q8_0 blocks ("quantized":
-float32's values at 4.5-8.5 bits each, ``lookupdec.blocks``) faster still.
+float32's values at 6-9 bits each, ``lookupdec.blocks``) faster still.
 Rounding the weights to float16 changes the model, though, so ``auto`` may
 pick float16 only where the weights were no more precise than that to begin
 with:

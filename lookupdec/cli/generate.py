@@ -153,7 +153,7 @@ def read_grammar(json_schema, regex, grammar, choices):
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32", show_default=True)
 @click.option("--weights", type=click.Choice(["auto", "float32", "float16", "quantized"]), default="auto", show_default=True,
               help="Weight format of the fast CPU forward: quantized keeps a GGUF's Q4_1/Q8_0 blocks (the float32 "
-                   "values from 4.5-8.5 bits each), float16 halves float32's bytes (activations stay float32); "
+                   "values from 6-9 bits each), float16 halves float32's bytes (activations stay float32); "
                    "auto times them and picks, float16 only for quantized/float16 GGUF files (README: Weight "
                    "formats). Greedy output equals ar in the same format.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per prompt instead of streaming text.")

@@ -369,3 +369,30 @@ def test_the_decoder_runs_no_window_that_does_not_fit_beside_the_tree():
         plan = seq.plan()
         assert len(plan.tree) == 10
         assert (plan.extra is not None and len(plan.extra) == 6) == runs
+
+
+def test_a_source_kept_on_is_never_switched_off_and_comes_back_on_when_marked():
+    led = SourceLedger(["ctx", "useless", "dear"], min_steps=4, min_share=0.0)
+    led.account("ctx").on = False  # off from an earlier decision: keep_on switches it back on
+    led.keep_on("ctx")
+    for _ in range(200):
+        # none of them brings a token of its own; "dear" costs most
+        led.record(30.0, 1, ["ctx", "useless", "dear"], [0.0, 0.0, 0.0], [2.0, 1.0, 5.0])
+    assert led.account("ctx").on and led.account("ctx").switches == 0
+    assert led.account("dear").switches >= 1 and led.account("useless").switches >= 1
+
+
+def test_auto_never_switches_its_context_source_off():
+    """A prompt of tokens that never repeat: the context source drafts nothing that pays, which would
+    switch it off after ``min_steps`` (no cost exemption here); ``auto`` keeps it on, so that it still
+    drafts where the text turns to copying, as ``pld`` would."""
+    lm = tiny_loaded(0)
+    dec = Decoder(lm, cost_curve=SLOPED)
+    prompt = np.random.default_rng(0).permutation(np.arange(3, TINY_VOCAB))[:60].tolist()
+    ledger = SourceLedger(min_steps=4, min_share=0.0)
+    auto = AutoDrafter(cost=SLOPED, ledger=ledger, calibration=dec.calibration, state=dec.state)
+    out = dec.generate(prompt, drafter=auto, max_new_tokens=60)
+    assert out.token_ids == dec.generate(prompt, method="ar", max_new_tokens=60).token_ids
+    context = ledger.account(auto._names[0])
+    assert auto.sources[0].name == context_source(dec.calibration).name
+    assert context.on and context.switches == 0 and context.steps >= 4  # judged, and kept

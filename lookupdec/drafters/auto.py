@@ -91,6 +91,7 @@ class AutoDrafter(Drafter):
         self.name = name
         self.calibration = calibration if calibration is not None else Calibration()
         self.state = state if state is not None else DrafterState(self.calibration)
+        own_sources = sources is None  # then the first is the context source
         if sources is None:
             sources = [context_source(self.calibration)]
             if references:
@@ -129,6 +130,8 @@ class AutoDrafter(Drafter):
         self._names = [n if names[:i].count(n) == 0 else f"{n}#{names[:i].count(n) + 1}" for i, n in enumerate(names)]
         if gate and len(self.sources) > 1:
             self.ledger = ledger if ledger is not None else SourceLedger()
+            if own_sources:  # the context source: auto never drafts less than pld would
+                self.ledger.keep_on(self._names[0])
         else:
             self.ledger = None
         self._active = [True] * len(self.sources)

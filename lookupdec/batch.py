@@ -274,3 +274,50 @@ def decode_batch(verifier, seqs: "Seq[Sequence]", curve: "CostCurve | None", bat
         for i in [i for i in active if seqs[i].done]:
             active.remove(i)
             leave(i)
+
+
+def generate_batch(decoder, prompts, batch_size, references, predictions, remember: bool, on_result,
+                   settings: dict) -> list:
+    """``Decoder.generate_batch``: check the settings, make every prompt's sequence, decode them together.
+
+    ``settings`` are the other ``generate`` keywords, shared by every prompt (a ``seed`` becomes
+    ``seed + i`` for prompt ``i``). Every prompt is checked before any model work; an error names
+    the prompt.
+    """
+    if isinstance(batch_size, bool) or int(batch_size) != batch_size or batch_size < 1:
+        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+    prompts = list(prompts)
+    n = len(prompts)
+    for name, per in (("references", references), ("predictions", predictions)):
+        if per is not None and len(per) != n:
+            raise ValueError(f"{name} needs one entry per prompt: {len(per)} for {n} prompts")
+    if "on_text" in settings or "drafter" in settings:
+        raise ValueError("generate_batch takes no on_text or drafter (one per prompt would be needed)")
+    settings = dict(settings)
+    seed = settings.pop("seed", None)
+    grammar = settings.pop("grammar", None)
+    seqs = []
+    for i, prompt in enumerate(prompts):
+        try:
+            seqs.append(decoder.new_sequence(
+                prompt, references=None if references is None else references[i],
+                prediction=None if predictions is None else predictions[i],
+                seed=None if seed is None else int(seed) + i, grammar=grammar, **settings))
+        except Exception as exc:
+            if n > 1 and isinstance(exc, (ValueError, TypeError)):
+                raise type(exc)(f"prompt {i}: {exc}") from exc
+            raise
+    # Plain decoding drafts nothing, so only other methods need the curve that prices the batch.
+    curve = None if settings.get("method", "auto") == "ar" else decoder.costs()
+    results: list = [None] * n
+
+    def done(i: int) -> None:
+        res = seqs[i].result()
+        results[i] = res
+        if remember:
+            decoder.remember(res)
+        if on_result is not None:
+            on_result(i, res)
+
+    decode_batch(decoder.verifier, seqs, curve, batch_size, done)
+    return results

@@ -18,10 +18,10 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from lookupdec.decoder_args import open_history_arg, open_indexes, reference_ids, renamed_arguments
+from lookupdec.decoder_args import checked_prompt, open_history_arg, open_indexes, reference_ids, renamed_arguments
 from lookupdec.drafters.base import as_drafter
 from lookupdec.drafters.state import DrafterState
-from lookupdec.errors import ContextTooLongError, ModelLoadError
+from lookupdec.errors import ModelLoadError
 from lookupdec.methods import METHODS, make_drafter, method_inputs  # noqa: F401  (METHODS: re-exported for callers)
 from lookupdec.models import LoadedModel, encode_prompt, load_model
 from lookupdec.proposals import check_tree
@@ -418,44 +418,9 @@ class Decoder:
         Example:
             >>> dec.generate_batch(["Say a", "Say b"], method="ar", max_new_tokens=4)  # doctest: +SKIP
         """
-        from lookupdec.batch import decode_batch
+        from lookupdec.batch import generate_batch
 
-        if isinstance(batch_size, bool) or int(batch_size) != batch_size or batch_size < 1:
-            raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
-        prompts = list(prompts)
-        n = len(prompts)
-        for name, per in (("references", references), ("predictions", predictions)):
-            if per is not None and len(per) != n:
-                raise ValueError(f"{name} needs one entry per prompt: {len(per)} for {n} prompts")
-        if "on_text" in kwargs or "drafter" in kwargs:
-            raise ValueError("generate_batch takes no on_text or drafter (one per prompt would be needed)")
-        seed = kwargs.pop("seed", None)
-        grammar = kwargs.pop("grammar", None)
-        seqs = []
-        for i, prompt in enumerate(prompts):
-            try:
-                seqs.append(self.new_sequence(
-                    prompt, references=None if references is None else references[i],
-                    prediction=None if predictions is None else predictions[i],
-                    seed=None if seed is None else int(seed) + i, grammar=grammar, **kwargs))
-            except Exception as exc:
-                if n > 1 and isinstance(exc, (ValueError, TypeError)):
-                    raise type(exc)(f"prompt {i}: {exc}") from exc
-                raise
-        # Plain decoding drafts nothing, so only other methods need the curve that prices the batch.
-        curve = None if kwargs.get("method", "auto") == "ar" else self.costs()
-        results: list[GenerationResult | None] = [None] * n
-
-        def done(i: int) -> None:
-            res = seqs[i].result()
-            results[i] = res
-            if remember:
-                self.remember(res)
-            if on_result is not None:
-                on_result(i, res)
-
-        decode_batch(self.verifier, seqs, curve, batch_size, done)
-        return results
+        return generate_batch(self, prompts, batch_size, references, predictions, remember, on_result, kwargs)
 
     def prepare(self, prompt, max_new_tokens: int, chat_template: bool = True) -> list[int]:
         """The prompt's token ids, checked to fit the context with ``max_new_tokens`` more.
@@ -465,19 +430,8 @@ class Decoder:
             TypeError, ValueError: a prompt of none of the accepted forms, an empty one,
                 or a token id outside the vocabulary.
         """
-        prompt_ids = self.encode(prompt, chat_template)
-        bad = next(((i, t) for i, t in enumerate(prompt_ids) if not 0 <= t < self.vocab_size), None)
-        if bad is not None:
-            raise ValueError(f"prompt token id {bad[1]} (position {bad[0]}) is outside the model's vocabulary "
-                             f"[0, {self.vocab_size}); token-id prompts must come from this model's tokenizer")
-        limit = self.loaded.max_context
-        if len(prompt_ids) + max_new_tokens > limit:
-            raise ContextTooLongError(
-                f"the prompt has {len(prompt_ids)} tokens and max_new_tokens is {max_new_tokens}: "
-                f"{len(prompt_ids) + max_new_tokens} > the model's context of {limit} tokens; "
-                f"shorten the prompt or set max_new_tokens to at most {max(limit - len(prompt_ids), 0)}"
-            )
-        return prompt_ids
+        return checked_prompt(self.encode(prompt, chat_template), self.vocab_size, self.loaded.max_context,
+                              max_new_tokens)
 
     def _checked(self, drafter, tree: DraftTree, budget: int, max_depth: int) -> tuple[DraftTree, np.ndarray | None]:
         """The proposal checked and cut to the step's request (``lookupdec.proposals.check_tree``)."""

@@ -68,3 +68,25 @@ def reference_ids(tokenizer, references) -> list[list[int]] | None:
     if not out:
         raise ValueError("references is an empty list; pass at least one document, or None")
     return out
+
+
+def checked_prompt(prompt_ids: list[int], vocab_size: int, max_context: int, max_new_tokens: int) -> list[int]:
+    """``prompt_ids`` if every id is in the vocabulary and ``max_new_tokens`` more fit the context.
+
+    Raises:
+        ValueError: a token id outside ``[0, vocab_size)``.
+        ContextTooLongError: naming both lengths and the largest max_new_tokens that fits.
+    """
+    from lookupdec.errors import ContextTooLongError
+
+    bad = next(((i, t) for i, t in enumerate(prompt_ids) if not 0 <= t < vocab_size), None)
+    if bad is not None:
+        raise ValueError(f"prompt token id {bad[1]} (position {bad[0]}) is outside the model's vocabulary "
+                         f"[0, {vocab_size}); token-id prompts must come from this model's tokenizer")
+    if len(prompt_ids) + max_new_tokens > max_context:
+        raise ContextTooLongError(
+            f"the prompt has {len(prompt_ids)} tokens and max_new_tokens is {max_new_tokens}: "
+            f"{len(prompt_ids) + max_new_tokens} > the model's context of {max_context} tokens; "
+            f"shorten the prompt or set max_new_tokens to at most {max(max_context - len(prompt_ids), 0)}"
+        )
+    return prompt_ids

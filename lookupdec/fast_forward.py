@@ -20,7 +20,8 @@ computation from the loaded model's own weights with the fewest torch calls:
   produced by the model's own rotary module, so they equal its values bit
   for bit);
 - RMS norms in one native call each (``ext/csrc/rmsnorm.c``: a row at a time, its sum of
-  squares in index order), ~25x cheaper than torch's ``rms_norm`` call on one row;
+  squares in index order): torch's ``rms_norm`` took ~25 microseconds a call on one row, and
+  the one-row forward of the embedded model fell from 12.9 to 11.5 ms with this;
 - grouped-query attention with ``F.scaled_dot_product_attention`` over a
   preallocated KV cache (``FlatKVCache``) written in place; width-1 steps
   run with no mask, tree steps with the float tree bias;

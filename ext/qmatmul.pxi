@@ -1,5 +1,5 @@
 # Native kernels of the fast forward: products with weights in GGML's Q4_1 / Q8_0 blocks (ext/csrc/qmatmul.h)
-# for lookupdec.products, and the RMS norm (ext/csrc/rmsnorm.h).
+# for lookupdec.products, the RMS norm (ext/csrc/rmsnorm.h) and decode-time attention (ext/csrc/attention.h).
 
 from libc.stdint cimport uint8_t
 
@@ -15,6 +15,11 @@ cdef extern from "qmatmul.h" nogil:
 
 cdef extern from "rmsnorm.h" nogil:
     void lk_rms_norm(const float *x, int64_t rows, int64_t n, const float *w, float eps, float *y)
+
+
+cdef extern from "attention.h" nogil:
+    int lk_attend(int n_seq, const int64_t *meta, const int64_t *kv, int layer, const float *qk, const float *v,
+                  int64_t v_stride, int H, int Hk, int D, float scale, float *out, int threads)
 
 
 cdef extern from "qpool.h" nogil:
@@ -69,3 +74,21 @@ def rms_norm_ptr(size_t x, int64_t rows, int64_t n, size_t w, float eps, size_t 
         raise ValueError("rms_norm: bad shape")
     with nogil:
         lk_rms_norm(<const float *>x, rows, n, <const float *>w, eps, <float *>y)
+
+
+def attend_ptr(int n_seq, size_t meta, size_t kv, int layer, size_t qk, size_t v, int64_t v_stride, int heads,
+               int kv_heads, int head_dim, float scale, size_t out, int threads):
+    """One layer's attention for the new rows of ``n_seq`` sequences (ext/csrc/attention.h).
+
+    ``meta``: int64 ``(n_seq, 4)`` (first row, rows, cached rows, bias address or 0); ``kv``:
+    int64 ``(n_seq, 2)`` (cache address, capacity). Raw addresses, as ``qmatmul_ptr``: the
+    caller (lookupdec.fast_forward) owns the checks.
+    """
+    if n_seq < 0 or heads <= 0 or kv_heads <= 0 or head_dim <= 0 or heads % kv_heads:
+        raise ValueError("attend: bad shape")
+    cdef int rc
+    with nogil:
+        rc = lk_attend(n_seq, <const int64_t *>meta, <const int64_t *>kv, layer, <const float *>qk,
+                       <const float *>v, v_stride, heads, kv_heads, head_dim, scale, <float *>out, threads)
+    if rc != 0:
+        raise MemoryError("attend: out of memory")

@@ -22,15 +22,20 @@ computation from the loaded model's own weights with the fewest torch calls:
 - RMS norms in one native call each (``ext/csrc/rmsnorm.c``: a row at a time, its sum of
   squares in index order): torch's ``rms_norm`` took ~25 microseconds a call on one row, and
   the one-row forward of the embedded model fell from 12.9 to 11.5 ms with this;
-- grouped-query attention with ``F.scaled_dot_product_attention`` over a
-  preallocated KV cache (``FlatKVCache``) written in place; width-1 steps
-  run with no mask, tree steps with the float tree bias;
+- grouped-query attention over a preallocated KV cache (``FlatKVCache``) written in place:
+  a prompt (causal, on an empty cache) through ``F.scaled_dot_product_attention``, every later
+  step (decode, tree verify, batches) through one native call a layer for all its sequences
+  (``ext/csrc/attention.c``): torch's call cost ~58 microseconds per sequence and layer, 2 of the
+  one-row forward's 10 ms and 7 of a four-sequence batch's 20 ms (8.5 and 14 ms with it). The
+  native routine treats each (row, head) alone in a fixed order, so with row-independent
+  products (the quantized format's) a tree node's logits are bit for bit those of decoding its
+  chain one token at a time;
 - the final norm and ``lm_head`` only for the rows whose logits are needed
   (``logit_rows="hidden"`` defers ``lm_head`` so a verifier can compute only
   the rows its acceptance walk visits);
 - several sequences in one forward (``forward_batch``, continuous batching): the
-  linear products run once over the rows of all of them, attention per sequence
-  over its own cache.
+  linear products run once over the rows of all of them, attention in the same native
+  call, each sequence over its own cache.
 
 The result equals the model's forward up to float rounding (tests compare
 logits within 1e-4); greedy exactness is stated against decoding with this
@@ -49,7 +54,7 @@ import torch
 import torch.nn.functional as F
 
 from lookupdec.kvcache import FlatKVCache, all_full_attention
-from lookupdec._native import rms_norm_ptr
+from lookupdec._native import attend_ptr, rms_norm_ptr
 from lookupdec.products import Product, make_linear, weights_unavailable_reason
 
 # model_type values whose decoder layer is: RMSNorm, attention (q/k/v/o
@@ -301,41 +306,10 @@ class FastForward:
             ``(len(logit_rows), vocab)`` float32 logits (an empty tensor when ``logit_rows`` is None),
             or ``(W, hidden)`` with ``logit_rows="hidden"``.
         """
-        w = ids.shape[0]
-        past = cache.length
-        end = past + w
-        if causal and past:
+        if causal and cache.length:
             raise ValueError("causal forwards run on an empty cache only (prefill)")
-        self._ensure_positions(int(positions.max()) + 1)
-        cache.reserve(end)
-        H, Hk, D = self.n_heads, self.n_kv_heads, self.head_dim
-        q_size, kv_size = H * D, Hk * D
-        cos = self._cos.index_select(0, positions).unsqueeze(1)         # (W, 1, D)
-        sin = self._sin_signed.index_select(0, positions).unsqueeze(1)
-        mask = None if bias is None else bias.view(1, 1, w, end)
-        x = F.embedding(ids, self.embed)                                  # (W, hidden), a new tensor: updated in place
-        kv = cache.kv
-        half = D // 2
-        for li, layer in enumerate(self.layers):
-            h = self._rms(x, layer.in_norm, self.eps)
-            qkv = layer.qkv(h)                                            # (W, (H + 2 Hk) D)
-            qk = qkv[:, : q_size + kv_size].view(w, H + Hk, D)
-            qk = torch.addcmul(qk * cos, torch.roll(qk, half, -1), sin)  # rotary on q and k at once
-            # Keys and values go straight into the cache rows past..end (layout: row, head, dim).
-            kv[li, 0, past:end] = qk[:, H:]
-            kv[li, 1, past:end] = qkv[:, q_size + kv_size:].view(w, Hk, D)
-            q = qk[:, :H].transpose(0, 1).unsqueeze(0)                   # (1, H, W, D)
-            k = kv[li, 0, :end].transpose(0, 1).unsqueeze(0)             # (1, Hk, end, D)
-            v = kv[li, 1, :end].transpose(0, 1).unsqueeze(0)
-            o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=self.scaling,
-                                               enable_gqa=H != Hk)
-            o = o[0].transpose(0, 1).reshape(w, q_size)
-            x.add_(layer.o(o))
-            h = self._rms(x, layer.post_norm, self.eps)
-            gu = layer.gate_up(h)
-            act = F.silu(gu[:, : self.intermediate]).mul_(gu[:, self.intermediate:])
-            x.add_(layer.down(act))
-        cache.length = end
+        x = self._prefill(cache, ids, positions) if causal else self._layers([cache], ids, positions,
+                                                                                [ids.shape[0]], [bias])
         if logit_rows is None:
             return x.new_empty((0, self.vocab))
         if isinstance(logit_rows, str):
@@ -352,9 +326,9 @@ class FastForward:
         """Several sequences' rows in one forward: each linear product runs once over all rows.
 
         Row blocks are concatenated in order (sequence ``s`` owns rows ``off[s] .. off[s+1]-1``)
-        for every product (q/k/v, o, gate/up, down); rotary is row-wise; attention runs per
-        sequence over its own cache with its own bias, so a row never sees another sequence's
-        keys. Each block's keys and values are appended to its own cache.
+        for every product (q/k/v, o, gate/up, down); rotary is row-wise; attention (one native call
+        a layer) takes each sequence over its own cache with its own bias, so a row never sees
+        another sequence's keys. Each block's keys and values are appended to its own cache.
 
         Args:
             caches: one cache per sequence (distinct objects); each grows by its block's width.
@@ -381,51 +355,96 @@ class FastForward:
         if n == 0:
             return []
         widths = [int(i.shape[0]) for i in ids_list]
+        x = self._layers(list(caches), torch.cat(list(ids_list)), torch.cat(list(pos_list)), widths, list(bias_list))
         offs = [0]
         for w in widths:
             offs.append(offs[-1] + w)
-        total = offs[-1]
+        hidden = self.final_hidden(x)
+        return [hidden[offs[s]:offs[s + 1]] for s in range(n)]
+
+    def _prefill(self, cache: FlatKVCache, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Causal forward of ``ids`` on an empty cache (a prompt): attention by torch's SDPA, whose
+        blocked products suit many rows over many keys. Returns the residual rows."""
+        w = ids.shape[0]
+        self._ensure_positions(int(positions.max()) + 1)
+        cache.reserve(w)
+        H, Hk, D = self.n_heads, self.n_kv_heads, self.head_dim
+        q_size, kv_size = H * D, Hk * D
+        cos = self._cos.index_select(0, positions).unsqueeze(1)         # (W, 1, D)
+        sin = self._sin_signed.index_select(0, positions).unsqueeze(1)
+        x = F.embedding(ids, self.embed)                                  # (W, hidden), a new tensor: updated in place
+        kv = cache.kv
+        half = D // 2
+        for li, layer in enumerate(self.layers):
+            h = self._rms(x, layer.in_norm, self.eps)
+            qkv = layer.qkv(h)                                            # (W, (H + 2 Hk) D)
+            qk = qkv[:, : q_size + kv_size].view(w, H + Hk, D)
+            qk = torch.addcmul(qk * cos, torch.roll(qk, half, -1), sin)  # rotary on q and k at once
+            # Keys and values go straight into the cache rows 0..w (layout: row, head, dim).
+            kv[li, 0, :w] = qk[:, H:]
+            kv[li, 1, :w] = qkv[:, q_size + kv_size:].view(w, Hk, D)
+            q = qk[:, :H].transpose(0, 1).unsqueeze(0)                   # (1, H, W, D)
+            k = kv[li, 0, :w].transpose(0, 1).unsqueeze(0)               # (1, Hk, W, D)
+            v = kv[li, 1, :w].transpose(0, 1).unsqueeze(0)
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scaling, enable_gqa=H != Hk)
+            x.add_(layer.o(o[0].transpose(0, 1).reshape(w, q_size)))
+            self._mlp(x, layer)
+        cache.length = w
+        return x
+
+    def _layers(self, caches: list[FlatKVCache], ids: torch.Tensor, positions: torch.Tensor, widths: list[int],
+                biases: list[torch.Tensor | None]) -> torch.Tensor:
+        """New rows of one or more sequences (row blocks in order) on top of their caches.
+
+        The linear products run once over all rows; attention is one native call a layer
+        (``ext/csrc/attention.c``) for every sequence, each row over its own cache and block
+        under its own bias. Returns the residual rows; every cache grows by its block's width.
+        """
+        total = ids.shape[0]
         pasts = [c.length for c in caches]
-        for c, p, w in zip(caches, pasts, widths):
+        meta, kv_rows, keep = [], [], []
+        off = 0
+        for c, p, w, b in zip(caches, pasts, widths, biases):
             c.reserve(p + w)
-        ids = torch.cat(list(ids_list))
-        positions = torch.cat(list(pos_list))
+            if c.kv.dtype != torch.float32 or not c.kv.is_contiguous():
+                raise ValueError("the fast forward needs a contiguous float32 KV cache (FastForward.new_cache)")
+            if b is not None:
+                b = b.reshape(w, p + w).to(torch.float32).contiguous()
+                keep.append(b)
+            meta.append([off, w, p, 0 if b is None else b.data_ptr()])
+            kv_rows.append([c.kv.data_ptr(), c.kv.shape[2]])
+            off += w
+        meta_t = torch.tensor(meta, dtype=torch.int64)
+        kv_t = torch.tensor(kv_rows, dtype=torch.int64)
         self._ensure_positions(int(positions.max()) + 1)
         H, Hk, D = self.n_heads, self.n_kv_heads, self.head_dim
         q_size, kv_size = H * D, Hk * D
         cos = self._cos.index_select(0, positions).unsqueeze(1)         # (R, 1, D)
         sin = self._sin_signed.index_select(0, positions).unsqueeze(1)
-        masks = [None if b is None else b.view(1, 1, w, p + w) for b, w, p in zip(bias_list, widths, pasts)]
-        x = F.embedding(ids, self.embed)                                  # (R, hidden)
-        half = D // 2
+        x = F.embedding(ids, self.embed)                                  # (R, hidden), a new tensor: updated in place
         att = x.new_empty((total, q_size))
+        half = D // 2
+        threads = torch.get_num_threads()
         for li, layer in enumerate(self.layers):
             h = self._rms(x, layer.in_norm, self.eps)
-            qkv = layer.qkv(h)                                            # (R, (H + 2 Hk) D), all sequences
+            qkv = layer.qkv(h).contiguous()                               # (R, (H + 2 Hk) D), all sequences
             qk = qkv[:, : q_size + kv_size].view(total, H + Hk, D)
-            qk = torch.addcmul(qk * cos, torch.roll(qk, half, -1), sin)
-            vv = qkv[:, q_size + kv_size:].view(total, Hk, D)
-            for s in range(n):
-                lo, hi, past, w = offs[s], offs[s + 1], pasts[s], widths[s]
-                end = past + w
-                kv = caches[s].kv
-                kv[li, 0, past:end] = qk[lo:hi, H:]
-                kv[li, 1, past:end] = vv[lo:hi]
-                q = qk[lo:hi, :H].transpose(0, 1).unsqueeze(0)            # (1, H, W_s, D)
-                k = kv[li, 0, :end].transpose(0, 1).unsqueeze(0)
-                v = kv[li, 1, :end].transpose(0, 1).unsqueeze(0)
-                o = F.scaled_dot_product_attention(q, k, v, attn_mask=masks[s], scale=self.scaling,
-                                                   enable_gqa=H != Hk)
-                att[lo:hi] = o[0].transpose(0, 1).reshape(w, q_size)
+            qk = torch.addcmul(qk * cos, torch.roll(qk, half, -1), sin)  # a new contiguous (R, H + Hk, D)
+            attend_ptr(len(caches), meta_t.data_ptr(), kv_t.data_ptr(), li, qk.data_ptr(),
+                       qkv.data_ptr() + (q_size + kv_size) * qkv.element_size(), qkv.stride(0), H, Hk, D,
+                       self.scaling, att.data_ptr(), threads)
             x.add_(layer.o(att))
-            h = self._rms(x, layer.post_norm, self.eps)
-            gu = layer.gate_up(h)
-            act = F.silu(gu[:, : self.intermediate]).mul_(gu[:, self.intermediate:])
-            x.add_(layer.down(act))
+            self._mlp(x, layer)
         for c, p, w in zip(caches, pasts, widths):
             c.length = p + w
-        hidden = self.final_hidden(x)
-        return [hidden[offs[s]:offs[s + 1]] for s in range(n)]
+        return x
+
+    def _mlp(self, x: torch.Tensor, layer: _Layer) -> None:
+        """The layer's second half, in place on the residual rows ``x``."""
+        h = self._rms(x, layer.post_norm, self.eps)
+        gu = layer.gate_up(h)
+        act = F.silu(gu[:, : self.intermediate]).mul_(gu[:, self.intermediate:])
+        x.add_(layer.down(act))
 
     def final_hidden(self, x: torch.Tensor) -> torch.Tensor:
         """The final norm of residual rows ``x`` ``(R, hidden)``: what ``logits`` takes (row by row)."""

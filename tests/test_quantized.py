@@ -217,3 +217,28 @@ def test_embedded_model_quantized_equals_its_float32_weights_and_methods_equal_a
         assert ar.token_ids == ref.generate(ids, method="ar", max_new_tokens=40).token_ids
         for method in ("pld", "auto"):
             assert dec.generate(ids, method=method, max_new_tokens=40).token_ids == ar.token_ids, method
+
+
+def test_every_tree_row_is_the_bits_of_one_token_at_a_time_decoding(isa):
+    """With quantized weights every step of the fast forward treats rows alone (the products, the norms and the
+    native attention), so a verified tree node's logits are exactly those of feeding its root-to-node chain one
+    token per forward, as ``ar`` does: not merely close."""
+    from lookupdec.verify import TreeVerifier
+    from tests.test_fast_forward import _random_tree
+
+    verifier = TreeVerifier(_blockified(0).model, fast=True, weights="quantized")
+    rng = np.random.default_rng(3)
+    prompt = rng.integers(3, TINY_VOCAB, 17).tolist()
+    root = int(rng.integers(3, TINY_VOCAB))
+    for n in (2, 9, 20):
+        tree = _random_tree(rng, n)
+        cache = verifier.new_cache(64)
+        verifier.prefill(cache, prompt)
+        res = verifier.forward(cache, len(prompt), root, tree)
+        for i in range(n):
+            chain = verifier.new_cache(64)
+            verifier.prefill(chain, prompt)
+            for j, token in enumerate([root] + tree.path_tokens(i)):
+                logits = verifier.fast.forward(chain, torch.tensor([token]), torch.tensor([len(prompt) + j]), None,
+                                               [0])
+            assert torch.equal(res.logits[1 + i], logits[0]), (n, i)

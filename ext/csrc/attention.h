@@ -1,0 +1,35 @@
+/* Decode-time attention of the fast forward: the new rows of several sequences over
+ * their own KV caches, one layer, in one call.
+ *
+ * A verify or decode step adds a few rows per sequence. torch's attention costs ~58
+ * microseconds a call here, per sequence and layer, whatever the work (9 heads x 1 row
+ * x 300 keys is ~170k multiply-adds); a batch of 4 sequences paid 7 ms of a 20 ms step
+ * in those calls. This routine does every sequence of a layer in one call.
+ *
+ * Each (row, head) is computed alone, in a fixed order: scores key by key (a dot product
+ * in one order), their maximum, exp(score - max) by one polynomial (the same operations
+ * in every vector lane and in the scalar tail), the denominator summed key by key, and
+ * the output accumulated key by key. A masked key (bias of -inf or float32's lowest)
+ * adds exactly zero. So a row's output depends only on its query, its unmasked keys in
+ * order, and the instruction set: not on the other rows of its step, on other sequences,
+ * on the masked keys between, or on the thread count. */
+#ifndef LK_ATTENTION_H
+#define LK_ATTENTION_H
+
+#include <stdint.h>
+
+/* One sequence of the call (meta row, int64): first row in qk/out, rows w, cached rows past,
+ * address of its bias (float32, w x (past + w), row-major; 0 = every row sees every key). */
+#define LK_ATTN_META 4
+/* Its cache (kv row, int64): address of the whole float32 cache (layers, 2, cap, Hk, D), cap. */
+#define LK_ATTN_KV 2
+
+/* For each sequence s: write the keys (qk rows, heads H..H+Hk-1) and values (v rows, stride
+ * v_stride floats) of its w rows into cache rows past..past+w-1 of layer `layer`, then set
+ * out rows (R x H*D) to softmax(q k^T * scale + bias) v over cache rows 0..past+w-1, head h
+ * using kv head h / (H / Hk). qk: R x (H + Hk) x D, contiguous (rotary already applied).
+ * Returns LK_OK or LK_ENOMEM (nothing written to out then). */
+int lk_attend(int n_seq, const int64_t *meta, const int64_t *kv, int layer, const float *qk, const float *v,
+              int64_t v_stride, int H, int Hk, int D, float scale, float *out, int threads);
+
+#endif

@@ -1,0 +1,137 @@
+"""The native decode attention (ext/csrc/attention.c) against a float64 oracle on every instruction set
+this CPU has, and its contract: a row's output depends only on its query and its unmasked keys in order,
+bit for bit, not on the other rows or sequences of the call, the masked keys between, or the threads."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from lookupdec import _native
+
+ISAS = [isa for isa in ("avx512", "avx2", "c") if _native.qmatmul_force_isa(isa)]
+_native.qmatmul_force_isa(ISAS[0])  # back to the best this CPU has (what the dispatch picks)
+LOWEST = torch.finfo(torch.float32).min
+
+
+@pytest.fixture(params=ISAS)
+def isa(request):
+    assert _native.qmatmul_force_isa(request.param)
+    yield request.param
+    _native.qmatmul_force_isa(ISAS[0])
+
+
+class Seq:
+    """One sequence: a cache (layers, 2, cap, Hk, D) whose first ``past`` rows are random."""
+
+    def __init__(self, rng, past, Hk, D, layers=2, cap=64):
+        self.kv = torch.from_numpy(rng.standard_normal((layers, 2, cap, Hk, D)).astype(np.float32))
+        self.past = past
+
+
+def attend(seqs, blocks, biases, H, Hk, D, layer=1, threads=2, scale=0.125):
+    """Call the kernel: ``blocks[s]`` = (q (w, H, D), k (w, Hk, D), v (w, Hk, D)); returns out rows per sequence."""
+    qk = torch.cat([torch.cat([q, k], 1) for q, k, _ in blocks]).contiguous()
+    vpad = torch.cat([torch.cat([torch.zeros(v.shape[0], 3), v.reshape(v.shape[0], -1)], 1) for *_, v in blocks])
+    widths = [b[0].shape[0] for b in blocks]
+    offs = np.cumsum([0] + widths)
+    keep = [None if b is None else b.contiguous() for b in biases]
+    meta = torch.tensor([[int(offs[i]), widths[i], s.past, 0 if b is None else b.data_ptr()]
+                         for i, (s, b) in enumerate(zip(seqs, keep))], dtype=torch.int64)
+    kv = torch.tensor([[s.kv.data_ptr(), s.kv.shape[2]] for s in seqs], dtype=torch.int64)
+    out = torch.full((int(offs[-1]), H * D), float("nan"))
+    vpad = vpad.contiguous()
+    _native.attend_ptr(len(seqs), meta.data_ptr(), kv.data_ptr(), layer, qk.data_ptr(), vpad.data_ptr() + 12,
+                       vpad.stride(0), H, Hk, D, scale, out.data_ptr(), threads)
+    for s, w in zip(seqs, widths):
+        s.past += w
+    return [out[offs[i]:offs[i + 1]].view(widths[i], H, D) for i in range(len(seqs))]
+
+
+def oracle(keys, vals, q, bias, scale):
+    """float64 softmax(q k^T scale + bias) v; keys/vals (n, Hk, D), q (w, H, D), bias (w, n) or None."""
+    H, Hk = q.shape[1], keys.shape[1]
+    k = keys.double().repeat_interleave(H // Hk, 1)
+    v = vals.double().repeat_interleave(H // Hk, 1)
+    s = torch.einsum("whd,nhd->hwn", q.double(), k) * scale
+    if bias is not None:
+        s = s + bias.double().clamp(min=-1e300)
+    return torch.einsum("hwn,nhd->whd", torch.softmax(s, -1), v)
+
+
+def _block(rng, w, H, Hk, D):
+    f = lambda *shape: torch.from_numpy((rng.standard_normal(shape) * 1.5).astype(np.float32))  # noqa: E731
+    return f(w, H, D), f(w, Hk, D), f(w, Hk, D)
+
+
+@pytest.mark.parametrize("H,Hk,D", [(9, 3, 64), (4, 4, 24), (2, 1, 20)])
+def test_attention_equals_the_float64_oracle_and_writes_the_cache(isa, H, Hk, D):
+    rng = np.random.default_rng(D)
+    seqs = [Seq(rng, 0, Hk, D), Seq(rng, 37, Hk, D), Seq(rng, 5, Hk, D)]
+    pasts = [s.past for s in seqs]
+    blocks = [_block(rng, w, H, Hk, D) for w in (3, 1, 6)]
+    bias = torch.zeros(6, 5 + 6)
+    bias[:, 5:] = torch.triu(torch.full((6, 6), float("-inf")), 1)  # causal among the block, -inf masks
+    bias[2, 1] = LOWEST                                             # and float32's lowest masks too
+    outs = attend(seqs, blocks, [None, None, bias], H, Hk, D)
+    for s, p, (q, k, v), b, out in zip(seqs, pasts, blocks, [None, None, bias], outs):
+        end = p + q.shape[0]
+        assert torch.equal(s.kv[1, 0, p:end], k) and torch.equal(s.kv[1, 1, p:end], v)
+        want = oracle(s.kv[1, 0, :end], s.kv[1, 1, :end], q, b, 0.125)
+        torch.testing.assert_close(out.double(), want, rtol=1e-5, atol=2e-6)
+
+
+def test_a_row_is_the_same_bits_alone_in_order_as_among_masked_keys_other_rows_and_sequences(isa):
+    """A tree row (its siblings' keys masked between its ancestors') equals the same row decoded one token
+    at a time with no bias (ar); and a call with another sequence beside it, or on one thread, changes
+    nothing. This is what makes a verify forward's rows those of ar's forwards."""
+    H, Hk, D = 9, 3, 64
+    rng = np.random.default_rng(1)
+    parents = [-1, 0, 0, 1, 2, 3, 3, 1]  # node i's parent (-1 = the root row 0)
+    w = len(parents)
+    q, k, v = _block(rng, w, H, Hk, D)
+    base = Seq(rng, 21, Hk, D)
+    past = base.past
+    allowed = np.zeros((w, w), dtype=bool)
+    for i in range(w):
+        j = i
+        while j >= 0:
+            allowed[i, j] = True
+            j = parents[j]
+    for masked in (float("-inf"), LOWEST):
+        bias = torch.zeros(w, past + w)
+        bias[:, past:][torch.from_numpy(~allowed)] = masked
+        tree = Seq(rng, past, Hk, D)
+        tree.kv[:, :, :past] = base.kv[:, :, :past]
+        other = Seq(rng, 50, Hk, D)
+        together = attend([other, tree], [_block(rng, 3, H, Hk, D), (q, k, v)], [None, bias], H, Hk, D)[1]
+        alone = Seq(rng, past, Hk, D)
+        alone.kv[:, :, :past] = base.kv[:, :, :past]
+        one_thread = attend([alone], [(q, k, v)], [bias], H, Hk, D, threads=1)[0]
+        assert torch.equal(together, one_thread)
+        for i in range(w):
+            chain = np.flatnonzero(allowed[i]).tolist()  # ancestors in order, then i
+            ar = Seq(rng, past, Hk, D)
+            ar.kv[:, :, :past] = base.kv[:, :, :past]
+            for j in chain:
+                row = attend([ar], [(q[j:j + 1], k[j:j + 1], v[j:j + 1])], [None], H, Hk, D)[0]
+            assert torch.equal(row[0], together[i]), (masked, i)
+
+
+def test_the_instruction_sets_agree_to_float_rounding():
+    H, Hk, D = 6, 2, 64
+    outs = []
+    for isa in ISAS:
+        assert _native.qmatmul_force_isa(isa)
+        rng = np.random.default_rng(7)
+        seqs = [Seq(rng, 40, Hk, D)]
+        outs.append(attend(seqs, [_block(rng, 4, H, Hk, D)], [None], H, Hk, D)[0])
+    _native.qmatmul_force_isa(ISAS[0])
+    for o in outs[1:]:
+        torch.testing.assert_close(o, outs[0], rtol=1e-5, atol=1e-6)
+
+
+def test_bad_shapes_are_refused_before_any_memory_is_touched():
+    for heads, kv_heads, dim in ((0, 1, 8), (3, 2, 8), (2, 1, 0)):
+        with pytest.raises(ValueError):
+            _native.attend_ptr(1, 0, 0, 0, 0, 0, 0, heads, kv_heads, dim, 1.0, 0, 1)

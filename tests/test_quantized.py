@@ -99,7 +99,7 @@ def test_each_row_of_a_quantized_product_is_independent_of_its_batch_bit_for_bit
         for fmt in ("q4_1", "q8_0"):
             w = _matrix(rng, 45, 96, fmt)  # 45 outputs: full tiles of 4 and a remainder
             lin = make_linear(torch.from_numpy(w), None, "quantized")
-            x = rng.standard_normal((101, 96)).astype(np.float32)
+            x = rng.standard_normal((101, 96)).astype(np.float32)  # two passes of rows: 64, then 37
             full = _product(lin, x)
             for r in (0, 5, 36, 47, 48, 100):
                 assert np.array_equal(_product(lin, x[r:r + 1]), full[r:r + 1])

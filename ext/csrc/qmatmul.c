@@ -293,6 +293,12 @@ int lk_qmatmul_force_isa(const char *name) {
     return 1;
 }
 
+/* Rows per pass over the weights: a prompt's rows in chunks that stay in L2 while every output
+ * tile of a part runs over them (1,024 rows at once streamed the whole input from memory once per
+ * 4 outputs: a prefill of 1,024 tokens took 2.0 s against 1.0 s with float32 weights). A row's
+ * sums do not depend on its chunk. */
+#define ROW_CHUNK 64
+
 /* Part p of parts takes a contiguous run of whole output tiles. */
 static void run_part(void *ctx, int part, int parts) {
     const job *j = ctx;
@@ -300,9 +306,15 @@ static void run_part(void *ctx, int part, int parts) {
     int64_t t0 = tiles * part / parts, t1 = tiles * (part + 1) / parts;
     /* Without scratch memory the tiles dequantize in registers: slower for many rows, same sums. */
     float *scratch = j->rows > RB ? aligned_alloc(64, (size_t)((NB * j->k * 4 + 63) / 64 * 64)) : NULL;
-    for (int64_t t = t0; t < t1; t++) {
-        int64_t n0 = t * NB;
-        tile(j, scratch, n0, j->n - n0 < NB ? j->n - n0 : NB);
+    for (int64_t r0 = 0; r0 < j->rows; r0 += ROW_CHUNK) {
+        job c = *j;
+        c.x = j->x + r0 * j->k;
+        c.y = j->y + r0 * j->n;
+        c.rows = j->rows - r0 < ROW_CHUNK ? j->rows - r0 : ROW_CHUNK;
+        for (int64_t t = t0; t < t1; t++) {
+            int64_t n0 = t * NB;
+            tile(&c, scratch, n0, j->n - n0 < NB ? j->n - n0 : NB);
+        }
     }
     free(scratch);
 }

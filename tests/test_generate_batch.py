@@ -209,6 +209,39 @@ def test_batch_gate_pauses_after_idle_steps_doubles_and_resets():
     assert g.budget(1, 7) == 7 and g.skip == 5
 
 
+def test_batch_gate_pauses_kept_drafts_that_deliver_fewer_tokens_per_second_than_plain_steps():
+    """Kept drafts are judged by what they deliver: every JUDGE_STEPS drafting steps their tokens/s is
+    compared with plain steps of the same batch size (probed first when there are none)."""
+    from lookupdec.batch import BatchGate
+
+    g = BatchGate()
+    J, P = BatchGate.JUDGE_STEPS, BatchGate.PROBE
+
+    def drafting(size, tokens, seconds, steps=J):
+        for _ in range(steps):
+            assert g.budget(size, 16) == 16
+            g.record(size, True, True, tokens, seconds)
+
+    def plain(size, tokens, seconds, steps):
+        for _ in range(steps):
+            assert g.budget(size, 16) == 0
+            g.record(size, False, False, tokens, seconds)
+
+    drafting(3, 4, 0.4)                     # 10 tok/s, nothing to compare with yet: probe plain steps
+    plain(3, 3, 0.2, P)                     # 15 tok/s
+    assert g.budget(3, 16) == 16
+    drafting(3, 4, 0.4)                     # drafting slower than plain: a pause of FIRST_PAUSE
+    plain(3, 3, 0.2, BatchGate.FIRST_PAUSE)
+    assert g.pause == 2 * BatchGate.FIRST_PAUSE
+    drafting(3, 6, 0.3)                     # 20 tok/s: it pays, drafting goes on, the pause starts over
+    assert g.skip == 0 and g.pause == BatchGate.FIRST_PAUSE
+    drafting(3, 6, 0.3, J - 1)
+    drafting(4, 1, 0.4, J - 1)              # another size starts its own judgement: no verdict yet
+    assert g.skip == 0
+    drafting(4, 1, 0.4, 1)                  # and it has no plain steps of size 4: probe them
+    assert g.skip == P
+
+
 class _CountingDrafter:
     """Proposes the true continuation (first ``depth`` tokens); counts the proposals."""
 

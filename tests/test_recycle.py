@@ -138,3 +138,22 @@ def test_drafters_of_one_state_share_the_table():
                          topk_probs=np.full((1, 8), 0.1, np.float32)))
     assert b.table.successors(1)[0].tolist() == list(range(10, 18))  # the next request starts warm
     assert len(c.table.successors(1)[0]) == 0                          # another decoder's is its own
+
+
+def test_a_step_planned_without_budget_asks_for_no_top_k_rows_and_stays_exact():
+    """A batch's gate (or draft_budget=0) plans steps with budget 0: no draft, and no top-k rows for
+    Token Recycling's table either (that was most of what such a step cost beyond ``ar``)."""
+    dec = Decoder(tiny_loaded(3), draft_budget=8)
+    prompt = np.random.default_rng(0).integers(3, TINY_VOCAB, 12).tolist()
+    ar = dec.generate(prompt, method="ar", max_new_tokens=20).token_ids
+    for method in ("recycle", "auto"):
+        seq = dec.new_sequence(prompt, method=method, max_new_tokens=20)
+        seq.prefill()
+        assert seq.plan(None).topk > 0, method
+        plain = seq.plan(0)
+        assert plain.topk == 0 and len(plain.tree) == 0 and plain.extra is None, method
+        from lookupdec.batch import step_together
+
+        while not seq.done:
+            step_together(dec.verifier, [seq], None, budget=0 if len(seq.new) % 2 else None)
+        assert seq.result().token_ids == ar, method

@@ -119,15 +119,8 @@ def test_every_node_equals_its_chain_through_the_fast_forward(kind):
     """Tree property within one backend: node logits == the fast forward of its root-to-node chain."""
     model = MODELS[kind]()
     verifier = TreeVerifier(model, fast=True)
-    rng = np.random.default_rng(3)
-    prompt = rng.integers(3, TINY_VOCAB, 17).tolist()
-    root = int(rng.integers(3, TINY_VOCAB))
-    for n in (2, 9, 20):
-        tree = _random_tree(rng, n)
-        cache = verifier.new_cache(64)
-        verifier.prefill(cache, prompt)
-        res = verifier.forward(cache, len(prompt), root, tree)
-        for i in range(n):
+    for prompt, root, tree, res in verified_trees(verifier):
+        for i in range(len(tree)):
             chain = [root] + tree.path_tokens(i)
             c2 = verifier.new_cache(64)
             verifier.prefill(c2, prompt)
@@ -135,6 +128,18 @@ def test_every_node_equals_its_chain_through_the_fast_forward(kind):
                                            None if len(chain) == 1 else _causal_bias(len(prompt), len(chain)),
                                            [len(chain) - 1])
             torch.testing.assert_close(res.logits[1 + i], logits[0], atol=ATOL, rtol=1e-5)
+
+
+def verified_trees(verifier, seed: int = 3, sizes=(2, 9, 20)):
+    """Random trees of ``sizes`` nodes verified on a random 17-token prompt: (prompt, root, tree, result)."""
+    rng = np.random.default_rng(seed)
+    prompt = rng.integers(3, TINY_VOCAB, 17).tolist()
+    root = int(rng.integers(3, TINY_VOCAB))
+    for n in sizes:
+        tree = _random_tree(rng, n)
+        cache = verifier.new_cache(64)
+        verifier.prefill(cache, prompt)
+        yield prompt, root, tree, verifier.forward(cache, len(prompt), root, tree)
 
 
 def _causal_bias(past, w):

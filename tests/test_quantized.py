@@ -224,21 +224,14 @@ def test_every_tree_row_is_the_bits_of_one_token_at_a_time_decoding(isa):
     native attention), so a verified tree node's logits are exactly those of feeding its root-to-node chain one
     token per forward, as ``ar`` does: not merely close."""
     from lookupdec.verify import TreeVerifier
-    from tests.test_fast_forward import _random_tree
+    from tests.test_fast_forward import verified_trees
 
     verifier = TreeVerifier(_blockified(0).model, fast=True, weights="quantized")
-    rng = np.random.default_rng(3)
-    prompt = rng.integers(3, TINY_VOCAB, 17).tolist()
-    root = int(rng.integers(3, TINY_VOCAB))
-    for n in (2, 9, 20):
-        tree = _random_tree(rng, n)
-        cache = verifier.new_cache(64)
-        verifier.prefill(cache, prompt)
-        res = verifier.forward(cache, len(prompt), root, tree)
-        for i in range(n):
+    for prompt, root, tree, res in verified_trees(verifier, sizes=(2, 9, 20, 40)):
+        for i in range(len(tree)):
             chain = verifier.new_cache(64)
             verifier.prefill(chain, prompt)
             for j, token in enumerate([root] + tree.path_tokens(i)):
                 logits = verifier.fast.forward(chain, torch.tensor([token]), torch.tensor([len(prompt) + j]), None,
                                                [0])
-            assert torch.equal(res.logits[1 + i], logits[0]), (n, i)
+            assert torch.equal(res.logits[1 + i], logits[0]), (len(tree), i)

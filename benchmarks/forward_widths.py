@@ -1,0 +1,123 @@
+"""The fast forward timed as the decoder calls it: decode/verify forwards by width and cache length,
+several sequences in one forward, and prompts (prefill).
+
+What it times (``FastForward`` directly, the embedded model unless ``--model``):
+
+- ``verify``: one forward of W rows (a causal chain's bias for W > 1, none for one row) on top of a
+  cache of P rows, ``lm_head`` for one row, for each W in ``--widths`` and P in ``--pasts``;
+- ``batch``: ``forward_batch`` of N sequences, one row each, on caches of ``--batch-past`` rows,
+  for N in ``--batch-sizes`` (no ``lm_head``: what the batched step adds on top is the verifier's);
+- ``prefill``: a causal forward of a prompt of L tokens on an empty cache, ``lm_head`` for its last
+  row, for L in ``--prompts``.
+
+Medians of ``--repeats`` timed calls after one untimed call. Prints a JSON object (and writes it to
+``--out`` when given) naming the CPU, ISA, threads and weight format.
+
+Usage:
+    python benchmarks/forward_widths.py --threads 2 --weights quantized [--out FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x]
+
+
+def _median_ms(fn, repeats: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return round(statistics.median(times) * 1e3, 2)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default=None, help="model (default: the embedded SmolLM2-135M)")
+    ap.add_argument("--weights", default="quantized", help="weight format of the fast forward")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    ap.add_argument("--widths", default="1,4,8,16,32,64")
+    ap.add_argument("--pasts", default="300,1500")
+    ap.add_argument("--batch-sizes", default="1,2,4,8")
+    ap.add_argument("--batch-past", type=int, default=300)
+    ap.add_argument("--prompts", default="64,256,1024")
+    ap.add_argument("--repeats", type=int, default=9)
+    ap.add_argument("--out", type=Path, default=None, help="also write the JSON here")
+    args = ap.parse_args(argv)
+
+    import torch
+
+    from lookupdec.costs import device_description
+    from lookupdec.fast_forward import FastForward
+    from lookupdec.models import load_model
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    lm = load_model(args.model)
+    ff = FastForward(lm.model, weights=args.weights)
+    vocab = ff.vocab
+    gen = torch.Generator().manual_seed(0)
+
+    def ids(n):
+        return torch.randint(3, vocab, (n,), generator=gen)
+
+    def filled(past, room):
+        cache = ff.new_cache(past + room)
+        ff.forward(cache, ids(past), torch.arange(past), None, None, causal=True)
+        return cache
+
+    out = {"device": device_description(torch.device("cpu")), "threads": torch.get_num_threads(),
+           "weights": args.weights, "verify_ms": {}, "batch_ms": {}, "prefill_ms": {}}
+    low = torch.finfo(torch.float32).min
+    for past in _ints(args.pasts):
+        row = {}
+        for w in _ints(args.widths):
+            cache = filled(past, w)
+            bias = torch.zeros(1, 1, w, past + w)
+            bias[..., past:] = torch.triu(torch.full((w, w), low), 1)
+            x, pos = ids(w), past + torch.arange(w)
+
+            def step(cache=cache, x=x, pos=pos, bias=None if w == 1 else bias):
+                cache.length = past
+                ff.forward(cache, x, pos, bias, [0])
+
+            row[w] = _median_ms(step, args.repeats)
+        out["verify_ms"][past] = row
+    for n in _ints(args.batch_sizes):
+        caches = [filled(args.batch_past, 1) for _ in range(n)]
+
+        def batch(caches=caches, n=n):
+            for c in caches:
+                c.length = args.batch_past
+            ff.forward_batch(caches, [ids(1) for _ in range(n)],
+                             [torch.tensor([args.batch_past]) for _ in range(n)], [None] * n)
+
+        out["batch_ms"][n] = _median_ms(batch, args.repeats)
+    for n in _ints(args.prompts):
+        x = ids(n)
+
+        def prefill(x=x, n=n):
+            ff.forward(ff.new_cache(n), x, torch.arange(n), None, [n - 1], causal=True)
+
+        out["prefill_ms"][n] = _median_ms(prefill, max(3, args.repeats // 3))
+    text = json.dumps(out, indent=1)
+    print(text)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -12,6 +12,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
+from lookupdec.sampling import sample
 from lookupdec.tree import DraftTree
 
 
@@ -107,7 +108,7 @@ def sample_accept(tree: DraftTree, row_probs: Callable[[int], torch.Tensor], gen
         return float(torch.rand((), generator=generator, dtype=torch.float64)) < ratio
 
     def draw(p: torch.Tensor) -> int:
-        return int(torch.multinomial(p, 1, generator=generator).item())
+        return sample(p, generator)
 
     return accept_walk(tree, row_probs, coin, draw)
 

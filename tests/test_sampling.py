@@ -196,3 +196,24 @@ def test_same_seed_same_output_and_ar_equals_itself():
     c = dec.generate([5, 6, 7], method="ar", max_new_tokens=20, temperature=0.8, seed=4)
     assert a.token_ids == b.token_ids
     assert a.token_ids != c.token_ids
+
+
+def test_sample_draws_each_token_with_its_probability_and_never_one_without_mass():
+    """The inverse-CDF sampler against its law: unnormalised weights with zeros between, a peaked
+    vocabulary-sized vector, and the same seed giving the same draws."""
+    weights = torch.tensor([0.3, 0.0, 0.75, 1.95, 0.0, 0.0, 0.5])
+    g = torch.Generator().manual_seed(1)
+    counts = np.bincount([sample(weights, g) for _ in range(20000)], minlength=len(weights))
+    assert counts[1] == counts[4] == counts[5] == 0
+    assert_matches(counts, (weights / weights.sum()).numpy())
+    big = torch.softmax(torch.randn(49152, generator=torch.Generator().manual_seed(2)) * 4, 0)
+    big[::2] = 0.0  # half the vocabulary without mass
+    g = torch.Generator().manual_seed(3)
+    draws = [sample(big, g) for _ in range(3000)]
+    assert all(d % 2 == 1 for d in draws)
+    top = torch.topk(big, 5).indices.tolist()
+    counts = np.array([sum(d == t for d in draws) for t in top] + [sum(d not in top for d in draws)])
+    probs = (big[top] / big.sum()).numpy()
+    assert_matches(counts, np.append(probs, 1.0 - probs.sum()))
+    a, b = torch.Generator().manual_seed(9), torch.Generator().manual_seed(9)
+    assert [sample(big, a) for _ in range(50)] == [sample(big, b) for _ in range(50)]

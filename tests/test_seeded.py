@@ -78,7 +78,10 @@ def test_priced_methods_sampled_repeat_on_fresh_decoders_when_pricing_is_held_fi
     for name in ("a", "b"):
         dec = _decoder(4.0, tmp_path, name, cost_curve=curve)  # decisive weights: drafts get accepted
         _results(dec, method, 0.0)  # a first round teaches the decoder (history, tables, calibration)
-        res = _results(dec, method, 0.3) + _results(dec, method, 0.3)  # sampled rounds, state carried on
+        # Sampled rounds, state carried on. History's drafts are rarely accepted here at 0.3 (1-6 of
+        # ~90 tokens over seeds 7-11, none with seed 7): seed 9 is one where they are, so that the
+        # agreement below is between runs whose drafts were in play.
+        res = _results(dec, method, 0.3, seed=9) + _results(dec, method, 0.3, seed=9)
         runs.append([r.token_ids for r in res])
         steps.append([r.steps for r in res])
     assert runs[0] == runs[1] and steps[0] == steps[1]

@@ -295,7 +295,9 @@ class SmallLMDrafter(Drafter):
 
     def _pick(self, q: torch.Tensor) -> tuple[int, float]:
         if self.sampling:
-            x = int(torch.multinomial(q, 1, generator=self.generator).item())
+            from lookupdec.sampling import sample
+
+            x = sample(q, self.generator)  # q's own law, one uniform draw (multinomial: one per token)
         else:
             x = int(torch.argmax(q).item())
         return x, float(q[x])

@@ -1,17 +1,12 @@
-/* See attention.h. One routine per instruction set, picked as the quantized products pick
- * theirs (lk_qmatmul_isa, which tests can force). */
+/* See attention.h. The tiling, the tasks and the threads; the inner routines, one set per
+ * instruction set, are in attention_isa.c. */
 #include "attention.h"
 
-#if (defined(__x86_64__) || defined(__i386__)) && !defined(LK_NO_X86)
-#define LK_X86 1
-#include <immintrin.h>
-#endif
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "attention_isa.h"
 #include "lk_common.h"
-#include "qmatmul.h"
 #include "qpool.h"
 
 typedef struct {
@@ -21,284 +16,12 @@ typedef struct {
     float scale;
     float *out;
     int64_t rows, max_keys;
-    int isa; /* 2 avx512, 1 avx2, 0 c */
+    const lk_attn_routines *fn; /* the instruction set's routines */
     int failed;
 } job;
 
-/* exp(x) for x <= 0 (scores minus their maximum): Cephes' expf polynomial on x - n ln2, scaled
- * by 2^n. Below -87.3 (a masked key) it is exactly 0. Every vector lane runs these same fused
- * operations, so this scalar form gives the same bits as the vector forms. */
-#define EXP_LO (-87.3f)
-#define LOG2E 1.44269504088896341f
-#define LN2_HI 0.693359375f
-#define LN2_LO (-2.12194440e-4f)
-#define P0 1.9875691500e-4f
-#define P1 1.3981999507e-3f
-#define P2 8.3334519073e-3f
-#define P3 4.1665795894e-2f
-#define P4 1.6666665459e-1f
-#define P5 5.0000001201e-1f
-
-static inline float exp_c(float x) {
-    if (!(x >= EXP_LO)) return 0.0f; /* also NaN-free for -inf */
-    float n = nearbyintf(x * LOG2E);
-    float r = fmaf(n, -LN2_HI, x);
-    r = fmaf(n, -LN2_LO, r);
-    float p = fmaf(P0, r, P1);
-    p = fmaf(p, r, P2);
-    p = fmaf(p, r, P3);
-    p = fmaf(p, r, P4);
-    p = fmaf(p, r, P5);
-    float y = fmaf(p, r * r, r) + 1.0f;
-    union { float f; int32_t i; } s;
-    s.i = ((int32_t)n + 127) << 23;
-    return y * s.f;
-}
-
-/* A tile: up to 4 queries (rows x heads of one kv head) over the same keys. Every (query, key) dot
- * product and every output element is computed by one routine per instruction set, in one order,
- * whatever the tile's other members or the key's place: padding members are computed and dropped. */
-#define TQ 4
-#define TK 4 /* the AVX-512 sums take TQ x TK = 16 */
 #define TG 8  /* tiles per task */
 #define KB 64 /* keys per block */
-
-static void dots_c(const float *const q[TQ], const float *const k[TK], int D, float out[TK * TQ]) {
-    for (int c = 0; c < TK; c++)
-        for (int i = 0; i < TQ; i++) {
-            float acc = 0.0f;
-            for (int d = 0; d < D; d++) acc = fmaf(q[i][d], k[c][d], acc);
-            out[i * TK + c] = acc;
-        }
-}
-
-static void pv_c(const float *const p[TQ], const float *vals, int64_t n, int64_t stride, int D,
-                 float *const o[TQ]) {
-    for (int64_t j = 0; j < n; j++)
-        for (int i = 0; i < TQ; i++) {
-            float pj = p[i][j];
-            if (pj == 0.0f) continue; /* adds exactly nothing: a masked key leaves no trace */
-            for (int d = 0; d < D; d++) o[i][d] = fmaf(pj, vals[j * stride + d], o[i][d]);
-        }
-}
-
-/* s = s * scale + bias (bias may be NULL); returns the maximum. Elementwise, so any lane order
- * gives the same bits. */
-static float scale_max_c(float *s, const float *bias, int64_t n, float scale) {
-    float m = -INFINITY;
-    for (int64_t c = 0; c < n; c++) {
-        float x = s[c] * scale;
-        if (bias) x += bias[c];
-        s[c] = x;
-        m = x > m ? x : m;
-    }
-    return m;
-}
-
-static void exp_all_c(float *s, int64_t n, float m) {
-    for (int64_t j = 0; j < n; j++) s[j] = exp_c(s[j] - m);
-}
-
-#ifdef LK_X86
-#define AVX512 __attribute__((target("avx512f,fma")))
-#define AVX2 __attribute__((target("avx2,fma")))
-
-AVX512 static void dots512(const float *const q[TQ], const float *const k[TK], int D, float out[TK * TQ]) {
-    __m512 acc[TK][TQ];
-    for (int c = 0; c < TK; c++)
-        for (int i = 0; i < TQ; i++) acc[c][i] = _mm512_setzero_ps();
-    for (int d = 0; d < D; d += 16) {
-        __m512 qv[TQ];
-        for (int i = 0; i < TQ; i++) qv[i] = _mm512_loadu_ps(q[i] + d);
-        for (int c = 0; c < TK; c++) {
-            __m512 kv = _mm512_loadu_ps(k[c] + d);
-            for (int i = 0; i < TQ; i++) acc[c][i] = _mm512_fmadd_ps(qv[i], kv, acc[c][i]);
-        }
-    }
-    /* Sum each accumulator's 16 lanes, all 16 at once: a transpose-and-add network that adds lane l to
-     * l + 8, then l + 4, l + 2, l + 1 (one order for every pair); lane 4k + e of the result holds
-     * input 4e + k, so with input 4c + i = (key c, query i) lane 4i + c holds (query i, key c). */
-    __m512 x[16], t[8], u[4], v[2];
-    for (int c = 0; c < TK; c++)
-        for (int i = 0; i < TQ; i++) x[4 * c + i] = acc[c][i];
-    for (int i = 0; i < 8; i++)
-        t[i] = _mm512_add_ps(_mm512_shuffle_f32x4(x[2 * i], x[2 * i + 1], 0x44),
-                             _mm512_shuffle_f32x4(x[2 * i], x[2 * i + 1], 0xEE));
-    for (int i = 0; i < 4; i++)
-        u[i] = _mm512_add_ps(_mm512_shuffle_f32x4(t[2 * i], t[2 * i + 1], 0x88),
-                             _mm512_shuffle_f32x4(t[2 * i], t[2 * i + 1], 0xDD));
-    for (int i = 0; i < 2; i++)
-        v[i] = _mm512_add_ps(_mm512_shuffle_ps(u[2 * i], u[2 * i + 1], 0x44),
-                             _mm512_shuffle_ps(u[2 * i], u[2 * i + 1], 0xEE));
-    _mm512_storeu_ps(out, _mm512_add_ps(_mm512_shuffle_ps(v[0], v[1], 0x88), _mm512_shuffle_ps(v[0], v[1], 0xDD)));
-}
-
-/* Output chunks of 64 floats: 4 registers for each of the TQ queries (padding ones included, so the
- * loops are fixed and the accumulators stay in registers). */
-AVX512 static void pv512(const float *const p[TQ], const float *vals, int64_t n, int64_t stride, int D,
-                         float *const o[TQ]) {
-    int d0 = 0;
-    for (; d0 + 64 <= D; d0 += 64) {
-        __m512 acc[TQ][4];
-        for (int i = 0; i < TQ; i++)
-            for (int e = 0; e < 4; e++) acc[i][e] = _mm512_loadu_ps(o[i] + d0 + 16 * e);
-        for (int64_t j = 0; j < n; j++) {
-            const float *v = vals + j * stride + d0;
-            __m512 vv[4];
-            for (int e = 0; e < 4; e++) vv[e] = _mm512_loadu_ps(v + 16 * e);
-            for (int i = 0; i < TQ; i++) {
-                float pj = p[i][j];
-                if (pj == 0.0f) continue; /* adds exactly nothing: a masked key leaves no trace */
-                __m512 pb = _mm512_set1_ps(pj);
-                for (int e = 0; e < 4; e++) acc[i][e] = _mm512_fmadd_ps(pb, vv[e], acc[i][e]);
-            }
-        }
-        for (int i = 0; i < TQ; i++)
-            for (int e = 0; e < 4; e++) _mm512_storeu_ps(o[i] + d0 + 16 * e, acc[i][e]);
-    }
-    for (; d0 < D; d0 += 16) {
-        __m512 acc[TQ];
-        for (int i = 0; i < TQ; i++) acc[i] = _mm512_loadu_ps(o[i] + d0);
-        for (int64_t j = 0; j < n; j++) {
-            __m512 vv = _mm512_loadu_ps(vals + j * stride + d0);
-            for (int i = 0; i < TQ; i++) {
-                float pj = p[i][j];
-                if (pj != 0.0f) acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(pj), vv, acc[i]);
-            }
-        }
-        for (int i = 0; i < TQ; i++) _mm512_storeu_ps(o[i] + d0, acc[i]);
-    }
-}
-
-AVX512 static float scale_max512(float *s, const float *bias, int64_t n, float scale) {
-    int64_t c = 0;
-    __m512 mv = _mm512_set1_ps(-INFINITY), sc = _mm512_set1_ps(scale);
-    for (; c + 16 <= n; c += 16) {
-        __m512 x = _mm512_mul_ps(_mm512_loadu_ps(s + c), sc);
-        if (bias) x = _mm512_add_ps(x, _mm512_loadu_ps(bias + c));
-        _mm512_storeu_ps(s + c, x);
-        mv = _mm512_max_ps(mv, x);
-    }
-    float m = scale_max_c(s + c, bias ? bias + c : NULL, n - c, scale), mvec = _mm512_reduce_max_ps(mv);
-    return mvec > m ? mvec : m;
-}
-
-AVX512 static void exp_all512(float *s, int64_t n, float m) {
-    int64_t j = 0;
-    const __m512 mv = _mm512_set1_ps(m);
-    for (; j + 16 <= n; j += 16) {
-        __m512 x = _mm512_sub_ps(_mm512_loadu_ps(s + j), mv);
-        __mmask16 ok = _mm512_cmp_ps_mask(x, _mm512_set1_ps(EXP_LO), _CMP_GE_OQ);
-        __m512 nn = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(LOG2E)),
-                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        __m512 r = _mm512_fmadd_ps(nn, _mm512_set1_ps(-LN2_HI), x);
-        r = _mm512_fmadd_ps(nn, _mm512_set1_ps(-LN2_LO), r);
-        __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(P0), r, _mm512_set1_ps(P1));
-        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(P2));
-        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(P3));
-        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(P4));
-        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(P5));
-        __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
-        __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(nn), _mm512_set1_epi32(127)), 23);
-        y = _mm512_mul_ps(y, _mm512_castsi512_ps(e));
-        _mm512_storeu_ps(s + j, _mm512_maskz_mov_ps(ok, y));
-    }
-    exp_all_c(s + j, n - j, m);
-}
-
-AVX2 static float hsum256(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-AVX2 static void dots256(const float *const q[TQ], const float *const k[TK], int D, float out[TK * TQ]) {
-    for (int c = 0; c < TK; c++) {
-        __m256 acc[TQ];
-        for (int i = 0; i < TQ; i++) acc[i] = _mm256_setzero_ps();
-        for (int d = 0; d < D; d += 8) {
-            __m256 kv = _mm256_loadu_ps(k[c] + d);
-            for (int i = 0; i < TQ; i++) acc[i] = _mm256_fmadd_ps(_mm256_loadu_ps(q[i] + d), kv, acc[i]);
-        }
-        for (int i = 0; i < TQ; i++) out[i * TK + c] = hsum256(acc[i]);
-    }
-}
-
-/* Output chunks of 32 floats: 4 registers for each of the TQ queries, as pv512. */
-AVX2 static void pv256(const float *const p[TQ], const float *vals, int64_t n, int64_t stride, int D,
-                       float *const o[TQ]) {
-    int d0 = 0;
-    for (; d0 + 32 <= D; d0 += 32) {
-        __m256 acc[TQ][4];
-        for (int i = 0; i < TQ; i++)
-            for (int e = 0; e < 4; e++) acc[i][e] = _mm256_loadu_ps(o[i] + d0 + 8 * e);
-        for (int64_t j = 0; j < n; j++) {
-            const float *v = vals + j * stride + d0;
-            __m256 vv[4];
-            for (int e = 0; e < 4; e++) vv[e] = _mm256_loadu_ps(v + 8 * e);
-            for (int i = 0; i < TQ; i++) {
-                float pj = p[i][j];
-                if (pj == 0.0f) continue;
-                __m256 pb = _mm256_set1_ps(pj);
-                for (int e = 0; e < 4; e++) acc[i][e] = _mm256_fmadd_ps(pb, vv[e], acc[i][e]);
-            }
-        }
-        for (int i = 0; i < TQ; i++)
-            for (int e = 0; e < 4; e++) _mm256_storeu_ps(o[i] + d0 + 8 * e, acc[i][e]);
-    }
-    for (; d0 < D; d0 += 8) {
-        __m256 acc[TQ];
-        for (int i = 0; i < TQ; i++) acc[i] = _mm256_loadu_ps(o[i] + d0);
-        for (int64_t j = 0; j < n; j++) {
-            __m256 vv = _mm256_loadu_ps(vals + j * stride + d0);
-            for (int i = 0; i < TQ; i++) {
-                float pj = p[i][j];
-                if (pj != 0.0f) acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(pj), vv, acc[i]);
-            }
-        }
-        for (int i = 0; i < TQ; i++) _mm256_storeu_ps(o[i] + d0, acc[i]);
-    }
-}
-
-AVX2 static float scale_max256(float *s, const float *bias, int64_t n, float scale) {
-    int64_t c = 0;
-    __m256 mv = _mm256_set1_ps(-INFINITY), sc = _mm256_set1_ps(scale);
-    for (; c + 8 <= n; c += 8) {
-        __m256 x = _mm256_mul_ps(_mm256_loadu_ps(s + c), sc);
-        if (bias) x = _mm256_add_ps(x, _mm256_loadu_ps(bias + c));
-        _mm256_storeu_ps(s + c, x);
-        mv = _mm256_max_ps(mv, x);
-    }
-    float m = scale_max_c(s + c, bias ? bias + c : NULL, n - c, scale), buf[8];
-    _mm256_storeu_ps(buf, mv);
-    for (int e = 0; e < 8; e++) m = buf[e] > m ? buf[e] : m;
-    return m;
-}
-
-AVX2 static void exp_all256(float *s, int64_t n, float m) {
-    int64_t j = 0;
-    const __m256 mv = _mm256_set1_ps(m);
-    for (; j + 8 <= n; j += 8) {
-        __m256 x = _mm256_sub_ps(_mm256_loadu_ps(s + j), mv);
-        __m256 ok = _mm256_cmp_ps(x, _mm256_set1_ps(EXP_LO), _CMP_GE_OQ);
-        __m256 nn = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(LOG2E)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        __m256 r = _mm256_fmadd_ps(nn, _mm256_set1_ps(-LN2_HI), x);
-        r = _mm256_fmadd_ps(nn, _mm256_set1_ps(-LN2_LO), r);
-        __m256 p = _mm256_fmadd_ps(_mm256_set1_ps(P0), r, _mm256_set1_ps(P1));
-        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(P2));
-        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(P3));
-        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(P4));
-        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(P5));
-        __m256 y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
-        __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(nn), _mm256_set1_epi32(127)), 23);
-        y = _mm256_mul_ps(y, _mm256_castsi256_ps(e));
-        _mm256_storeu_ps(s + j, _mm256_and_ps(ok, y));
-    }
-    exp_all_c(s + j, n - j, m);
-}
-#endif
 
 /* A task: up to TG tiles of one sequence and kv head. Keys and values are read in blocks of KB
  * rows, each block once for all the task's tiles (it stays in L1), in two passes: the scores of
@@ -314,8 +37,8 @@ typedef struct {
 
 static void attend_task(const job *j, tile *t, int nt, const float *keys, const float *vals, int64_t n,
                         int64_t stride, float *s) {
-    int D = j->D, isa = j->isa;
-    (void)isa; /* no vector routes on other CPUs */
+    int D = j->D;
+    const lk_attn_routines *fn = j->fn;
     float dots[TQ * TK]; /* query i, key c at i * TK + c */
     float *pad = s + (int64_t)nt * TQ * n; /* TQ x D: outputs of padding queries, dropped */
     for (int64_t jb = 0; jb < n; jb += KB) {
@@ -325,12 +48,7 @@ static void attend_task(const job *j, tile *t, int nt, const float *keys, const 
             for (int64_t j0 = jb; j0 < je; j0 += TK) {
                 const float *k[TK];
                 for (int c = 0; c < TK; c++) k[c] = keys + (j0 + c < n ? j0 + c : n - 1) * stride; /* pad: dropped */
-#ifdef LK_X86
-                if (isa == 2) dots512(t[ti].q, k, D, dots);
-                else if (isa == 1) dots256(t[ti].q, k, D, dots);
-                else
-#endif
-                    dots_c(t[ti].q, k, D, dots);
+                fn->dots(t[ti].q, k, D, dots);
                 int64_t nk = n - j0 < TK ? n - j0 : TK;
                 for (int i = 0; i < t[ti].nq; i++) memcpy(st + i * n + j0, dots + i * TK, sizeof(float) * (size_t)nk);
             }
@@ -340,19 +58,8 @@ static void attend_task(const job *j, tile *t, int nt, const float *keys, const 
     for (int ti = 0; ti < nt; ti++) {
         float *st = s + (int64_t)ti * TQ * n;
         for (int i = 0; i < t[ti].nq; i++) {
-            float *si = st + i * n, mi;
-#ifdef LK_X86
-            if (isa == 2) mi = scale_max512(si, t[ti].bias[i], n, j->scale);
-            else if (isa == 1) mi = scale_max256(si, t[ti].bias[i], n, j->scale);
-            else
-#endif
-                mi = scale_max_c(si, t[ti].bias[i], n, j->scale);
-#ifdef LK_X86
-            if (isa == 2) exp_all512(si, n, mi);
-            else if (isa == 1) exp_all256(si, n, mi);
-            else
-#endif
-                exp_all_c(si, n, mi);
+            float *si = st + i * n;
+            fn->exp_all(si, n, fn->scale_max(si, t[ti].bias[i], n, j->scale));
             l[ti][i] = 0.0f;
         }
         /* Denominators key by key (a masked key adds exactly 0), the tile's queries side by side. */
@@ -369,12 +76,7 @@ static void attend_task(const job *j, tile *t, int nt, const float *keys, const 
         for (int ti = 0; ti < nt; ti++) {
             const float *p[TQ];
             for (int i = 0; i < TQ; i++) p[i] = t[ti].p[i] + jb;
-#ifdef LK_X86
-            if (isa == 2) pv512(p, vals + jb * stride, nb, stride, D, t[ti].o);
-            else if (isa == 1) pv256(p, vals + jb * stride, nb, stride, D, t[ti].o);
-            else
-#endif
-                pv_c(p, vals + jb * stride, nb, stride, D, t[ti].o);
+            fn->pv(p, vals + jb * stride, nb, stride, D, t[ti].o);
         }
     }
     for (int ti = 0; ti < nt; ti++)
@@ -448,15 +150,7 @@ int lk_attend(int n_seq, const int64_t *meta, const int64_t *kv, int layer, cons
         rows = m[0] + w > rows ? m[0] + w : rows;
         max_keys = past + w > max_keys ? past + w : max_keys;
     }
-    const char *name = lk_qmatmul_isa();
-    int isa = 0;
-#ifdef LK_X86
-    if (strcmp(name, "avx512") == 0 && D % 16 == 0) isa = 2;
-    else if ((strcmp(name, "avx512") == 0 || strcmp(name, "avx2") == 0) && D % 8 == 0) isa = 1;
-#else
-    (void)name;
-#endif
-    job j = {n_seq, layer, H, Hk, D, meta, kv, qk, scale, out, rows, max_keys, isa, 0};
+    job j = {n_seq, layer, H, Hk, D, meta, kv, qk, scale, out, rows, max_keys, lk_attn_pick(D), 0};
     int64_t tasks = 0;
     for (int s = 0; s < n_seq; s++) tasks += Hk * tasks_of(&j, meta[s * LK_ATTN_META + 1]);
     int parts = threads < 1 ? 1 : threads;

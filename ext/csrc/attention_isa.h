@@ -1,0 +1,32 @@
+/* The inner routines of the decode attention (attention.c), one set per instruction set.
+ *
+ * A tile is up to TQ queries (rows x heads of one kv head) over the same keys. Every (query, key)
+ * dot product and every output element is computed by one routine per instruction set, in one
+ * order, whatever the tile's other members or the key's place: padding members are computed and
+ * dropped. Each set computes the same sums on every call, so a row's bits depend only on its
+ * query, its unmasked keys in order, and the set. */
+#ifndef LK_ATTENTION_ISA_H
+#define LK_ATTENTION_ISA_H
+
+#include <stdint.h>
+
+#define TQ 4 /* queries per tile */
+#define TK 4 /* keys per score tile (the AVX-512 sums take TQ x TK = 16) */
+
+typedef struct {
+    /* out[i * TK + c] = q[i] . k[c] over D elements */
+    void (*dots)(const float *const q[TQ], const float *const k[TK], int D, float out[TQ * TK]);
+    /* o[i] += sum over keys j < n of p[i][j] * vals[j * stride ..] (keys of weight 0 skipped) */
+    void (*pv)(const float *const p[TQ], const float *vals, int64_t n, int64_t stride, int D, float *const o[TQ]);
+    /* s = s * scale + bias (bias may be NULL); returns the maximum */
+    float (*scale_max)(float *s, const float *bias, int64_t n, float scale);
+    /* s = exp(s - m), exactly 0 below -87.3 */
+    void (*exp_all)(float *s, int64_t n, float m);
+} lk_attn_routines;
+
+/* The routines for head size D under the instruction set the quantized products use
+ * (lk_qmatmul_isa, which tests can force): AVX-512 where D is a multiple of 16, AVX2 where
+ * it is a multiple of 8, plain C otherwise. */
+const lk_attn_routines *lk_attn_pick(int D);
+
+#endif

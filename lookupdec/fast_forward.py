@@ -25,8 +25,9 @@ computation from the loaded model's own weights with the fewest torch calls:
 - grouped-query attention over a preallocated KV cache (``FlatKVCache``) written in place:
   a prompt (causal, on an empty cache) through ``F.scaled_dot_product_attention``, every later
   step (decode, tree verify, batches) through one native call a layer for all its sequences
-  (``ext/csrc/attention.c``): torch's call cost ~58 microseconds per sequence and layer, 2 of the
-  one-row forward's 10 ms and 7 of a four-sequence batch's 20 ms (8.5 and 14 ms with it). The
+  (``ext/csrc/attention.c``): torch's call cost ~58 microseconds per sequence and layer; a
+  one-row forward took 10.4 ms and four one-row sequences 19.6 ms with it, 8.6 and 13.4 without
+  (``benchmarks/forward_widths.py``, quantized weights, 2-core Xeon). The
   native routine treats each (row, head) alone in a fixed order, so with row-independent
   products (the quantized format's) a tree node's logits are bit for bit those of decoding its
   chain one token at a time;
@@ -56,6 +57,7 @@ import torch.nn.functional as F
 from lookupdec.kvcache import FlatKVCache, all_full_attention
 from lookupdec._native import attend_ptr, rms_norm_ptr
 from lookupdec.products import Product, make_linear, weights_unavailable_reason
+from lookupdec.release import release_linear, return_freed_memory
 
 # model_type values whose decoder layer is: RMSNorm, attention (q/k/v/o
 # projections, rotary, GQA), residual, RMSNorm, SiLU-gated MLP, residual.
@@ -111,41 +113,6 @@ def fast_forward_unsupported_reason(model) -> str:
 def supports_fast_forward(model) -> bool:
     """True when ``FastForward(model)`` computes the model's forward (see the module docstring)."""
     return fast_forward_unsupported_reason(model) == ""
-
-
-def _release(linear) -> None:
-    """Drop an ``nn.Linear``'s weight (and bias) storage; its packed copy serves the fast forward."""
-    import torch.nn as nn
-
-    linear.weight = nn.Parameter(torch.empty(0), requires_grad=False)
-    if getattr(linear, "bias", None) is not None:
-        linear.bias = nn.Parameter(torch.empty(0), requires_grad=False)
-
-
-def _return_freed_memory() -> None:
-    """Hand memory freed to the C allocator back to the system (glibc's ``malloc_trim``; elsewhere nothing).
-
-    Released weights were allocated in pieces below glibc's (raised) mmap threshold, so
-    freeing them keeps their pages resident: without this, packing with ``release``
-    would hold the freed float32 copy and the packed one at once in RSS.
-    """
-    global _malloc_trim
-    if _malloc_trim is None:
-        _malloc_trim = False
-        try:
-            import ctypes
-            import ctypes.util
-
-            name = ctypes.util.find_library("c")
-            if name:
-                _malloc_trim = getattr(ctypes.CDLL(name), "malloc_trim", False)
-        except OSError:
-            pass
-    if _malloc_trim:
-        _malloc_trim(0)
-
-
-_malloc_trim = None
 
 
 def _cat_bias(biases: Sequence[torch.Tensor | None], sizes: Sequence[int]) -> torch.Tensor | None:
@@ -229,7 +196,7 @@ class FastForward:
         self.lm_head = make_linear(w, b, weights) if layers is None else None
         self.vocab = w.shape[0]
         if release and model.lm_head.weight is not inner.embed_tokens.weight:  # a tied head is the embedding
-            _release(model.lm_head)
+            release_linear(model.lm_head)
         self._rotary = inner.rotary_emb
         self._cos = self._sin_signed = torch.empty(0)
         # Rotary tables grow with the positions a forward uses (see _ensure_positions).
@@ -251,8 +218,8 @@ class FastForward:
             ))
             if release:
                 for lin in (a.q_proj, a.k_proj, a.v_proj, a.o_proj, m.gate_proj, m.up_proj, m.down_proj):
-                    _release(lin)
-                _return_freed_memory()
+                    release_linear(lin)
+                return_freed_memory()
 
     def _ensure_positions(self, n: int) -> None:
         """Make the cos/sin tables cover positions ``0..n-1``.
@@ -366,20 +333,14 @@ class FastForward:
         """Causal forward of ``ids`` on an empty cache (a prompt): attention by torch's SDPA, whose
         blocked products suit many rows over many keys. Returns the residual rows."""
         w = ids.shape[0]
-        self._ensure_positions(int(positions.max()) + 1)
         cache.reserve(w)
         H, Hk, D = self.n_heads, self.n_kv_heads, self.head_dim
         q_size, kv_size = H * D, Hk * D
-        cos = self._cos.index_select(0, positions).unsqueeze(1)         # (W, 1, D)
-        sin = self._sin_signed.index_select(0, positions).unsqueeze(1)
-        x = F.embedding(ids, self.embed)                                  # (W, hidden), a new tensor: updated in place
+        x, cos, sin = self._start(ids, positions)
         kv = cache.kv
-        half = D // 2
         for li, layer in enumerate(self.layers):
-            h = self._rms(x, layer.in_norm, self.eps)
-            qkv = layer.qkv(h)                                            # (W, (H + 2 Hk) D)
-            qk = qkv[:, : q_size + kv_size].view(w, H + Hk, D)
-            qk = torch.addcmul(qk * cos, torch.roll(qk, half, -1), sin)  # rotary on q and k at once
+            qkv = layer.qkv(self._rms(x, layer.in_norm, self.eps))       # (W, (H + 2 Hk) D)
+            qk = self._rope(qkv, cos, sin)
             # Keys and values go straight into the cache rows 0..w (layout: row, head, dim).
             kv[li, 0, :w] = qk[:, H:]
             kv[li, 1, :w] = qkv[:, q_size + kv_size:].view(w, Hk, D)
@@ -416,20 +377,14 @@ class FastForward:
             off += w
         meta_t = torch.tensor(meta, dtype=torch.int64)
         kv_t = torch.tensor(kv_rows, dtype=torch.int64)
-        self._ensure_positions(int(positions.max()) + 1)
         H, Hk, D = self.n_heads, self.n_kv_heads, self.head_dim
         q_size, kv_size = H * D, Hk * D
-        cos = self._cos.index_select(0, positions).unsqueeze(1)         # (R, 1, D)
-        sin = self._sin_signed.index_select(0, positions).unsqueeze(1)
-        x = F.embedding(ids, self.embed)                                  # (R, hidden), a new tensor: updated in place
+        x, cos, sin = self._start(ids, positions)
         att = x.new_empty((total, q_size))
-        half = D // 2
         threads = torch.get_num_threads()
         for li, layer in enumerate(self.layers):
-            h = self._rms(x, layer.in_norm, self.eps)
-            qkv = layer.qkv(h).contiguous()                               # (R, (H + 2 Hk) D), all sequences
-            qk = qkv[:, : q_size + kv_size].view(total, H + Hk, D)
-            qk = torch.addcmul(qk * cos, torch.roll(qk, half, -1), sin)  # a new contiguous (R, H + Hk, D)
+            qkv = layer.qkv(self._rms(x, layer.in_norm, self.eps)).contiguous()  # (R, (H + 2 Hk) D), all sequences
+            qk = self._rope(qkv, cos, sin)
             attend_ptr(len(caches), meta_t.data_ptr(), kv_t.data_ptr(), li, qk.data_ptr(),
                        qkv.data_ptr() + (q_size + kv_size) * qkv.element_size(), qkv.stride(0), H, Hk, D,
                        self.scaling, att.data_ptr(), threads)
@@ -438,6 +393,18 @@ class FastForward:
         for c, p, w in zip(caches, pasts, widths):
             c.length = p + w
         return x
+
+    def _start(self, ids: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The rows' embeddings (a new tensor, updated in place as the residual) and their rotary tables."""
+        self._ensure_positions(int(positions.max()) + 1)
+        cos = self._cos.index_select(0, positions).unsqueeze(1)         # (R, 1, D)
+        sin = self._sin_signed.index_select(0, positions).unsqueeze(1)
+        return F.embedding(ids, self.embed), cos, sin
+
+    def _rope(self, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """Rotary on the q and k heads of ``qkv`` at once: a new contiguous ``(R, H + Hk, D)``."""
+        qk = qkv[:, : (self.n_heads + self.n_kv_heads) * self.head_dim].view(qkv.shape[0], -1, self.head_dim)
+        return torch.addcmul(qk * cos, torch.roll(qk, self.head_dim // 2, -1), sin)
 
     def _mlp(self, x: torch.Tensor, layer: _Layer) -> None:
         """The layer's second half, in place on the residual rows ``x``."""

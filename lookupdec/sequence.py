@@ -199,23 +199,24 @@ class Sequence:
             # The request says what the verifier runs: whole trees and extra rows, or one path.
             request = DraftRequest(budget, max_depth, tree=tree_masks)
             drafter = self.drafter
-            proposal = drafter.propose(request) if budget and max_depth else None
+            drafting = bool(budget and max_depth)
+            proposal = drafter.propose(request) if drafting else None
             # The window is part of the step's draft: no budget, no window rows (and below: none
             # that does not fit beside the tree; ``auto`` prices that itself before choosing).
-            extra = check_window(drafter, request, self.vocab_size) if budget and max_depth else None
+            extra = check_window(drafter, request, self.vocab_size) if drafting else None
             if proposal is not None:
                 tree, kept = check_tree(drafter, proposal, self.vocab_size, budget, max_depth, tree_masks)
             else:
                 tree, kept = DraftTree.empty(), None
-            if self.constraint is not None and budget and max_depth:
+            if self.constraint is not None and drafting:
                 tree, kept = self._constrain(tree, kept, budget, max_depth)
             if extra is not None and len(tree) + len(extra) > budget:
                 extra = None  # the window counts inside the budget: one that does not fit beside the tree does not run
             t1 = time.perf_counter()
-        # Top-k rows (Token Recycling's table) are part of drafting: a step without a budget (a
-        # batch's gate paused it, or draft_budget=0) asks for none. Measured at 4 sequences with
+        # Top-k rows (Token Recycling's table) are part of drafting: a step that drafts nothing (a
+        # batch's gate paused it, draft_budget=0) asks for none. Measured at 4 sequences with
         # budget 0: their top-k took ~1.4 of the 2.5 ms ``auto`` spent beyond ``ar`` a step.
-        return StepPlan(root, tree, kept, extra, topk_of(drafter) if budget else 0, request, t1 - t0)
+        return StepPlan(root, tree, kept, extra, topk_of(drafter) if drafting else 0, request, t1 - t0)
 
     def finish(self, plan: StepPlan, res: "VerifyResult", forward_s: float, observe: bool = True) -> None:
         """Accept a path of the verified tree, keep its cache rows and hand the outcome on.

@@ -36,6 +36,7 @@ import torch
 
 from lookupdec.drafters.base import SOURCES, DraftRequest, Drafter, StepOutcome
 from lookupdec.drafters.calibrate import Calibration, NodeScorer
+from lookupdec.sampling import sample, target_probs
 from lookupdec.tree import DraftTree
 
 # Prior conditional acceptance of a draft token before any outcome (a few dozen outcomes override it).
@@ -288,15 +289,11 @@ class SmallLMDrafter(Drafter):
 
     def _probs(self, logits: torch.Tensor) -> torch.Tensor:
         if self.sampling:
-            from lookupdec.sampling import target_probs
-
             return target_probs(logits, self.params).float().cpu()
         return torch.softmax(logits.float().cpu(), dim=-1)
 
     def _pick(self, q: torch.Tensor) -> tuple[int, float]:
         if self.sampling:
-            from lookupdec.sampling import sample
-
             x = sample(q, self.generator)  # q's own law, one uniform draw (multinomial: one per token)
         else:
             x = int(torch.argmax(q).item())

@@ -35,6 +35,21 @@ typedef struct {
     int nq;
 } tile;
 
+#define PF 32 /* keys read ahead */
+
+/* A key row is one kv head's D floats in a row of all kv heads, so the rows of one head are
+ * strided and the hardware's prefetchers fetch them late (the scores of a 1,500-key cache ran at
+ * a fifth of the memory's bandwidth). Keys TK rows from ``from`` are fetched ahead into L1, and
+ * their values into L2 for the second pass; no computed value changes. */
+static inline void prefetch_rows(const float *keys, const float *vals, int64_t from, int64_t n, int64_t stride,
+                                 int D) {
+    for (int64_t r = from; r < from + TK && r < n; r++)
+        for (int d = 0; d < D; d += 16) {
+            __builtin_prefetch(keys + r * stride + d, 0, 3);
+            __builtin_prefetch(vals + r * stride + d, 0, 2);
+        }
+}
+
 static void attend_task(const job *j, tile *t, int nt, const float *keys, const float *vals, int64_t n,
                         int64_t stride, float *s) {
     int D = j->D;
@@ -46,6 +61,7 @@ static void attend_task(const job *j, tile *t, int nt, const float *keys, const 
         for (int ti = 0; ti < nt; ti++) {
             float *st = s + (int64_t)ti * TQ * n;
             for (int64_t j0 = jb; j0 < je; j0 += TK) {
+                if (ti == 0) prefetch_rows(keys, vals, j0 + PF, n, stride, D);
                 const float *k[TK];
                 for (int c = 0; c < TK; c++) k[c] = keys + (j0 + c < n ? j0 + c : n - 1) * stride; /* pad: dropped */
                 fn->dots(t[ti].q, k, D, dots);

@@ -77,6 +77,7 @@ static void exp_all_c(float *s, int64_t n, float m) {
 }
 
 #ifdef LK_X86
+#define PV_AHEAD 16 /* value rows read ahead */
 #define AVX512 __attribute__((target("avx512f,fma")))
 #define AVX2 __attribute__((target("avx2,fma")))
 
@@ -121,6 +122,7 @@ AVX512 static void pv512(const float *const p[TQ], const float *vals, int64_t n,
             for (int e = 0; e < 4; e++) acc[i][e] = _mm512_loadu_ps(o[i] + d0 + 16 * e);
         for (int64_t j = 0; j < n; j++) {
             const float *v = vals + j * stride + d0;
+            for (int e = 0; e < 4; e++) _mm_prefetch((const char *)(v + PV_AHEAD * stride + 16 * e), _MM_HINT_T0);
             __m512 vv[4];
             for (int e = 0; e < 4; e++) vv[e] = _mm512_loadu_ps(v + 16 * e);
             for (int i = 0; i < TQ; i++) {

@@ -36,7 +36,8 @@ from typing import Sequence
 import numpy as np
 
 WIDTHS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)
-FORMAT = 3  # bump when measurements from older versions must not be reused (2: head_ms; 3: native decode attention)
+FORMAT = 4  # bump when measurements from older versions must not be reused (2: head_ms; 3: native decode attention;
+#   4: the decode attention reads keys and values ahead)
 # Rows whose logits the measured forwards compute on the fast backend: the root and a
 # main path of a tree of branches 6 deep (``measure``).
 MEASURED_LOGIT_ROWS = 7

@@ -81,17 +81,32 @@ def test_attention_equals_the_float64_oracle_and_writes_the_cache(isa, H, Hk, D)
         torch.testing.assert_close(out.double(), want, rtol=1e-5, atol=2e-6)
 
 
-def test_a_row_is_the_same_bits_alone_in_order_as_among_masked_keys_other_rows_and_sequences(isa):
+@pytest.mark.parametrize("H,Hk,D,w", [(9, 3, 64, 1), (9, 3, 64, 5), (4, 2, 24, 1), (2, 1, 20, 3), (2, 1, 128, 2)])
+def test_a_sequence_over_a_long_cache_equals_the_float64_oracle(isa, H, Hk, D, w):
+    """Over 400 cached rows (the keys and values read ahead cross many blocks), causal in its block."""
+    rng = np.random.default_rng(w + D)
+    s = Seq(rng, 400, Hk, D, cap=400 + w)
+    q, k, v = _block(rng, w, H, Hk, D)
+    bias = torch.zeros(w, 400 + w)
+    bias[:, 400:] = torch.triu(torch.full((w, w), float("-inf")), 1)
+    out = attend([s], [(q, k, v)], [bias], H, Hk, D)[0]
+    assert torch.equal(s.kv[1, 0, 400:], k) and torch.equal(s.kv[1, 1, 400:], v)
+    torch.testing.assert_close(out.double(), oracle(s.kv[1, 0], s.kv[1, 1], q, bias, 0.125), rtol=1e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("past", [21, 300])
+def test_a_row_is_the_same_bits_alone_in_order_as_among_masked_keys_other_rows_and_sequences(isa, past):
     """A tree row (its siblings' keys masked between its ancestors') equals the same row decoded one token
     at a time with no bias (ar); and a call with another sequence beside it, or on one thread, changes
-    nothing. This is what makes a verify forward's rows those of ar's forwards."""
+    nothing. This is what makes a verify forward's rows those of ar's forwards. Short and long caches
+    (keys and values read ahead, ``PF`` rows, across key blocks)."""
     H, Hk, D = 9, 3, 64
     rng = np.random.default_rng(1)
     parents = [-1, 0, 0, 1, 2, 3, 3, 1]  # node i's parent (-1 = the root row 0)
     w = len(parents)
+    cap = past + w + 8
     q, k, v = _block(rng, w, H, Hk, D)
-    base = Seq(rng, 21, Hk, D)
-    past = base.past
+    base = Seq(rng, past, Hk, D, cap=cap)
     allowed = np.zeros((w, w), dtype=bool)
     for i in range(w):
         j = i
@@ -101,17 +116,19 @@ def test_a_row_is_the_same_bits_alone_in_order_as_among_masked_keys_other_rows_a
     for masked in (float("-inf"), LOWEST):
         bias = torch.zeros(w, past + w)
         bias[:, past:][torch.from_numpy(~allowed)] = masked
-        tree = Seq(rng, past, Hk, D)
+        tree = Seq(rng, past, Hk, D, cap=cap)
         tree.kv[:, :, :past] = base.kv[:, :, :past]
         other = Seq(rng, 50, Hk, D)
         together = attend([other, tree], [_block(rng, 3, H, Hk, D), (q, k, v)], [None, bias], H, Hk, D)[1]
-        alone = Seq(rng, past, Hk, D)
+        alone = Seq(rng, past, Hk, D, cap=cap)
         alone.kv[:, :, :past] = base.kv[:, :, :past]
         one_thread = attend([alone], [(q, k, v)], [bias], H, Hk, D, threads=1)[0]
         assert torch.equal(together, one_thread)
+        alone.past = past
+        assert torch.equal(attend([alone], [(q, k, v)], [bias], H, Hk, D, threads=2)[0], one_thread)
         for i in range(w):
             chain = np.flatnonzero(allowed[i]).tolist()  # ancestors in order, then i
-            ar = Seq(rng, past, Hk, D)
+            ar = Seq(rng, past, Hk, D, cap=cap)
             ar.kv[:, :, :past] = base.kv[:, :, :past]
             for j in chain:
                 row = attend([ar], [(q[j:j + 1], k[j:j + 1], v[j:j + 1])], [None], H, Hk, D)[0]

@@ -296,11 +296,19 @@ class Decoder:
                                 prediction=prediction, do_sample=do_sample)
         seq.prefill()
         verifier = self.verifier
+        # auto's steps are judged by what they deliver against plain steps (lookupdec.batch.BatchGate).
+        gate = self.state.gate(method, seq.params.temperature) if method == "auto" and drafter is None else None
         while not seq.done:
-            plan = seq.plan()
+            start = time.perf_counter()
+            budget = None if gate is None else gate.budget(1, seq.default_budget)
+            plan = seq.plan(budget)
             t0 = time.perf_counter()
             res = verifier.forward(seq.cache, seq.past, plan.root, plan.tree, extra=plan.extra, topk=plan.topk)
+            done = len(seq.new)
             seq.finish(plan, res, time.perf_counter() - t0)
+            if gate is not None:
+                gate.record(1, budget != 0, len(plan.tree) > 0 or plan.extra is not None, len(seq.new) - done,
+                            time.perf_counter() - start)
         result = seq.result()
         if remember:
             self.remember(result)

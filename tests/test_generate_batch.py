@@ -242,6 +242,50 @@ def test_batch_gate_pauses_kept_drafts_that_deliver_fewer_tokens_per_second_than
     assert g.skip == P
 
 
+def test_a_single_sequence_gate_judges_kept_drafts_but_not_idle_steps_and_caps_its_pause():
+    """``BatchGate(min_size=1)`` (Decoder.generate's, for auto): a lone sequence's drafts that deliver
+    fewer tokens/s than its plain steps are paused, at most ``max_pause`` steps; steps that keep
+    nothing are not gated."""
+    from lookupdec.batch import BatchGate
+
+    g = BatchGate(min_size=1, max_pause=16)
+    J, P = BatchGate.JUDGE_STEPS, BatchGate.PROBE
+    for _ in range(3 * BatchGate.IDLE_STEPS):
+        assert g.budget(1, 16) == 16
+        g.record(1, True, False, 1, 0.01)   # nothing kept: no pause
+    for _ in range(J):
+        g.record(1, True, True, 1, 0.012)   # kept drafts, 83 tok/s; no plain steps yet: probe them
+    assert [g.budget(1, 16) for _ in range(P)] == [0] * P
+    for _ in range(P):
+        g.record(1, False, False, 1, 0.01)  # plain: 100 tok/s
+    pauses = []
+    for _ in range(4):
+        assert g.budget(1, 16) == 16
+        for _ in range(J):
+            g.record(1, True, True, 1, 0.012)
+        pauses.append(g.skip)
+        for _ in range(g.skip):
+            assert g.budget(1, 16) == 0
+            g.record(1, False, False, 1, 0.01)
+    assert pauses == [BatchGate.FIRST_PAUSE, 16, 16, 16]
+    for _ in range(J):
+        g.record(1, True, True, 2, 0.012)   # drafts that pay: no pause, and it starts over
+    assert g.skip == 0 and g.pause == BatchGate.FIRST_PAUSE and g.budget(1, 16) == 16
+
+
+def test_decoder_generate_gates_auto_per_temperature_band_and_stays_exact():
+    """Decoder.generate keeps one single-sequence gate per (auto, temperature band) in its drafting
+    state and asks it for every step's budget; a paused step is ar's: the output is unchanged."""
+    dec = Decoder(tiny_loaded(1), cost_curve=_flat(), draft_budget=16)
+    want = dec.generate(PROMPTS[0], method="ar", max_new_tokens=40).token_ids
+    gate = dec.state.gate("auto", 0.0)
+    gate.skip = 10  # a pause in progress: its steps plan with budget 0
+    got = dec.generate(PROMPTS[0], method="auto", max_new_tokens=40)
+    assert got.token_ids == want and got.steps > 10
+    assert dec.state.gate("auto", 0.0) is gate and 1 in gate._plain  # the paused steps were timed as plain ones
+    assert dec.state.gate("auto", 1.0) is not gate and dec.state.gate("pld", 0.0) is not gate
+
+
 class _CountingDrafter:
     """Proposes the true continuation (first ``depth`` tokens); counts the proposals."""
 

@@ -22,6 +22,11 @@ from typing import Any
 from lookupdec.drafters.calibrate import Calibration
 
 
+# Longest pause of a lone sequence's drafting (steps): a copy chance missed costs more than a
+# batch's, where the other sequences' steps go on.
+SINGLE_MAX_PAUSE = 32
+
+
 @dataclass
 class DrafterState:
     """One decoder's drafting state (see the module docstring).
@@ -32,6 +37,7 @@ class DrafterState:
         draft_model: the small-LM ``DraftModel`` (None: none).
         recycle_tables: ``(k, method) -> RecycleTable``.
         ledgers: ``(method, temperature band) -> SourceLedger``.
+        gates: ``(method, temperature band) -> BatchGate`` of single sequences (``Decoder.generate``).
 
     Example:
         >>> s = DrafterState()
@@ -46,6 +52,7 @@ class DrafterState:
     draft_model: Any = None
     recycle_tables: dict = field(default_factory=dict)
     ledgers: dict = field(default_factory=dict)
+    gates: dict = field(default_factory=dict)
 
     def recycle_table(self, k: int, method: str = "recycle"):
         """The ``RecycleTable`` of ``k`` candidates per token that ``method``'s drafters share (made on first use)."""
@@ -56,6 +63,17 @@ class DrafterState:
         if table is None:
             table = self.recycle_tables[key] = RecycleTable(int(k))
         return table
+
+    def gate(self, method: str, temperature: float):
+        """The single-sequence ``BatchGate`` of ``method`` at ``temperature``'s band (made on first use)."""
+        from lookupdec.batch import BatchGate
+        from lookupdec.drafters.calibrate import temperature_band
+
+        key = (str(method), temperature_band(temperature))
+        gate = self.gates.get(key)
+        if gate is None:
+            gate = self.gates[key] = BatchGate(min_size=1, max_pause=SINGLE_MAX_PAUSE)
+        return gate
 
     def ledger(self, method: str, temperature: float):
         """The ``SourceLedger`` of ``method`` at ``temperature``'s band (made on first use)."""

@@ -9,7 +9,8 @@ Measured on tiny random models, and stated exactly:
 - sampled methods that price their drafts (``auto``, ``recycle``, ``lookahead``,
   ``history``, ``llma``, ``rest``, ``draft``): under speculative sampling the
   random draws consumed depend on the drafts, and the drafts depend on the
-  decoder's state and on its cost model, which measured step times correct. The
+  decoder's state and on its cost model, which measured step times correct (and
+  ``auto``'s drafting pauses on measured tokens/s, ``Decoder.generate``'s gate). The
   seed alone does not reproduce them; held fixed, the pricing leaves the seed and
   the decoder's earlier requests as the only inputs (tested below by freezing the
   cost model's online correction).

@@ -147,7 +147,8 @@ class BatchGate:
     A gate made with ``min_size=1`` judges a single sequence's steps the same way, without the
     idle rule (a lone sequence's step that keeps nothing costs only its drafting) and with pauses
     of at most ``max_pause`` steps: ``Decoder.generate`` keeps one per temperature band for
-    ``auto``, whose pricing otherwise trusts the acceptance rates and the cost curve alone
+    ``auto`` (the server's engine uses the same one for a lone ``auto`` request, ``step_together``'s
+    ``lone_gate``), whose pricing otherwise trusts the acceptance rates and the cost curve alone
     (measured on a 2-core AMD EPYC with AVX-512 at temperature 1.0: `auto` 0.94x `ar` at tau
     1.09, its drafting steps 12.0 ms of forward against `ar`'s 10.7). By default only batches
     of 2 or more are gated. Exactness is untouched: a step without a draft is ``ar``'s.
@@ -245,7 +246,8 @@ class BatchStep:
 
 
 def step_together(verifier, seqs: "Seq[Sequence]", curve: "CostCurve | None", budget: int | None = None,
-                  margin: float = DEFAULT_MARGIN, gate: BatchGate | None = None) -> BatchStep:
+                  margin: float = DEFAULT_MARGIN, gate: BatchGate | None = None,
+                  lone_gate: BatchGate | None = None) -> BatchStep:
     """One step of every sequence in ``seqs`` (all prefilled, none done) with one verify forward.
 
     Args:
@@ -256,6 +258,8 @@ def step_together(verifier, seqs: "Seq[Sequence]", curve: "CostCurve | None", bu
         budget: each sequence's planning budget (None: the decoder's draft budget).
         margin: see ``price_batch``.
         gate: a ``BatchGate`` kept across the batch's steps (None: every step drafts).
+        lone_gate: the gate of a step with one sequence (``BatchGate(min_size=1)``, as
+            ``Decoder.generate`` keeps for ``auto``); None: ``gate``, which leaves one sequence alone.
     Returns:
         A ``BatchStep``.
     Raises:
@@ -265,8 +269,11 @@ def step_together(verifier, seqs: "Seq[Sequence]", curve: "CostCurve | None", bu
 
     t0 = time.perf_counter()
     seqs = list(seqs)
+    if len(seqs) == 1 and lone_gate is not None:
+        gate = lone_gate
     step_budget = budget if gate is None else gate.budget(len(seqs), budget)
     plans = [s.plan(step_budget) for s in seqs]
+    kept = len(plans[0].tree) > 0 or plans[0].extra is not None
     if len(seqs) > 1:
         past = int(np.mean([s.past for s in seqs]))
         price = price_batch(plans, curve, past, margin)
@@ -291,7 +298,7 @@ def step_together(verifier, seqs: "Seq[Sequence]", curve: "CostCurve | None", bu
                 by_source[k] = by_source.get(k, 0) + d
                 accepted += d
     step_s = time.perf_counter() - t0
-    if gate is not None and len(seqs) > 1:
+    if gate is not None and len(seqs) >= gate.min_size:
         gate.record(len(seqs), step_budget != 0, kept, new, step_s)
     return BatchStep(len(seqs), width, sum(len(p.tree) for p in plans), accepted, new, forward_s, step_s, by_source)
 

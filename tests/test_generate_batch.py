@@ -334,3 +334,26 @@ def test_a_batch_where_no_draft_pays_stops_drafting_and_still_equals_ar():
     calls = max(d.calls for d in drafters)
     assert steps >= 30 and calls < steps / 2, (calls, steps)  # most steps ran no drafter
     assert calls >= BatchGate.IDLE_STEPS + 1  # it did try, and re-tried
+
+
+def test_a_lone_sequence_in_step_together_is_judged_by_the_lone_gate_and_still_equals_ar():
+    """``step_together(..., lone_gate=...)`` (the server's engine for a lone ``auto`` request): the batch gate
+    leaves one sequence alone, the lone gate pauses its drafting (no drafter call) and records its steps;
+    the output stays ar's."""
+    from lookupdec.batch import BatchGate
+
+    dec = Decoder(tiny_loaded(1), cost_curve=_flat(), draft_budget=8)
+    prompt = [5, 6, 7, 8]
+    alone = dec.generate(prompt, method="ar", max_new_tokens=30).token_ids
+    batch_gate, lone = BatchGate(), BatchGate(min_size=1)
+    drafter = _CountingDrafter(alone)
+    seq = dec.new_sequence(prompt, max_new_tokens=30, drafter=drafter)
+    seq.prefill()
+    lone.skip = 6  # a pause in progress
+    widths = []
+    while not seq.done:
+        widths.append(step_together(dec.verifier, [seq], _flat(), gate=batch_gate, lone_gate=lone).width)
+    assert seq.result().token_ids == alone
+    assert widths[:6] == [1] * 6 and max(widths[6:]) > 1  # paused, then drafting again
+    assert 0 < drafter.calls <= len(widths) - 6  # none while paused (later pauses are timing-dependent)
+    assert 1 in lone._plain and not batch_gate._plain  # the lone gate timed its plain steps; the batch gate saw none

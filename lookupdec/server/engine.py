@@ -249,7 +249,11 @@ class Engine:
         if not active:
             return
         try:
-            step = step_together(self.decoder.verifier, [j.seq for j in active], curve, gate=self._gate)
+            lone = None  # a lone auto sequence is judged as Decoder.generate judges it
+            if len(active) == 1 and self.config.method == "auto":
+                lone = self.decoder.state.gate("auto", active[0].seq.params.temperature)
+            step = step_together(self.decoder.verifier, [j.seq for j in active], curve, gate=self._gate,
+                                 lone_gate=lone)
         except Exception:  # noqa: BLE001  (find the request that raised it; the others go on)
             log.exception("a batched step failed; stepping its %d sequences one at a time", len(active))
             self._step_alone(active, curve)

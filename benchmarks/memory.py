@@ -61,7 +61,7 @@ else:
     fast = dec.verifier.fast
     if fast is not None:
         cache = fast.new_cache(1024)
-        out["kv_bytes_per_token"] = cache.kv.element_size() * cache.kv.numel() / cache.kv.shape[2]
+        out["kv_bytes_per_token"] = cache.kv.element_size() * cache.kv.numel() / cache.capacity
 out["peak_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 print("RESULT " + json.dumps(out))
 """ % PROMPT

@@ -341,12 +341,12 @@ class FastForward:
         for li, layer in enumerate(self.layers):
             qkv = layer.qkv(self._rms(x, layer.in_norm, self.eps))       # (W, (H + 2 Hk) D)
             qk = self._rope(qkv, cos, sin)
-            # Keys and values go straight into the cache rows 0..w (layout: row, head, dim).
-            kv[li, 0, :w] = qk[:, H:]
-            kv[li, 1, :w] = qkv[:, q_size + kv_size:].view(w, Hk, D)
+            # Keys and values go straight into the cache rows 0..w (layout: head, row, dim).
+            kv[li, 0, :, :w] = qk[:, H:].transpose(0, 1)
+            kv[li, 1, :, :w] = qkv[:, q_size + kv_size:].view(w, Hk, D).transpose(0, 1)
             q = qk[:, :H].transpose(0, 1).unsqueeze(0)                   # (1, H, W, D)
-            k = kv[li, 0, :w].transpose(0, 1).unsqueeze(0)               # (1, Hk, W, D)
-            v = kv[li, 1, :w].transpose(0, 1).unsqueeze(0)
+            k = kv[li, 0, :, :w].unsqueeze(0)                            # (1, Hk, W, D)
+            v = kv[li, 1, :, :w].unsqueeze(0)
             o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scaling, enable_gqa=H != Hk)
             x.add_(layer.o(o[0].transpose(0, 1).reshape(w, q_size)))
             self._mlp(x, layer)
@@ -373,7 +373,7 @@ class FastForward:
                 b = b.reshape(w, p + w).to(torch.float32).contiguous()
                 keep.append(b)
             meta.append([off, w, p, 0 if b is None else b.data_ptr()])
-            kv_rows.append([c.kv.data_ptr(), c.kv.shape[2]])
+            kv_rows.append([c.kv.data_ptr(), c.capacity])
             off += w
         meta_t = torch.tensor(meta, dtype=torch.int64)
         kv_t = torch.tensor(kv_rows, dtype=torch.int64)

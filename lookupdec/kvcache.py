@@ -12,9 +12,10 @@ layer whose ``keys``/``values`` are ``(batch, heads, seq, dim)`` tensors, so it
 serves both ``BufferedLayer`` and plain ``DynamicLayer`` caches.
 
 ``FlatKVCache`` is the cache of the fast CPU forward (``lookupdec.fast_forward``):
-one tensor ``(layers, 2, capacity, kv_heads, head_dim)`` holding every
-layer's keys and values row-major in sequence position, so a commit moves
-the accepted rows of all layers with one indexed copy.
+one tensor ``(layers, 2, kv_heads, capacity, head_dim)`` holding every
+layer's keys and values, each kv head's rows contiguous in sequence position
+(what the decode attention streams), so a commit moves the accepted rows of
+all layers and heads with one indexed copy.
 """
 from __future__ import annotations
 
@@ -140,28 +141,37 @@ class FlatKVCache:
     """Keys and values of every layer in one preallocated tensor (grows geometrically).
 
     Attributes:
-        kv: ``(layers, 2, capacity, kv_heads, head_dim)``; ``kv[l, 0]`` keys, ``kv[l, 1]``
-            values of layer ``l``; rows ``0..length-1`` are valid.
+        kv: ``(layers, 2, kv_heads, capacity, head_dim)``; ``kv[l, 0]`` keys, ``kv[l, 1]``
+            values of layer ``l``; rows ``0..length-1`` are valid. Head-major: the decode
+            attention streams each kv head's rows from one contiguous block (one new row over
+            1,500 cached rows, 30 layers, 2-core AMD EPYC: 2.8 ms, against 5.9 when each row held
+            every head, one head's 256 bytes in every 768).
         length: number of valid rows (positions in the sequence).
 
     Example:
         >>> c = FlatKVCache(layers=2, kv_heads=1, head_dim=4, capacity=8)
-        >>> c.reserve(20); c.kv.shape[2] >= 20, c.length
+        >>> c.reserve(20); c.capacity >= 20, c.length
         (True, 0)
     """
 
     def __init__(self, layers: int, kv_heads: int, head_dim: int, capacity: int, *,
                  dtype: torch.dtype = torch.float32, device="cpu") -> None:
-        self.kv = torch.empty((layers, 2, max(int(capacity), 1), kv_heads, head_dim), dtype=dtype, device=device)
+        self.kv = torch.empty((layers, 2, kv_heads, max(int(capacity), 1), head_dim), dtype=dtype, device=device)
         self.length = 0
+
+    @property
+    def capacity(self) -> int:
+        """Rows the cache holds before it grows."""
+        return self.kv.shape[3]
 
     def reserve(self, needed: int) -> None:
         """Make room for ``needed`` rows (copies the valid rows once when it grows)."""
-        cap = self.kv.shape[2]
+        cap = self.capacity
         if needed <= cap:
             return
-        kv = self.kv.new_empty((self.kv.shape[0], 2, max(needed, 2 * cap), *self.kv.shape[3:]))
-        kv[:, :, : self.length] = self.kv[:, :, : self.length]
+        layers, _, heads, _, dim = self.kv.shape
+        kv = self.kv.new_empty((layers, 2, heads, max(needed, 2 * cap), dim))
+        kv[:, :, :, : self.length] = self.kv[:, :, :, : self.length]
         self.kv = kv
 
     def get_seq_length(self) -> int:
@@ -182,7 +192,7 @@ class FlatKVCache:
         if same < len(rows):
             src = torch.tensor(rows[same:], dtype=torch.long, device=self.kv.device)
             # index_select copies the source rows first: overlapping ranges are safe.
-            self.kv[:, :, past + same:new_len] = self.kv.index_select(2, src)
+            self.kv[:, :, :, past + same:new_len] = self.kv.index_select(3, src)
         self.length = new_len
 
 

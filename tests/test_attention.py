@@ -22,11 +22,15 @@ def isa(request):
 
 
 class Seq:
-    """One sequence: a cache (layers, 2, cap, Hk, D) whose first ``past`` rows are random."""
+    """One sequence: a cache (layers, 2, Hk, cap, D) whose first ``past`` rows are random."""
 
     def __init__(self, rng, past, Hk, D, layers=2, cap=64):
-        self.kv = torch.from_numpy(rng.standard_normal((layers, 2, cap, Hk, D)).astype(np.float32))
+        self.kv = torch.from_numpy(rng.standard_normal((layers, 2, Hk, cap, D)).astype(np.float32))
         self.past = past
+
+    def rows(self, kind, lo=0, hi=None):
+        """Layer 1's keys (kind 0) or values (1), rows lo..hi, as (rows, Hk, D)."""
+        return self.kv[1, kind, :, lo:hi].transpose(0, 1)
 
 
 def attend(seqs, blocks, biases, H, Hk, D, layer=1, threads=2, scale=0.125):
@@ -38,7 +42,7 @@ def attend(seqs, blocks, biases, H, Hk, D, layer=1, threads=2, scale=0.125):
     keep = [None if b is None else b.contiguous() for b in biases]
     meta = torch.tensor([[int(offs[i]), widths[i], s.past, 0 if b is None else b.data_ptr()]
                          for i, (s, b) in enumerate(zip(seqs, keep))], dtype=torch.int64)
-    kv = torch.tensor([[s.kv.data_ptr(), s.kv.shape[2]] for s in seqs], dtype=torch.int64)
+    kv = torch.tensor([[s.kv.data_ptr(), s.kv.shape[3]] for s in seqs], dtype=torch.int64)
     out = torch.full((int(offs[-1]), H * D), float("nan"))
     vpad = vpad.contiguous()
     _native.attend_ptr(len(seqs), meta.data_ptr(), kv.data_ptr(), layer, qk.data_ptr(), vpad.data_ptr() + 12,
@@ -76,8 +80,8 @@ def test_attention_equals_the_float64_oracle_and_writes_the_cache(isa, H, Hk, D)
     outs = attend(seqs, blocks, [None, None, bias], H, Hk, D)
     for s, p, (q, k, v), b, out in zip(seqs, pasts, blocks, [None, None, bias], outs):
         end = p + q.shape[0]
-        assert torch.equal(s.kv[1, 0, p:end], k) and torch.equal(s.kv[1, 1, p:end], v)
-        want = oracle(s.kv[1, 0, :end], s.kv[1, 1, :end], q, b, 0.125)
+        assert torch.equal(s.rows(0, p, end), k) and torch.equal(s.rows(1, p, end), v)
+        want = oracle(s.rows(0, 0, end), s.rows(1, 0, end), q, b, 0.125)
         torch.testing.assert_close(out.double(), want, rtol=1e-5, atol=2e-6)
 
 
@@ -90,8 +94,8 @@ def test_a_sequence_over_a_long_cache_equals_the_float64_oracle(isa, H, Hk, D, w
     bias = torch.zeros(w, 400 + w)
     bias[:, 400:] = torch.triu(torch.full((w, w), float("-inf")), 1)
     out = attend([s], [(q, k, v)], [bias], H, Hk, D)[0]
-    assert torch.equal(s.kv[1, 0, 400:], k) and torch.equal(s.kv[1, 1, 400:], v)
-    torch.testing.assert_close(out.double(), oracle(s.kv[1, 0], s.kv[1, 1], q, bias, 0.125), rtol=1e-5, atol=2e-6)
+    assert torch.equal(s.rows(0, 400), k) and torch.equal(s.rows(1, 400), v)
+    torch.testing.assert_close(out.double(), oracle(s.rows(0), s.rows(1), q, bias, 0.125), rtol=1e-5, atol=2e-6)
 
 
 @pytest.mark.parametrize("past", [21, 300])
@@ -117,11 +121,11 @@ def test_a_row_is_the_same_bits_alone_in_order_as_among_masked_keys_other_rows_a
         bias = torch.zeros(w, past + w)
         bias[:, past:][torch.from_numpy(~allowed)] = masked
         tree = Seq(rng, past, Hk, D, cap=cap)
-        tree.kv[:, :, :past] = base.kv[:, :, :past]
+        tree.kv[:, :, :, :past] = base.kv[:, :, :, :past]
         other = Seq(rng, 50, Hk, D)
         together = attend([other, tree], [_block(rng, 3, H, Hk, D), (q, k, v)], [None, bias], H, Hk, D)[1]
         alone = Seq(rng, past, Hk, D, cap=cap)
-        alone.kv[:, :, :past] = base.kv[:, :, :past]
+        alone.kv[:, :, :, :past] = base.kv[:, :, :, :past]
         one_thread = attend([alone], [(q, k, v)], [bias], H, Hk, D, threads=1)[0]
         assert torch.equal(together, one_thread)
         alone.past = past
@@ -129,7 +133,7 @@ def test_a_row_is_the_same_bits_alone_in_order_as_among_masked_keys_other_rows_a
         for i in range(w):
             chain = np.flatnonzero(allowed[i]).tolist()  # ancestors in order, then i
             ar = Seq(rng, past, Hk, D, cap=cap)
-            ar.kv[:, :, :past] = base.kv[:, :, :past]
+            ar.kv[:, :, :, :past] = base.kv[:, :, :, :past]
             for j in chain:
                 row = attend([ar], [(q[j:j + 1], k[j:j + 1], v[j:j + 1])], [None], H, Hk, D)[0]
             assert torch.equal(row[0], together[i]), (masked, i)

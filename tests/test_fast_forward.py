@@ -163,7 +163,7 @@ def test_commit_keeps_accepted_rows():
         assert cache.length == len(chain)
         ref = verifier.new_cache(8)
         verifier.prefill(ref, chain)
-        torch.testing.assert_close(cache.kv[:, :, :len(chain)], ref.kv[:, :, :len(chain)], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(cache.kv[:, :, :, :len(chain)], ref.kv[:, :, :, :len(chain)], atol=1e-5, rtol=1e-5)
 
 
 def test_flat_cache_keep_rows_equals_reference():
@@ -172,13 +172,13 @@ def test_flat_cache_keep_rows_equals_reference():
         n, past = int(rng.integers(1, 12)), int(rng.integers(0, 6))
         cache = FlatKVCache(2, 1, 3, 4)
         cache.reserve(past + n)
-        cache.kv[:, :, : past + n] = torch.arange(past + n, dtype=torch.float32).view(1, 1, -1, 1, 1)
+        cache.kv[:, :, :, : past + n] = torch.arange(past + n, dtype=torch.float32).view(1, 1, 1, -1, 1)
         cache.length = past + n
         rows = sorted(rng.choice(np.arange(past, past + n), int(rng.integers(0, n + 1)), replace=False).tolist())
         keep_rows(cache, past, rows)
         want = list(range(past)) + rows
         assert cache.length == len(want)
-        assert cache.kv[1, 1, : len(want), 0, 2].tolist() == want
+        assert cache.kv[1, 1, 0, : len(want), 2].tolist() == want
 
 
 @pytest.mark.parametrize("kind", ["llama", "qwen2"])

@@ -79,7 +79,7 @@ def test_each_sequence_in_a_batch_equals_its_own_forward(scale):
             assert b.extra_argmax.tolist() == s.extra_argmax.tolist()
         w = len(prompt) + 1 + len(tree) + (0 if extra is None else len(extra))
         assert cb.length == cs.length == w
-        torch.testing.assert_close(cb.kv[:, :, :w], cs.kv[:, :, :w], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(cb.kv[:, :, :, :w], cs.kv[:, :, :, :w], atol=1e-5, rtol=1e-5)
 
 
 def test_batch_rows_equal_the_models_own_chains():

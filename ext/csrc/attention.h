@@ -21,7 +21,8 @@
 /* One sequence of the call (meta row, int64): first row in qk/out, rows w, cached rows past,
  * address of its bias (float32, w x (past + w), row-major; 0 = every row sees every key). */
 #define LK_ATTN_META 4
-/* Its cache (kv row, int64): address of the whole float32 cache (layers, 2, cap, Hk, D), cap. */
+/* Its cache (kv row, int64): address of the whole float32 cache (layers, 2, Hk, cap, D), cap:
+ * head-major, so each kv head's keys and values are read from contiguous rows. */
 #define LK_ATTN_KV 2
 
 /* For each sequence s: write the keys (qk rows, heads H..H+Hk-1) and values (v rows, stride

@@ -218,7 +218,8 @@ def measure(verifier, *, widths: Sequence[int] = WIDTHS, past: int = 256, far_pa
     Each forward runs a tree of ``w - 1`` random nodes (a few branches of 6, as
     lookup drafts look) on ``past`` cached rows of random tokens; the cache is cut
     back after each. ``slope_ms`` comes from the widths 1 and the largest at
-    ``far_past`` rows. Medians of ``repeats`` after ``warmup`` forwards.
+    ``far_past`` rows. Medians of ``repeats`` rounds after ``warmup`` rounds, each round
+    one forward of every width.
 
     Returns:
         A CostCurve.
@@ -244,23 +245,26 @@ def measure(verifier, *, widths: Sequence[int] = WIDTHS, past: int = 256, far_pa
         seqs = [rng.integers(low, vocab, 6).tolist() for _ in range((w - 1 + 5) // 6)]
         return DraftTree.from_sequences(seqs).prune(w - 1)
 
-    def timed(cache, p: int, tree: DraftTree) -> float:
-        ts = []
-        for i in range(warmup + repeats):
-            t = time.perf_counter()
-            verifier.forward(cache, p, 7 % vocab, tree)
-            if verifier.device.type == "cuda":
-                torch.cuda.synchronize(verifier.device)
-            if i >= warmup:
-                ts.append(time.perf_counter() - t)
-            keep_rows(cache, p, [])  # back to p rows
-        return statistics.median(ts) * 1e3
-
     def at(p: int, ws: Sequence[int]) -> list[float]:
+        # In rounds, every width once a round: a burst of interference from elsewhere on the
+        # machine then lands on all widths alike instead of bending the curve at one of them
+        # (width by width, a curve measured on a 2-core VM read c(4) 18.1 ms between c(2) 11.6
+        # and c(8) 22.6).
         cache = verifier.new_cache(p + max(ws) + 8)
+        trees = [tree_of(w) for w in ws]
+        ts: list[list[float]] = [[] for _ in ws]
         with torch.inference_mode():
             verifier.prefill(cache, rng.integers(low, vocab, p + 1).tolist())
-            return [timed(cache, p + 1, tree_of(w)) for w in ws]
+            for i in range(warmup + repeats):
+                for k, tree in enumerate(trees):
+                    t = time.perf_counter()
+                    verifier.forward(cache, p + 1, 7 % vocab, tree)
+                    if verifier.device.type == "cuda":
+                        torch.cuda.synchronize(verifier.device)
+                    if i >= warmup:
+                        ts[k].append(time.perf_counter() - t)
+                    keep_rows(cache, p + 1, [])  # back to p + 1 rows
+        return [statistics.median(x) * 1e3 for x in ts]
 
     def head(w: int) -> float:
         h = torch.randn(w, fast.hidden, generator=torch.Generator().manual_seed(seed))

@@ -273,12 +273,13 @@ def step_together(verifier, seqs: "Seq[Sequence]", curve: "CostCurve | None", bu
         gate = lone_gate
     step_budget = budget if gate is None else gate.budget(len(seqs), budget)
     plans = [s.plan(step_budget) for s in seqs]
-    kept = len(plans[0].tree) > 0 or plans[0].extra is not None
     if len(seqs) > 1:
         past = int(np.mean([s.past for s in seqs]))
         price = price_batch(plans, curve, past, margin)
         plans = list(price.plans)
         kept = price.width > len(seqs)
+    else:
+        kept = len(plans[0].tree) > 0 or plans[0].extra is not None
     items = [VerifyItem(s.cache, s.past, p.root, p.tree, p.extra, p.topk) for s, p in zip(seqs, plans)]
     t1 = time.perf_counter()
     results = verifier.forward_batch(items)

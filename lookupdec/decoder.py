@@ -13,7 +13,6 @@ the same kernels; sampled output has the target's distribution.
 """
 from __future__ import annotations
 
-import time
 from typing import Callable, Sequence
 
 import numpy as np
@@ -294,22 +293,9 @@ class Decoder:
                                 top_p=top_p, top_k=top_k, seed=seed, stop=stop, references=references,
                                 chat_template=chat_template, on_text=on_text, drafter=drafter, grammar=grammar,
                                 prediction=prediction, do_sample=do_sample)
-        seq.prefill()
-        verifier = self.verifier
         # auto's steps are judged by what they deliver against plain steps (lookupdec.batch.BatchGate).
         gate = self.state.gate(method, seq.params.temperature) if method == "auto" and drafter is None else None
-        while not seq.done:
-            start = time.perf_counter()
-            budget = None if gate is None else gate.budget(1, seq.default_budget)
-            plan = seq.plan(budget)
-            t0 = time.perf_counter()
-            res = verifier.forward(seq.cache, seq.past, plan.root, plan.tree, extra=plan.extra, topk=plan.topk)
-            done = len(seq.new)
-            seq.finish(plan, res, time.perf_counter() - t0)
-            if gate is not None:
-                gate.record(1, budget != 0, len(plan.tree) > 0 or plan.extra is not None, len(seq.new) - done,
-                            time.perf_counter() - start)
-        result = seq.result()
+        result = seq.run(gate)
         if remember:
             self.remember(result)
         return result

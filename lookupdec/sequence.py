@@ -14,9 +14,9 @@ be shared by several sequences (a batch verified in one forward):
   speculative sampling), keep its cache rows, hand the outcome to the
   drafter, append the tokens and check the stopping rules.
 
-``Decoder.generate`` is ``prefill()`` then ``plan``/forward/``finish`` until
-``done``; plain autoregressive decoding (``ar``) is the same loop with empty
-trees.
+``Sequence.run`` (what ``Decoder.generate`` calls) is ``prefill()`` then
+``plan``/forward/``finish`` until ``done``; plain autoregressive decoding
+(``ar``) is the same loop with empty trees.
 """
 from __future__ import annotations
 
@@ -62,6 +62,7 @@ def masked_probs(logits, params: "SamplingParams", allowed: np.ndarray):
 
 
 if TYPE_CHECKING:
+    from lookupdec.batch import BatchGate
     from lookupdec.sampling import SamplingParams
     from lookupdec.verify import VerifyResult
 
@@ -271,6 +272,29 @@ class Sequence:
                          (t1 - t0 - lazy_s - topk_s) * 1e3)
             if observe and self.costs is not None:
                 self._observe(plan, res, past)
+
+    def run(self, gate: "BatchGate | None" = None) -> GenerationResult:
+        """Prefill, then step alone until done; returns the result.
+
+        Args:
+            gate: a ``BatchGate(min_size=1)`` that judges the drafting steps by what they deliver
+                against plain steps and sets each step's budget (``Decoder.generate`` passes its
+                per-band gate for ``auto``); None: every step drafts with the default budget.
+        """
+        self.prefill()
+        verifier = self.verifier
+        while not self.done:
+            start = time.perf_counter()
+            budget = None if gate is None else gate.budget(1, self.default_budget)
+            plan = self.plan(budget)
+            t0 = time.perf_counter()
+            res = verifier.forward(self.cache, self.past, plan.root, plan.tree, extra=plan.extra, topk=plan.topk)
+            done = len(self.new)
+            self.finish(plan, res, time.perf_counter() - t0)
+            if gate is not None:
+                gate.record(1, budget != 0, len(plan.tree) > 0 or plan.extra is not None, len(self.new) - done,
+                            time.perf_counter() - start)
+        return self.result()
 
     def result(self) -> GenerationResult:
         """The generation's result (call once ``done``)."""

@@ -36,8 +36,8 @@ from typing import Sequence
 import numpy as np
 
 WIDTHS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)
-FORMAT = 4  # bump when measurements from older versions must not be reused (2: head_ms; 3: native decode attention;
-#   4: the decode attention reads keys and values ahead, from a head-major cache)
+FORMAT = 5  # bump when measurements from older versions must not be reused (2: head_ms; 3: native decode attention;
+#   4: the decode attention reads keys and values ahead, from a head-major cache; 5: head_ms timed after a body)
 # Rows whose logits the measured forwards compute on the fast backend: the root and a
 # main path of a tree of branches 6 deep (``measure``).
 MEASURED_LOGIT_ROWS = 7
@@ -266,15 +266,27 @@ def measure(verifier, *, widths: Sequence[int] = WIDTHS, past: int = 256, far_pa
                     keep_rows(cache, p + 1, [])  # back to p + 1 rows
         return [statistics.median(x) * 1e3 for x in ts]
 
-    def head(w: int) -> float:
-        h = torch.randn(w, fast.hidden, generator=torch.Generator().manual_seed(seed))
-        ts = []
-        for i in range(warmup + repeats):
-            t = time.perf_counter()
-            fast.logits(h)
-            if i >= warmup:
-                ts.append(time.perf_counter() - t)
-        return statistics.median(ts) * 1e3
+    def heads(ws: Sequence[int]) -> list[float]:
+        # lm_head timed right after a forward's body, as in a step, where the layers' weights
+        # have just streamed through the caches. Timed in a loop of its own, the product kept much
+        # of its weights in L3: 1.0 ms for one row against 2.3 ms inside steps (embedded model,
+        # AMD EPYC with 32 MiB of L3), and the cost model then took a plain step's lm_head for a
+        # small part of it.
+        h = torch.randn(max(ws), fast.hidden, generator=torch.Generator().manual_seed(seed))
+        cache = verifier.new_cache(past + 8)
+        ts: list[list[float]] = [[] for _ in ws]
+        with torch.inference_mode():
+            verifier.prefill(cache, rng.integers(low, vocab, past + 1).tolist())
+            one, at_past = torch.tensor([7 % vocab]), torch.tensor([past + 1])
+            for i in range(warmup + repeats):
+                for k, w in enumerate(ws):
+                    fast.forward(cache, one, at_past, None, "hidden")
+                    keep_rows(cache, past + 1, [])
+                    t = time.perf_counter()
+                    fast.logits(h[:w])
+                    if i >= warmup:
+                        ts[k].append(time.perf_counter() - t)
+        return [statistics.median(x) * 1e3 for x in ts]
 
     base = at(past, widths)
     ends = [widths[0], widths[-1]]
@@ -282,9 +294,9 @@ def measure(verifier, *, widths: Sequence[int] = WIDTHS, past: int = 256, far_pa
     slopes_at_ends = [max((f - b) / (far_past - past), 0.0) for f, b in zip(far, [base[0], base[-1]])]
     slopes = [float(np.interp(w, ends, slopes_at_ends)) for w in widths]
     fast = getattr(verifier, "fast", None)
-    heads = tuple(head(w) for w in widths) if fast is not None else ()
+    head_ms = tuple(heads(widths)) if fast is not None else ()
     return CostCurve(tuple(widths), tuple(base), past + 1, tuple(slopes), device_description(verifier.device), key,
-                     heads)
+                     head_ms)
 
 
 def curve_path(verifier, threads: int, cache_dir: Path | None = None) -> Path:

@@ -146,6 +146,31 @@ def test_the_decoder_resolves_its_cost_provider_before_the_first_step_and_steps_
     assert len(calls) == 1
 
 
+def test_every_step_reports_its_lm_head_apart_from_the_body_plain_steps_too(tmp_path, monkeypatch):
+    """The model fits body and lm_head apart: a plain step whose lm_head rode in its body once made
+    the first draft row look a quarter as dear as it was."""
+    import torch
+
+    from lookupdec.pricing import CostModel as Model
+
+    seen: list[StepTiming] = []
+    monkeypatch.setattr(Model, "observe", lambda self, t: seen.append(t))
+    dec = _decoder(tmp_path, monkeypatch, cost_curve=CostCurve((1, 64), (10.0, 10.5), 0, (0.0, 0.0), "t", "flat"))
+    assert dec.verifier.backend == "fast"
+    seq = dec.new_sequence("ab ab ab", method="auto", max_new_tokens=6)
+    seq.prefill()
+    plan = seq.plan(0)  # a plain step
+    res = dec.verifier.forward(seq.cache, seq.past, plan.root, plan.tree, extra=plan.extra, topk=plan.topk)
+    # The plain step's logits are the ones a forward computing them inside gives, bit for bit.
+    cache = dec.verifier.new_cache(seq.past + 4)
+    dec.verifier.prefill(cache, list(seq.prompt_ids))
+    inside = dec.verifier.fast.forward(cache, torch.tensor([plan.root]), torch.tensor([seq.past]), None, slice(0, 1))
+    assert torch.equal(res.row(0), inside[0])
+    seq.finish(plan, res, 0.001)
+    assert len(seen) == 1 and seen[0].width == 1
+    assert seen[0].head_rows == 1 and seen[0].head_ms > 0
+
+
 def test_a_stale_curve_is_refreshed_between_requests_as_the_decoder_is_told(tmp_path, monkeypatch, caplog):
     calls = []
     real = costs.measure

@@ -242,17 +242,32 @@ def test_batch_gate_pauses_kept_drafts_that_deliver_fewer_tokens_per_second_than
     assert g.skip == P
 
 
-def test_a_single_sequence_gate_judges_kept_drafts_but_not_idle_steps_and_caps_its_pause():
+def test_a_single_sequence_gate_thins_idle_steps_until_one_keeps_a_draft():
+    """``BatchGate(min_size=1)``: after ``IDLE_STEPS`` steps in a row that keep nothing, only every
+    ``LONE_IDLE_SKIP + 1``-th step drafts, until one keeps a draft; the thinned steps are plain."""
+    from lookupdec.batch import BatchGate
+
+    g = BatchGate(min_size=1, max_pause=16)
+    I, S = BatchGate.IDLE_STEPS, BatchGate.LONE_IDLE_SKIP
+    budgets = []
+    for _ in range(I + 3 * (S + 1)):
+        b = g.budget(1, 16)
+        budgets.append(b)
+        g.record(1, b != 0, False, 1, 0.01)   # nothing kept (or a thinned step: plain)
+    assert budgets == [16] * I + ([0] * S + [16]) * 3
+    assert [g.budget(1, 16) for _ in range(S + 1)] == [0] * S + [16]
+    g.record(1, True, True, 1, 0.01)          # a kept draft: every step drafts again
+    assert [g.budget(1, 16) for _ in range(I + S)] == [16] * (I + S)
+    assert 1 in g._plain                      # the thinned steps were timed as plain ones
+
+
+def test_a_single_sequence_gate_judges_kept_drafts_and_caps_its_pause():
     """``BatchGate(min_size=1)`` (Decoder.generate's, for auto): a lone sequence's drafts that deliver
-    fewer tokens/s than its plain steps are paused, at most ``max_pause`` steps; steps that keep
-    nothing are not gated."""
+    fewer tokens/s than its plain steps are paused, at most ``max_pause`` steps."""
     from lookupdec.batch import BatchGate
 
     g = BatchGate(min_size=1, max_pause=16)
     J, P = BatchGate.JUDGE_STEPS, BatchGate.PROBE
-    for _ in range(3 * BatchGate.IDLE_STEPS):
-        assert g.budget(1, 16) == 16
-        g.record(1, True, False, 1, 0.01)   # nothing kept: no pause
     for _ in range(J):
         g.record(1, True, True, 1, 0.012)   # kept drafts, 83 tok/s; no plain steps yet: probe them
     assert [g.budget(1, 16) for _ in range(P)] == [0] * P

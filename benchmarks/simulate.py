@@ -105,6 +105,10 @@ COST_CURVES: dict[str, tuple[tuple[int, float], ...]] = {
     # The 2-core AMD EPYC with AVX-512, quiet, 257 cached rows (RESULTS.md "Drafts from the target
     # itself", issue 9; the four widths that section gives).
     "amd-avx512": ((1, 29.2), (8, 33.6), (16, 40.5), (32, 59.8)),
+    # The same AMD EPYC with AVX-512, quantized weights (the GGUF's Q8_0 blocks), head-major cache,
+    # lm_head timed after a body (RESULTS.md "Pricing lm_head as steps pay it", issue 17): steep.
+    "amd-avx512-q8": ((1, 8.22), (2, 9.93), (4, 12.69), (8, 21.29), (12, 28.68), (16, 33.17), (24, 43.15),
+                      (32, 56.02), (48, 75.05), (64, 98.2)),
     # The 2-core AMD EPYC with AVX2 only, the curve `make demo` cached (issue 17): noisy, c(4) < c(1).
     "amd-avx2-demo": ((1, 67.6), (2, 73.3), (4, 60.1), (8, 82.8), (16, 87.5), (32, 122.4), (64, 226.3)),
     # The 2-core Intel Xeon with AVX-512 and AMX, float16 weights, one-row products unpadded

@@ -357,8 +357,9 @@ class AutoDrafter(Drafter):
     def _catch_up(self) -> None:
         """Tell the sources the tokens of the steps that proposed nothing, in one call each.
 
-        Telling them ``a`` then ``b`` is telling them ``a + b`` (no proposal is pending on
-        such steps, and the tests check it source by source); their time is this step's drafting.
+        Telling them ``a`` then ``b`` is telling them ``a + b`` (no proposal is pending on such
+        steps; ``tests/test_catch_up.py`` checks it for every model-free source); their time is
+        this step's drafting.
         """
         if not self._unseen:
             return

@@ -254,15 +254,13 @@ class Decoder:
                 exactly when ``temperature`` > 0. The model's ``generation_config``
                 sampling defaults are not applied: lookupdec decodes greedily unless
                 asked, so an output is ``ar``'s unless sampling was requested.
-            seed: seeds the sampling generator. What the same seed reproduces (README "What is
+            seed: seeds the sampling. What the same seed reproduces (README "What is
                 guaranteed", tests/test_seeded.py): greedy output is ``ar``'s whatever the seed and
-                the decoder's state; sampled ``ar`` and ``pld`` give the same tokens for the same
-                seed on any decoder and on every call. Sampled methods that price their drafts
-                (``auto``, ``recycle``, ``lookahead``, ``history``, ``llma``, ``rest``, ``draft``)
-                keep the target's distribution, but the same seed need not give the same tokens:
-                the draws taken depend on the drafts, which depend on the decoder's earlier
-                requests (calibration, recycle tables, history) and on its cost model, corrected
-                from measured step times.
+                the decoder's state. Sampled, the token at each output position is drawn at a
+                uniform number keyed by the seed and the position, so every method whose drafts
+                are deterministic (all but ``draft`` sampling its own drafts) gives sampled
+                ``ar``'s tokens for the same seed, on any decoder and on every call; ``draft``'s
+                sampled drafts keep the target's distribution without that promise.
             stop: stop string(s): generation ends when the text contains one;
                 the text is cut where it starts.
             references: documents (strings) to draft from, for methods that take
@@ -391,8 +389,8 @@ class Decoder:
         batch's drafts together at the batch's total width (``lookupdec.batch.price_batch``),
         so speculation shrinks as the batch grows. Greedy outputs equal ``generate``'s for
         each prompt alone (up to the float rounding of wider products); sampled outputs
-        keep the target's distribution (each prompt draws from its own generator: with a
-        ``seed`` every prompt gets ``seed + i``).
+        keep the target's distribution (with a ``seed`` prompt ``i`` gets ``seed + i``, and a
+        method with deterministic drafts then gives it sampled ``ar``'s tokens for that seed).
 
         Args:
             prompts: the prompts (as for ``generate``).

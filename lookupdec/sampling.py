@@ -87,9 +87,44 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None) -> int:
         >>> sample(torch.tensor([0.0, 0.0, 3.0, 0.0]), None)
         2
     """
+    return sample_at(probs, float(torch.rand((), generator=generator, dtype=torch.float64)))
+
+
+def sample_at(probs: torch.Tensor, u: float) -> int:
+    """The token at ``u`` in [0, 1) of the float64 cumulative distribution of ``probs`` (1-D, none negative).
+
+    With ``u`` uniform this is a draw from ``probs``; the same ``u`` and the same vector give
+    the same token. A token of probability 0 is never returned.
+
+    Example:
+        >>> [sample_at(torch.tensor([0.25, 0.0, 0.75]), u) for u in (0.0, 0.2, 0.25, 0.99)]
+        [0, 0, 2, 2]
+    """
     c = torch.cumsum(probs.to(torch.float64), 0)
-    u = torch.rand((), generator=generator, dtype=torch.float64) * c[-1]
-    i = int(torch.searchsorted(c, u, right=True))
+    i = int(torch.searchsorted(c, u * c[-1], right=True))
     if i >= c.shape[0]:  # u rounded up to the total: the last token with mass
         i = int(torch.nonzero(probs > 0)[-1])
     return i
+
+
+_MASK64 = (1 << 64) - 1
+
+
+def position_uniform(key: int, position: int) -> float:
+    """A uniform number in [0, 1) for output position ``position`` of the generation keyed ``key``.
+
+    splitmix64 of the key and the position: a counter-based generator, so the number for a
+    position does not depend on how many were drawn before it. A sequence samples its token at
+    position ``t`` as ``sample_at(p_t, position_uniform(key, t))`` whether it decodes one token a
+    step or verifies a draft tree (``lookupdec.sequence``): with the same key every method whose
+    drafts are deterministic emits the tokens plain sampling emits.
+
+    Example:
+        >>> position_uniform(7, 3) == position_uniform(7, 3) != position_uniform(7, 4)
+        True
+    """
+    z = (int(key) * 0x9E3779B97F4A7C15 + (int(position) + 1) * 0xD1B54A32D192ED03) & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    z ^= z >> 31
+    return (z >> 11) * (1.0 / (1 << 53))

@@ -101,7 +101,11 @@ class Sequence:
         method_name: reported in the result.
         max_new: the most tokens generated.
         params: ``SamplingParams`` (temperature 0 = greedy).
-        generator: the acceptance draws' ``torch.Generator`` (None when greedy).
+        generator: the sampling ``torch.Generator`` (None when greedy). Its seed keys the
+            uniform number of every output position (``sampling.position_uniform``): the token
+            at position ``t`` is the target's distribution there inverted at that number, so a
+            tree of deterministic drafts emits exactly the tokens plain sampling would; trees of
+            sampled drafts (with ``q``) take their acceptance draws from the generator itself.
         stops: stop strings.
         on_text: called with each new piece of final text.
         constraint: a ``lookupdec.constraints.Constraint`` (None: unconstrained). Drafts are
@@ -134,6 +138,7 @@ class Sequence:
         self.max_new = int(max_new)
         self.params = params
         self.generator = generator
+        self._key = generator.initial_seed() if generator is not None else 0
         self.constraint = constraint
         self.stream = TextStream(decoder.tokenizer, list(stops), on_text)
         self.cache = None
@@ -231,7 +236,7 @@ class Sequence:
         """
         import torch
 
-        from lookupdec.sampling import target_probs
+        from lookupdec.sampling import position_uniform, sample_at, target_probs
         from lookupdec.verify import greedy_accept, sample_accept
 
         params = self.params
@@ -241,14 +246,21 @@ class Sequence:
             # use; their time counts as verification.
             lazy_s = res.rows.compute_s
             allowed = None if self.constraint is None else self.constraint.row_masks(res.tree)
-            if allowed is None and params.greedy:
-                acc = greedy_accept(res.tree, lambda r: int(res.row(r).argmax()))
-            elif allowed is None:
-                acc = sample_accept(res.tree, lambda r: target_probs(res.row(r), params), self.generator)
-            elif params.greedy:
-                acc = greedy_accept(res.tree, lambda r: masked_argmax(res.row(r), allowed(r)))
+            if params.greedy:
+                acc = greedy_accept(res.tree, lambda r: int(res.row(r).argmax()) if allowed is None
+                                    else masked_argmax(res.row(r), allowed(r)))
             else:
-                acc = sample_accept(res.tree, lambda r: masked_probs(res.row(r), params, allowed(r)), self.generator)
+                probs = (lambda r: target_probs(res.row(r), params)) if allowed is None else \
+                    (lambda r: masked_probs(res.row(r), params, allowed(r)))
+                if res.tree.sampled:
+                    acc = sample_accept(res.tree, probs, self.generator)
+                else:
+                    # Deterministic drafts: each row's token is drawn at its output position's own
+                    # uniform, as plain sampling draws it there; a child holding that token is
+                    # accepted (probability p(x), as speculative sampling accepts a one-hot draft).
+                    depth, base = res.tree.depth, len(self.new)
+                    acc = greedy_accept(res.tree, lambda r: sample_at(
+                        probs(r), position_uniform(self._key, base + (int(depth[r - 1]) if r else 0))))
             lazy_s = res.rows.compute_s - lazy_s
             # Deferred top-k (Token Recycling): over the rows the walk computed, no lm_head row
             # more; its time is the drafter's.
@@ -336,10 +348,10 @@ class Sequence:
         allowed = None if self.constraint is None else self.constraint.mask()
         if self.params.greedy:
             return int(logits.argmax().item()) if allowed is None else masked_argmax(logits, allowed)
-        from lookupdec.sampling import sample, target_probs
+        from lookupdec.sampling import position_uniform, sample_at, target_probs
 
         probs = target_probs(logits, self.params) if allowed is None else masked_probs(logits, self.params, allowed)
-        return sample(probs.cpu(), self.generator)
+        return sample_at(probs.cpu(), position_uniform(self._key, len(self.new)))
 
     def _constrain(self, tree: DraftTree, kept, budget: int, max_depth: int):
         """The checked draft cut to the paths the grammar allows, with its forced tokens joined.

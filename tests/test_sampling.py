@@ -217,3 +217,19 @@ def test_sample_draws_each_token_with_its_probability_and_never_one_without_mass
     assert_matches(counts, np.append(probs, 1.0 - probs.sum()))
     a, b = torch.Generator().manual_seed(9), torch.Generator().manual_seed(9)
     assert [sample(big, a) for _ in range(50)] == [sample(big, b) for _ in range(50)]
+
+
+def test_position_uniforms_are_uniform_and_pairwise_independent_across_keys_and_positions():
+    """The counter-based numbers every sampled position is drawn at (``position_uniform``): 200 keys x
+    200 positions in 20 bins, and the pairs (position t, t + 1) in 10 x 10 bins, against the uniform
+    law; the check has the power to reject numbers squeezed by 2% (the last assertion)."""
+    from lookupdec.sampling import position_uniform
+
+    u = np.array([[position_uniform(k, t) for t in range(200)] for k in range(200)])
+    assert u.min() >= 0.0 and u.max() < 1.0
+    assert_matches(np.bincount((u * 20).astype(int).ravel(), minlength=20), np.full(20, 0.05))
+    pairs = (u[:, :-1] * 10).astype(int) * 10 + (u[:, 1:] * 10).astype(int)
+    assert_matches(np.bincount(pairs.ravel(), minlength=100), np.full(100, 0.01))
+    squeezed = np.bincount((u * 0.98 * 20).astype(int).ravel(), minlength=20)
+    stat, df = chi_square(squeezed, np.full(20, 0.05))
+    assert stat > df + 6 * np.sqrt(2 * df)

@@ -460,15 +460,20 @@ def test_a_history_learns_each_reference_answer_only_after_every_method_ran_it(q
     assert [n for n, _ in seen] == [k for k in range(turns) for _ in range(2)]
 
 
-def test_sampled_runs_time_every_method_without_comparing_outputs(qfile):
-    # Differing outputs (as sampling gives) are no failure in a sampled run, and turn 2 still
-    # continues the reference's answer.
+def test_sampled_runs_compare_only_methods_that_draw_as_the_reference(qfile):
+    # A method that does not draw as the reference does (transformers' sampling, 'draft') may differ
+    # in a sampled run, and turn 2 still continues the reference's answer; one that does is checked.
     ar, pld = FakeMethod("ar"), FakeMethod("pld", break_at=1)
     qs = load_questions(qfile)
     recs = run_benchmark(qs, {"ar": ar, "pld": pld}, FakeCodec(), ExactnessCheck("ar", (EOS,)),
                          RunConfig(max_new_tokens=12, warmup_tokens=0, sampled=True))
     assert len(recs) == 2 * sum(len(q.turns) for q in qs)
     assert [c[0] for c in ar.calls] == [c[0] for c in pld.calls]  # same prompts, turn 2 included
+    same = FakeMethod("pld", break_at=1)
+    same.same_draws = True
+    with pytest.raises(OutputMismatch):
+        run_benchmark(qs, {"ar": FakeMethod("ar"), "pld": same}, FakeCodec(), ExactnessCheck("ar", (EOS,)),
+                      RunConfig(max_new_tokens=12, warmup_tokens=0, sampled=True))
     with pytest.raises(OutputMismatch):  # the same methods greedy: the broken one is caught
         run_benchmark(qs, {"ar": FakeMethod("ar"), "pld": FakeMethod("pld", break_at=1)}, FakeCodec(),
                       ExactnessCheck("ar", (EOS,)), RunConfig(max_new_tokens=12, warmup_tokens=0))
@@ -488,3 +493,5 @@ def test_temperature_and_seed_reach_every_method():
     setup = build_setup(FakeDecoder(), FakeLoaded(), ["ar", "hf", "pld"], temperature=0.7, seed=3)
     assert isinstance(setup.methods["hf"], HFGenerate) and isinstance(setup.methods["pld"], LookupdecMethod)
     assert all((m.temperature, m.seed) == (0.7, 3) for m in setup.methods.values())
+    # Sampled, lookupdec's methods are compared with ar (same draws per position); transformers' are not.
+    assert setup.methods["pld"].same_draws and not getattr(setup.methods["hf"], "same_draws", False)

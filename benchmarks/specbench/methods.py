@@ -177,6 +177,9 @@ class LookupdecMethod:
         self.takes_references = takes_references
         self.temperature = float(temperature)
         self.seed = int(seed)
+        # Sampled, every method but ``draft`` (its small LM samples its drafts) draws each
+        # position as sampled ``ar`` does for the same seed: its tokens are ``ar``'s.
+        self.same_draws = method != "draft"
 
     def generate(self, prompt_ids: Sequence[int], max_new_tokens: int,
                  references: Sequence[str] = ()) -> MethodOutput:

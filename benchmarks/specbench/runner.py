@@ -62,11 +62,13 @@ class RunConfig:
         max_new_tokens: new tokens per generation at most.
         repeats: generations per (question, turn, method); times are their median.
         warmup_tokens: new tokens of each method's unrecorded warm-up generation.
-        sampled: the methods sample (temperature > 0): outputs differ between
-            methods (each consumes its random draws differently), so they are
-            not compared token for token; the chi-square tests of the test
-            suite prove the distribution instead. Turn 2 still continues the
-            reference's turn-1 answer.
+        sampled: the methods sample (temperature > 0). lookupdec draws each output
+            position at a number keyed by the seed and the position, so a method
+            whose drafts are deterministic (``same_draws``) emits the reference's
+            tokens and is compared token for token; the others (transformers'
+            sampling, ``draft``'s sampled drafts) are not, and the chi-square tests
+            of the test suite prove their distribution instead. Turn 2 continues
+            the reference's turn-1 answer.
     """
 
     max_new_tokens: int = 128
@@ -198,7 +200,7 @@ def run_benchmark(questions: Sequence[Question], methods: Mapping[str, Method], 
                     dt = time.perf_counter() - t0
                     if expected is None:
                         expected = out.token_ids  # the reference's first output
-                    elif not config.sampled:
+                    elif not config.sampled or getattr(methods[name], "same_draws", False):
                         check.check(name, q.question_id, turn, expected, out.token_ids)
                     outs[name].append(out)
                     secs[name].append(dt)

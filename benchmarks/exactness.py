@@ -1,4 +1,4 @@
-"""Exactness audit: many greedy generations of every method, each compared with ``ar`` token for token.
+"""Exactness audit: many generations of every method (greedy, or seeded sampled), each compared with ``ar``.
 
 Prompts (``prompt_set``), in a fixed order from a seed:
 
@@ -134,14 +134,20 @@ def flip_gap(decoder, prompt_ids: list[int], ar_tokens: list[int], position: int
     return float(top[0] - top[1])
 
 
-def audit(decoder, prompts: list[Prompt], methods: list[str], log=print) -> dict[str, MethodTally]:
-    """Every method on every prompt it can take, compared with ``ar``."""
+def audit(decoder, prompts: list[Prompt], methods: list[str], log=print, temperature: float = 0.0,
+          top_p: float = 1.0) -> dict[str, MethodTally]:
+    """Every method on every prompt it can take, compared with ``ar``.
+
+    With ``temperature`` > 0 every generation samples, prompt ``i`` with seed ``i``: each method
+    with deterministic drafts must emit sampled ``ar``'s tokens (README "What is guaranteed").
+    """
     from lookupdec.methods import method_inputs
 
     tally = {m: MethodTally() for m in methods}
     for pi, p in enumerate(prompts):
         ids = _fitting(decoder, p)
-        ref = decoder.generate(ids, method="ar", max_new_tokens=p.max_new)
+        sampling = {"temperature": temperature, "top_p": top_p, "seed": pi} if temperature > 0 else {}
+        ref = decoder.generate(ids, method="ar", max_new_tokens=p.max_new, **sampling)
         ar = list(ref.token_ids)
         for m in methods:
             inputs = method_inputs(m)
@@ -152,7 +158,8 @@ def audit(decoder, prompts: list[Prompt], methods: list[str], log=print) -> dict
             if m == "history" and decoder.history is None:
                 continue
             refs = list(p.references) if p.references and "references" in inputs else None
-            out = list(decoder.generate(ids, method=m, max_new_tokens=p.max_new, references=refs).token_ids)
+            out = list(decoder.generate(ids, method=m, max_new_tokens=p.max_new, references=refs,
+                                        **sampling).token_ids)
             t = tally[m]
             t.generations += 1
             t.tokens += len(out)
@@ -160,7 +167,7 @@ def audit(decoder, prompts: list[Prompt], methods: list[str], log=print) -> dict
                 pos = next((k for k, (a, b) in enumerate(zip(ar, out)) if a != b), min(len(ar), len(out)))
                 a_tok = ar[pos] if pos < len(ar) else -1
                 b_tok = out[pos] if pos < len(out) else -1
-                gap = flip_gap(decoder, ids, ar, pos) if pos < len(ar) else float("nan")
+                gap = flip_gap(decoder, ids, ar, pos) if pos < len(ar) and not sampling else float("nan")
                 t.mismatches.append(Mismatch(m, pi, p.kind, pos, a_tok, b_tok, gap))
                 log(f"MISMATCH {m} prompt {pi} ({p.kind}) at token {pos}: ar {a_tok}, {m} {b_tok}, gap {gap:.3g}")
         if (pi + 1) % 10 == 0 or pi + 1 == len(prompts):
@@ -236,6 +243,10 @@ def main(argv=None) -> int:
                     help="audit method draft (and auto with it) with the model cut to its first K layers as the "
                          "draft; without it, 'all' leaves draft out (it needs a draft model)")
     ap.add_argument("--width-prompts", type=int, default=8, help="prompts for the bitwise width check (0: skip)")
+    ap.add_argument("--temperature", type=float, default=0.0,
+                    help="sample at this temperature (prompt i with seed i); 'draft' is left out (its sampled "
+                         "drafts are not tied to the seed)")
+    ap.add_argument("--top-p", type=float, default=1.0)
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--part", default="0/1", metavar="I/K",
                     help="run only prompts I, I+K, I+2K, ... (K processes, one core each, split one audit)")
@@ -255,6 +266,8 @@ def main(argv=None) -> int:
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         ap.error(f"unknown methods {unknown}; registered: {sorted(METHODS)}")
+    if args.temperature > 0:
+        methods = [m for m in methods if m != "draft"]
     if "draft" in methods and args.draft_layers is None:
         ap.error("method draft needs a draft model: add --draft-layers K")
     try:
@@ -271,7 +284,8 @@ def main(argv=None) -> int:
         print(f"{len(prompts)} prompts, methods {methods}, {args.dtype}, weights {dec.weights or '-'}, "
               f"backend {dec.verifier.backend}, "
               f"{torch.get_num_threads()} threads", file=sys.stderr)
-        tally = audit(dec, prompts, methods, log=lambda s: print(s, file=sys.stderr, flush=True))
+        tally = audit(dec, prompts, methods, log=lambda s: print(s, file=sys.stderr, flush=True),
+                      temperature=args.temperature, top_p=args.top_p)
         widths = width_rows(dec, prompts[:args.width_prompts]) if args.width_prompts else {}
     seconds = time.perf_counter() - t0
     print(f"\n{'method':10} {'generations':>11} {'tokens':>8} {'mismatches':>10}  gaps at the flips")

@@ -57,6 +57,15 @@ def test_the_audit_runs_every_method_and_writes_json(ex, model_dir, tmp_path):
     assert data["widths"]["root"]["compared"] > 0
 
 
+def test_a_sampled_audit_compares_every_method_but_draft_with_sampled_ar(ex, model_dir, tmp_path):
+    out = tmp_path / "s.json"
+    rc = ex.main(["--model", model_dir, "--n", "6", "--max-len", "16", "--width-prompts", "0", "--draft-layers", "1",
+                  "--temperature", "0.8", "--top-p", "0.95", "--json", str(out)])
+    data = json.loads(out.read_text())
+    assert rc == 0 and "draft" not in data["methods"] and data["methods"]["auto"]["generations"] == 6
+    assert all(not m["mismatches"] for m in data["methods"].values())
+
+
 def test_a_differing_output_is_reported_with_its_flip_gap(ex, model_dir):
     from lookupdec.decoder import Decoder
 

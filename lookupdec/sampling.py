@@ -100,7 +100,7 @@ def sample_at(probs: torch.Tensor, u: float) -> int:
         >>> [sample_at(torch.tensor([0.25, 0.0, 0.75]), u) for u in (0.0, 0.2, 0.25, 0.99)]
         [0, 0, 2, 2]
     """
-    c = torch.cumsum(probs.to(torch.float64), 0)
+    c = torch.cumsum(probs.to(device="cpu", dtype=torch.float64), 0)  # on the CPU whatever the device: one sum order
     i = int(torch.searchsorted(c, u * c[-1], right=True))
     if i >= c.shape[0]:  # u rounded up to the total: the last token with mass
         i = int(torch.nonzero(probs > 0)[-1])

@@ -288,7 +288,7 @@ def step_together(verifier, seqs: "Seq[Sequence]", curve: "CostCurve | None", bu
         plans = list(price.plans)
         kept = price.width > len(seqs)
     else:
-        kept = len(plans[0].tree) > 0 or plans[0].extra is not None
+        kept = plans[0].drafts
     items = [VerifyItem(s.cache, s.past, p.root, p.tree, p.extra, p.topk) for s, p in zip(seqs, plans)]
     t1 = time.perf_counter()
     results = verifier.forward_batch(items)

@@ -245,16 +245,21 @@ def measure(verifier, *, widths: Sequence[int] = WIDTHS, past: int = 256, far_pa
         seqs = [rng.integers(low, vocab, 6).tolist() for _ in range((w - 1 + 5) // 6)]
         return DraftTree.from_sequences(seqs).prune(w - 1)
 
+    def prefilled(p: int, room: int):
+        # A cache holding p + 1 rows of random tokens, with room for ``room`` rows more.
+        cache = verifier.new_cache(p + 1 + room)
+        verifier.prefill(cache, rng.integers(low, vocab, p + 1).tolist())
+        return cache
+
     def at(p: int, ws: Sequence[int]) -> list[float]:
         # In rounds, every width once a round: a burst of interference from elsewhere on the
         # machine then lands on all widths alike instead of bending the curve at one of them
         # (width by width, a curve measured on a 2-core VM read c(4) 18.1 ms between c(2) 11.6
         # and c(8) 22.6).
-        cache = verifier.new_cache(p + max(ws) + 8)
         trees = [tree_of(w) for w in ws]
         ts: list[list[float]] = [[] for _ in ws]
         with torch.inference_mode():
-            verifier.prefill(cache, rng.integers(low, vocab, p + 1).tolist())
+            cache = prefilled(p, max(ws) + 8)
             for i in range(warmup + repeats):
                 for k, tree in enumerate(trees):
                     t = time.perf_counter()
@@ -273,10 +278,9 @@ def measure(verifier, *, widths: Sequence[int] = WIDTHS, past: int = 256, far_pa
         # AMD EPYC with 32 MiB of L3), and the cost model then took a plain step's lm_head for a
         # small part of it.
         h = torch.randn(max(ws), fast.hidden, generator=torch.Generator().manual_seed(seed))
-        cache = verifier.new_cache(past + 8)
         ts: list[list[float]] = [[] for _ in ws]
         with torch.inference_mode():
-            verifier.prefill(cache, rng.integers(low, vocab, past + 1).tolist())
+            cache = prefilled(past, 8)
             one, at_past = torch.tensor([7 % vocab]), torch.tensor([past + 1])
             for i in range(warmup + repeats):
                 for k, w in enumerate(ws):

@@ -90,6 +90,11 @@ class StepPlan:
     request: DraftRequest
     draft_s: float
 
+    @property
+    def drafts(self) -> bool:
+        """Whether the step verifies anything beyond its root (tree nodes or window rows)."""
+        return len(self.tree) > 0 or self.extra is not None
+
 
 class Sequence:
     """The state of one generation (see the module docstring).
@@ -258,9 +263,9 @@ class Sequence:
                     # Deterministic drafts: each row's token is drawn at its output position's own
                     # uniform, as plain sampling draws it there; a child holding that token is
                     # accepted (probability p(x), as speculative sampling accepts a one-hot draft).
-                    depth, base = res.tree.depth, len(self.new)
-                    acc = greedy_accept(res.tree, lambda r: sample_at(
-                        probs(r), position_uniform(self._key, base + (int(depth[r - 1]) if r else 0))))
+                    tree, base = res.tree, len(self.new)
+                    acc = greedy_accept(tree, lambda r: sample_at(
+                        probs(r), position_uniform(self._key, base + (len(tree.path(r - 1)) if r else 0))))
             lazy_s = res.rows.compute_s - lazy_s
             # Deferred top-k (Token Recycling): over the rows the walk computed, no lm_head row
             # more; its time is the drafter's.
@@ -304,7 +309,7 @@ class Sequence:
             done = len(self.new)
             self.finish(plan, res, time.perf_counter() - t0)
             if gate is not None:
-                gate.record(1, budget != 0, len(plan.tree) > 0 or plan.extra is not None, len(self.new) - done,
+                gate.record(1, budget != 0, plan.drafts, len(self.new) - done,
                             time.perf_counter() - start)
         return self.result()
 
@@ -351,7 +356,7 @@ class Sequence:
         from lookupdec.sampling import position_uniform, sample_at, target_probs
 
         probs = target_probs(logits, self.params) if allowed is None else masked_probs(logits, self.params, allowed)
-        return sample_at(probs.cpu(), position_uniform(self._key, len(self.new)))
+        return sample_at(probs, position_uniform(self._key, len(self.new)))
 
     def _constrain(self, tree: DraftTree, kept, budget: int, max_depth: int):
         """The checked draft cut to the paths the grammar allows, with its forced tokens joined.

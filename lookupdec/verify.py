@@ -308,7 +308,7 @@ class TreeVerifier:
         if n == 0 and m == 0:
             # Plain step: one row attends to the whole cache and itself, no mask needed. Its
             # lm_head is timed apart, as a tree step's is: the cost model fits the forward's body
-            # and lm_head separately, and a plain step's body taken with its lm_head (~1.8 of 8.7
+            # and lm_head separately, and a plain step's body taken with its lm_head (~2.3 of 8.7
             # ms here) made the first draft row look a quarter as dear as it is.
             hidden = self.fast.forward(cache, torch.tensor([root]), torch.tensor([past]), None, "hidden")
             t = time.perf_counter()

@@ -95,6 +95,7 @@ def main() -> None:
 
     from lookupdec.costs import device_description, measure
     from lookupdec.decoder import Decoder
+    from lookupdec.kvcache import with_cache
     from lookupdec.models import load_model
     from lookupdec.tree import DraftTree
 
@@ -108,11 +109,11 @@ def main() -> None:
     def hf_one() -> float:
         cache = DynamicCache(config=hf.model.config)
         with torch.inference_mode():
-            hf.model(torch.tensor([prompt]), past_key_values=cache, use_cache=True, logits_to_keep=1)
+            hf.model(torch.tensor([prompt]), **with_cache(hf.model, cache), use_cache=True, logits_to_keep=1)
             ids, ts = torch.tensor([[5]]), []
             for i in range(3 + args.repeats):
                 t = time.perf_counter()
-                hf.model(input_ids=ids, past_key_values=cache, use_cache=True)
+                hf.model(input_ids=ids, **with_cache(hf.model, cache), use_cache=True)
                 if i >= 3:
                     ts.append(time.perf_counter() - t)
                 cache.crop(-1)

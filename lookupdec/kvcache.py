@@ -19,6 +19,8 @@ all layers and heads with one indexed copy.
 """
 from __future__ import annotations
 
+import functools
+import inspect
 from typing import Sequence
 
 import torch
@@ -114,6 +116,26 @@ def all_full_attention(config) -> bool:
     if layer_types is None:
         return getattr(text, "sliding_window", None) is None or not getattr(text, "use_sliding_window", True)
     return all(t == "full_attention" for t in layer_types)
+
+
+@functools.lru_cache(maxsize=None)
+def _cache_keyword(forward_type: type) -> str:
+    params = inspect.signature(forward_type.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def with_cache(model, cache) -> dict:
+    """The keyword argument that hands ``cache`` to ``model``'s forward.
+
+    transformers renamed ``past_key_values`` to ``cache`` (5.24 warns that the
+    old name goes in 5.40); the name the model's own ``forward`` declares is used,
+    so both older and newer releases get their own.
+
+    Example:
+        >>> sorted(with_cache(tiny_llama, None))     # doctest: +SKIP
+        ['cache']
+    """
+    return {_cache_keyword(type(model)): cache}
 
 
 def new_cache(config, capacity: int) -> DynamicCache:

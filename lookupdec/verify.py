@@ -57,7 +57,7 @@ import torch
 
 from lookupdec.accept import Acceptance, greedy_accept, main_path, sample_accept  # noqa: F401  (re-exported)
 from lookupdec.logit_rows import LazyLogits, subtree  # noqa: F401  (re-exported)
-from lookupdec.kvcache import all_full_attention, keep_rows, new_cache
+from lookupdec.kvcache import all_full_attention, keep_rows, new_cache, with_cache
 from lookupdec.tree import DraftTree
 from lookupdec.tree_rows import (best_path_nodes, clip_depth, longest_path, longest_path_nodes,  # noqa: F401
                                  topk_rows, tree_attention_bias, tree_inputs)  # (re-exported)
@@ -239,7 +239,7 @@ class TreeVerifier:
             ids = torch.tensor(prompt_ids, dtype=torch.long)
             return self.fast.forward(cache, ids, torch.arange(n), None, [n - 1], causal=True)[0]
         ids = torch.tensor([prompt_ids], dtype=torch.long, device=self.device)
-        out = self.model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        out = self.model(input_ids=ids, **with_cache(self.model, cache), use_cache=True, logits_to_keep=1)
         return out.logits[0, -1]
 
     @torch.inference_mode()
@@ -276,7 +276,7 @@ class TreeVerifier:
             # Plain decoding step: exactly what transformers' generate() runs.
             ids = torch.tensor([[root]], dtype=torch.long, device=self.device)
             pos = torch.tensor([[past]], dtype=torch.long, device=self.device)
-            out = self.model(input_ids=ids, position_ids=pos, past_key_values=cache, use_cache=True)
+            out = self.model(input_ids=ids, position_ids=pos, **with_cache(self.model, cache), use_cache=True)
             return self._result(LazyLogits.of(out.logits[0]), tree, root, None, topk)
         is_chain = not self.tree_masks
         width = (1 + n) if is_chain else self.width(n + m)
@@ -287,7 +287,7 @@ class TreeVerifier:
         else:
             mask = tree_attention_bias(tree, past, width, self.dtype, self.device, extra)
         keep = 0 if width == 1 + n + m else torch.arange(1 + n + m, device=self.device)
-        out = self.model(input_ids=ids_t, position_ids=pos_t, attention_mask=mask, past_key_values=cache,
+        out = self.model(input_ids=ids_t, position_ids=pos_t, attention_mask=mask, **with_cache(self.model, cache),
                          use_cache=True, logits_to_keep=keep)
         logits = out.logits[0, : 1 + n + m]
         return self._result(LazyLogits.of(logits[: 1 + n]), tree, root, logits[1 + n:] if m else None, topk)

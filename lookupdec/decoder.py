@@ -41,7 +41,7 @@ class Decoder:
         model: a model id / directory / .gguf path, None for the embedded
             default, or an already ``LoadedModel``.
         dtype: "float32" (default), "bfloat16" or "float16".
-        device: torch device; None = CUDA when available, else CPU.
+        device: torch device; None = the environment's LOOKUPDEC_DEVICE when set, else CUDA when available, else CPU.
         hf_kernels: run transformers' own forward and kernels (CLI ``--hf-kernels``).
             Default False: on CPU in float32, Llama-family models run the lean
             forward of ``lookupdec.fast_forward``, others transformers' forward

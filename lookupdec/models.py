@@ -19,6 +19,8 @@ EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 EMBEDDED_NAME = "SmolLM2-135M-Instruct (embedded GGUF)"
 
 _DTYPES = ("float32", "bfloat16", "float16")
+# The device used when none is named (Decoder(device=None), no --device): e.g. "cpu" on a GPU machine.
+DEVICE_ENV = "LOOKUPDEC_DEVICE"
 
 
 @dataclass(frozen=True)
@@ -96,7 +98,8 @@ def check_device(device: str | None) -> str:
 
     Args:
         device: a torch device string ("cpu", "cuda", "cuda:1", "mps"), or None
-            for CUDA when available, else CPU.
+            for the environment's ``LOOKUPDEC_DEVICE`` when set, else CUDA when
+            available, else CPU.
     Returns:
         The device string.
     Raises:
@@ -108,11 +111,15 @@ def check_device(device: str | None) -> str:
     import torch
 
     if device is None:
-        return "cuda" if torch.cuda.is_available() else "cpu"
+        device = os.environ.get(DEVICE_ENV) or None
+        if device is None:
+            return "cuda" if torch.cuda.is_available() else "cpu"
+        device = device.strip()
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError, ValueError) as exc:
-        raise ModelLoadError(f"--device {device!r} is not a torch device ({exc}); use e.g. cpu or cuda:0") from None
+        raise ModelLoadError(f"--device {device!r} (or {DEVICE_ENV}) is not a torch device ({exc}); "
+                             f"use e.g. cpu or cuda:0") from None
     if dev.type == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if count == 0:
@@ -132,7 +139,7 @@ def load_model(model: str | None = None, *, dtype: str = "float32", device: str 
         model: a Hugging Face model id present in the local cache, a local
             model directory, a ``.gguf`` file, or None for the embedded default.
         dtype: "float32" (default), "bfloat16" or "float16".
-        device: a torch device string; None = CUDA when available, else CPU.
+        device: a torch device string; None = LOOKUPDEC_DEVICE when set, else CUDA when available, else CPU.
     Returns:
         The loaded model, tokenizer, EOS ids and context length.
     Raises:

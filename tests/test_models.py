@@ -131,3 +131,22 @@ def test_the_module_level_decoder_cache_is_bounded(tmp_path, monkeypatch):
         decoder_mod.generate([5, 6], model=d, method="ar", max_new_tokens=2)
     kept = [k[0] for k in decoder_mod._DEFAULT]
     assert len(kept) == decoder_mod.DEFAULT_CACHE_SIZE == 2 and kept == [dirs[2], dirs[0]]  # LRU order
+
+
+def test_the_default_device_comes_from_lookupdec_device_when_set(monkeypatch, tmp_path):
+    import torch
+
+    from lookupdec.models import check_device
+
+    monkeypatch.setenv("LOOKUPDEC_DEVICE", "cpu")
+    assert check_device(None) == "cpu"
+    assert check_device("meta") == "meta"  # a device named outright wins over the variable
+    monkeypatch.setenv("LOOKUPDEC_DEVICE", "gpu")
+    with pytest.raises(ModelLoadError, match="LOOKUPDEC_DEVICE.*not a torch device.*cpu or cuda:0"):
+        load_model(str(tmp_path / "never-read"))
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    monkeypatch.setenv("LOOKUPDEC_DEVICE", f"cuda:{n}")
+    with pytest.raises(ModelLoadError, match="cuda"):
+        check_device(None)
+    monkeypatch.delenv("LOOKUPDEC_DEVICE")
+    assert check_device(None) == ("cuda" if torch.cuda.is_available() else "cpu")

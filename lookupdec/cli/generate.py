@@ -145,7 +145,7 @@ def read_grammar(json_schema, regex, grammar, choices):
 @click.option("--stop", multiple=True, help="Stop string (repeatable).")
 @click.option("--draft-budget", type=click.IntRange(min=0, max=1024), default=None,
               help="Most draft nodes verified per step [default: 64; auto verifies what pays within it].")
-@click.option("--device", default=None, help="torch device, e.g. cpu or cuda:0 [default: CUDA if available].")
+@click.option("--device", default=None, help="torch device, e.g. cpu or cuda:0 [default: $LOOKUPDEC_DEVICE, else CUDA if available].")
 @click.option("--hf-kernels", is_flag=True,
               help="Run transformers' own forward and kernels (outputs then equal transformers' generate() "
                    "token for token; slower on CPU).")
@@ -256,7 +256,7 @@ def _print_result(res, as_json: bool, streamed: bool) -> None:
 
 @click.command("cost-curve")
 @click.option("--model", default=None, help="As for generate [default: the embedded model].")
-@click.option("--device", default=None, help="torch device [default: CUDA if available].")
+@click.option("--device", default=None, help="torch device [default: $LOOKUPDEC_DEVICE, else CUDA if available].")
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32", show_default=True)
 @click.option("--hf-kernels", is_flag=True, help="The curve of transformers' own forward.")
 @click.option("--weights", type=click.Choice(["auto", "float32", "float16", "quantized"]), default="auto", show_default=True,

@@ -2,7 +2,10 @@
 the real embedded model (loaded once per session, for slow tests only)."""
 from __future__ import annotations
 
+import functools
+import os
 import string
+import sys
 
 import pytest
 import torch
@@ -13,6 +16,21 @@ torch.set_num_threads(1)
 
 TINY_VOCAB = 128
 EOS_ID = 2
+# Where the test models live: "cpu" (the default, what CI runs) or e.g. "cuda" to
+# run the suite's models on a GPU (LOOKUPDEC_TEST_DEVICE=cuda python -m pytest).
+# Models the tests load by name (Decoder(path), the CLI, the server) follow it
+# through LOOKUPDEC_DEVICE, the library's default device.
+TEST_DEVICE = os.environ.get("LOOKUPDEC_TEST_DEVICE", "cpu")
+os.environ["LOOKUPDEC_DEVICE"] = TEST_DEVICE
+
+
+@pytest.fixture(autouse=True)
+def _cpu_feature_models(request, monkeypatch):
+    """A test marked ``cpu`` checks a CPU-only feature (the fast forward, its weight
+    formats and what rests on them): its models stay on the CPU whatever the test device."""
+    if TEST_DEVICE != "cpu" and request.node.get_closest_marker("cpu"):
+        monkeypatch.setattr(sys.modules[__name__], "TEST_DEVICE", "cpu")
+        monkeypatch.setenv("LOOKUPDEC_DEVICE", "cpu")
 
 
 def char_tokenizer():
@@ -60,7 +78,7 @@ def tiny_model(seed: int = 0, *, layers: int = 2, attn: str = "sdpa", max_positi
             for p in model.parameters():
                 if p.dim() == 2:
                     p.mul_(scale)
-    return model
+    return model.to(TEST_DEVICE)
 
 
 def tiny_loaded(seed: int = 0, **kw):
@@ -68,6 +86,11 @@ def tiny_loaded(seed: int = 0, **kw):
 
     model = tiny_model(seed, **kw)
     return LoadedModel(model, char_tokenizer(), f"tiny-llama-{seed}", (EOS_ID,), model.config.max_position_embeddings)
+
+
+def batch_of(model, ids) -> torch.Tensor:
+    """``ids`` as a batch of one on ``model``'s device (what a model's own forward takes)."""
+    return torch.tensor([list(ids)], dtype=torch.long, device=model.device)
 
 
 def save_tiny(directory, seed: int = 0, **kw) -> str:
@@ -82,16 +105,22 @@ def tiny():
     return tiny_loaded(0)
 
 
-@pytest.fixture(scope="session")
-def real_loaded():
+@functools.lru_cache(maxsize=None)
+def _real_model(device: str):
     from lookupdec.models import load_model
 
-    return load_model()
+    return load_model(device=device)
+
+
+@pytest.fixture
+def real_loaded(_cpu_feature_models):
+    """The embedded model on the test's device, loaded once per device."""
+    return _real_model(TEST_DEVICE)
 
 
 def hf_greedy(model, prompt_ids, max_new_tokens, eos_id=EOS_ID) -> list[int]:
     """transformers' own greedy generate(): the reference output."""
-    ids = torch.tensor([prompt_ids])
+    ids = torch.tensor([prompt_ids], device=model.device)
     out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens, do_sample=False,
                          eos_token_id=eos_id, pad_token_id=0, top_p=None, top_k=None, temperature=None)
     return out[0, len(prompt_ids):].tolist()

@@ -19,7 +19,7 @@ from lookupdec.costs import CostCurve
 from lookupdec.decoder import Decoder
 from lookupdec.index import build_index_from_tokens
 from lookupdec.tree import DraftTree
-from tests.conftest import EOS_ID, TINY_VOCAB, char_tokenizer, tiny_loaded
+from tests.conftest import EOS_ID, TINY_VOCAB, batch_of, char_tokenizer, tiny_loaded
 from tests.oracles.grammar import FiniteLanguage, enumerate_regex
 from tests.test_sampling import assert_matches
 
@@ -169,13 +169,13 @@ def _exact_first_two(lm, prompt_ids, grammar, temperature):
     con = dec.constraint(grammar)
     model = lm.model
     with torch.no_grad():
-        logits = model(torch.tensor([prompt_ids])).logits[0, -1]
+        logits = model(batch_of(model, prompt_ids)).logits[0, -1].cpu()
     p1 = torch.softmax(logits / temperature, -1).numpy() * con.mask()
     p1 /= p1.sum()
     joint = {}
     for y in np.flatnonzero(p1):
         with torch.no_grad():
-            l2 = model(torch.tensor([prompt_ids + [int(y)]])).logits[0, -1]
+            l2 = model(batch_of(model, prompt_ids + [int(y)])).logits[0, -1].cpu()
         p2 = torch.softmax(l2 / temperature, -1).numpy() * con.mask_after([int(y)])
         p2 /= p2.sum()
         for z in np.flatnonzero(p2):

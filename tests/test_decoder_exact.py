@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.conftest import EOS_ID, TINY_VOCAB, hf_greedy, tiny_loaded
+from tests.conftest import EOS_ID, TINY_VOCAB, batch_of, hf_greedy, tiny_loaded
 from lookupdec.decoder import Decoder
 from lookupdec.tree import DraftTree
 
@@ -152,6 +152,7 @@ def test_eos_inside_a_draft_stops_there():
     assert out.stop_reason == "eos"
 
 
+@pytest.mark.cpu
 def test_fast_kernels_tree_decoding_equals_fast_kernels_ar():
     lm = tiny_loaded(4)
     dec = Decoder(lm, hf_kernels=False)
@@ -200,7 +201,7 @@ def test_unscaled_weights_with_near_ties_still_equal_ar(seed):
     ref = hf_greedy(lm.model, prompt, 64)
     # Near-ties are really present along this output.
     with torch.no_grad():
-        logits = lm.model(torch.tensor([prompt + ref])).logits[0, len(prompt) - 1:-1]
+        logits = lm.model(batch_of(lm.model, prompt + ref)).logits[0, len(prompt) - 1:-1]
     top2 = torch.topk(logits, 2).values
     assert float((top2[:, 0] - top2[:, 1]).min()) < 2e-3
     for fast in (True, False):

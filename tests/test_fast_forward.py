@@ -19,6 +19,8 @@ from lookupdec.verify import TreeVerifier
 from tests.conftest import EOS_ID, TINY_VOCAB, char_tokenizer, hf_greedy, tiny_model
 from tests.test_decoder_exact import ContextDrafter, OracleDrafter, RandomDrafter
 
+pytestmark = pytest.mark.cpu  # the fast forward is CPU-only
+
 ATOL = 1e-4
 
 

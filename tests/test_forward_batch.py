@@ -14,7 +14,7 @@ from lookupdec.drafters.base import ExtraRows
 from lookupdec.fast_forward import FastForward
 from lookupdec.tree import DraftTree
 from lookupdec.verify import TreeVerifier, VerifyItem
-from tests.conftest import TINY_VOCAB, tiny_model
+from tests.conftest import TINY_VOCAB, batch_of, tiny_model
 
 ATOL = 1e-4
 
@@ -56,6 +56,7 @@ def _run(verifier, specs, batched: bool):
 
 
 @pytest.mark.parametrize("scale", [4.0, 1.0])
+@pytest.mark.cpu  # the fast forward's shared batch forward (CPU only)
 def test_each_sequence_in_a_batch_equals_its_own_forward(scale):
     """Logits, top-k, window argmax and cache rows of every sequence equal those of its own forward."""
     model = tiny_model(3, layers=3, scale=scale)
@@ -82,6 +83,7 @@ def test_each_sequence_in_a_batch_equals_its_own_forward(scale):
         torch.testing.assert_close(cb.kv[:, :, :, :w], cs.kv[:, :, :, :w], atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.cpu  # the fast forward's shared batch forward (CPU only)
 def test_batch_rows_equal_the_models_own_chains():
     """Every node of every sequence equals transformers' causal forward of its root-to-node chain."""
     model = tiny_model(4, layers=2)
@@ -91,11 +93,11 @@ def test_batch_rows_equal_the_models_own_chains():
     _, batch = _run(verifier, specs, True)
     for (prompt, root, tree, _, _), res in zip(specs, batch):
         with torch.no_grad():
-            ref_root = model(torch.tensor([prompt + [root]])).logits[0, -1]
+            ref_root = model(batch_of(model, prompt + [root])).logits[0, -1]
         torch.testing.assert_close(res.row(0), ref_root, atol=ATOL, rtol=1e-5)
         for i in range(len(tree)):
             with torch.no_grad():
-                ref = model(torch.tensor([prompt + [root] + tree.path_tokens(i)])).logits[0, -1]
+                ref = model(batch_of(model, prompt + [root] + tree.path_tokens(i))).logits[0, -1]
             torch.testing.assert_close(res.row(1 + i), ref, atol=ATOL, rtol=1e-5)
 
 
@@ -147,6 +149,7 @@ def test_chain_verification_and_hf_backend_in_a_batch():
             torch.testing.assert_close(rb.logits, rs.logits, atol=ATOL, rtol=1e-5)
 
 
+@pytest.mark.cpu  # the fast forward's shared batch forward (CPU only)
 def test_fast_forward_batch_checks_its_lists():
     ff = FastForward(tiny_model(8))
     c1, c2 = ff.new_cache(4), ff.new_cache(4)

@@ -279,6 +279,7 @@ def test_decoder_hands_each_request_its_temperature_band():
 
 
 @pytest.mark.parametrize("scale", [4.0, 1.0])
+@pytest.mark.cpu  # the fast forward's lazy lm_head rows (CPU only)
 def test_deferred_topk_equals_eager_topk_on_the_rows_the_walk_computed(scale):
     model = tiny_model(5, scale=scale)
     v = TreeVerifier(model, fast=True)
@@ -306,6 +307,7 @@ def test_deferred_topk_equals_eager_topk_on_the_rows_the_walk_computed(scale):
         assert len(computed) <= 1 + len(tree)
 
 
+@pytest.mark.cpu  # the fast forward's lazy lm_head rows (CPU only)
 def test_deferred_topk_skips_rows_the_walk_never_visits():
     model = tiny_model(5)
     v = TreeVerifier(model, fast=True)

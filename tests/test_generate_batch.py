@@ -153,6 +153,7 @@ def test_windows_dropped_and_sampled_trees_kept_whole_in_a_batch():
     assert price_batch([plan], _flat()).plans[0].extra is x  # alone, its drafter already priced it
 
 
+@pytest.mark.cpu  # one shared forward for the batch: the fast forward's (CPU only)
 def test_sampling_through_a_batch_keeps_the_target_distribution():
     """The first three tokens' marginals of one prompt sampled inside batches of 6 mixed sequences
     (trees three deep, every verify forward shared) equal the exact marginals."""

@@ -1,12 +1,15 @@
 """The fast backend never keeps a second copy of an owned model, and never changes a caller's model."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 from lookupdec.decoder import Decoder
 from lookupdec.fast_forward import FastForward
 from lookupdec.models import LoadedModel
 from tests.conftest import char_tokenizer, save_tiny, tiny_loaded, tiny_model
+
+pytestmark = pytest.mark.cpu  # the fast backend's memory (CPU only)
 
 
 def snapshot(model):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from lookupdec.costs import MEASURED_LOGIT_ROWS, CostCurve, measure
 from lookupdec.drafters.auto import AutoDrafter
@@ -53,6 +54,7 @@ def test_auto_prices_tree_and_window_rows_together_with_their_logits():
         assert auto.propose(DraftRequest(16, 16)).tokens.tolist() == []
 
 
+@pytest.mark.cpu  # lm_head timed apart: the fast forward's (CPU only)
 def test_measure_times_lm_head_on_the_fast_backend_only():
     model = tiny_model(0)
     fast = measure(TreeVerifier(model, fast=True), widths=(1, 4), past=8, far_past=16, repeats=1, warmup=0)

@@ -146,6 +146,7 @@ def test_the_decoder_resolves_its_cost_provider_before_the_first_step_and_steps_
     assert len(calls) == 1
 
 
+@pytest.mark.cpu  # lm_head timed apart: the fast forward's (CPU only)
 def test_every_step_reports_its_lm_head_apart_from_the_body_plain_steps_too(tmp_path, monkeypatch):
     """The model fits body and lm_head apart: a plain step whose lm_head rode in its body once made
     the first draft row look a quarter as dear as it was."""

@@ -18,6 +18,8 @@ from tests.conftest import TINY_VOCAB, char_tokenizer, save_tiny, tiny_loaded
 from tests.oracles.blocks import blockified_model, product_reference, q4_1_reference, q8_0_reference
 from tests.test_decoder_exact import OracleDrafter, RandomDrafter
 
+pytestmark = pytest.mark.cpu  # the quantized format is the fast forward's (CPU only)
+
 ISAS = [isa for isa in ("avx512", "avx2", "c") if _native.qmatmul_force_isa(isa)]
 _native.qmatmul_force_isa(ISAS[0])  # back to the best this CPU has (what the dispatch picks)
 

@@ -79,7 +79,7 @@ def test_recycle_replay_refuses_records_without_topk_and_topk_round_trips(tmp_pa
 def test_recorder_topk_rows_are_the_causal_forward_at_each_output_position():
     import torch
 
-    from tests.conftest import tiny_model
+    from tests.conftest import batch_of, tiny_model
 
     spec = importlib.util.spec_from_file_location(
         "benchmarks_record_outputs_topk", Path(__file__).resolve().parents[1] / "benchmarks" / "record_outputs.py")
@@ -90,14 +90,14 @@ def test_recorder_topk_rows_are_the_causal_forward_at_each_output_position():
 
     def logits(ids, rows):
         with torch.no_grad():
-            return model(torch.tensor([ids])).logits[0, rows]
+            return model(batch_of(model, ids)).logits[0, rows]
 
     g = rec_mod.Greedy(None, (2,), None, "tiny", logits)
     prompt, out = [5, 6, 7], [8, 9, 10, 11]
     ids, probs = rec_mod.output_topk(g, prompt, out, 3)
     for j in range(len(out)):
         with torch.no_grad():
-            row = model(torch.tensor([prompt + out[:j]])).logits[0, -1]
+            row = model(batch_of(model, prompt + out[:j])).logits[0, -1].cpu()
         assert ids[j] == torch.topk(row, 3).indices.tolist()
         np.testing.assert_allclose(probs[j], torch.topk(torch.softmax(row, -1), 3).values.numpy(), atol=1e-4)
     assert rec_mod.output_topk(g, prompt, [], 3) == ([], [])

@@ -12,7 +12,7 @@ from lookupdec.costs import CostCurve
 from lookupdec.decoder import Decoder
 from lookupdec.errors import IndexFormatError, TokenizerMismatchError
 from lookupdec.index import build_index_from_tokens
-from tests.conftest import char_tokenizer, save_tiny, tiny_loaded
+from tests.conftest import batch_of, char_tokenizer, save_tiny, tiny_loaded
 
 # A flat curve: every width costs about a plain step, so any tree with some chance pays.
 FLAT = CostCurve((1, 128), (10.0, 10.5), 0, (0.0, 0.0), "test", "flat")
@@ -94,9 +94,9 @@ def test_sampling_through_auto_keeps_the_target_distribution():
     params = SamplingParams(1.0, top_k=8)
     prompt = [10, 11, 12]
     with torch.no_grad():
-        p1 = target_probs(lm.model(torch.tensor([prompt])).logits[0, -1], params)
+        p1 = target_probs(lm.model(batch_of(lm.model, prompt)).logits[0, -1].cpu(), params)
         support = torch.nonzero(p1).flatten().tolist()
-        p2 = {x: target_probs(lm.model(torch.tensor([prompt + [x]])).logits[0, -1], params) for x in support}
+        p2 = {x: target_probs(lm.model(batch_of(lm.model, prompt + [x])).logits[0, -1].cpu(), params) for x in support}
     exact2 = sum(p1[x] * p2[x] for x in support).numpy()
     # References holding each likely first token followed by its likely successors: auto drafts them.
     refs = [lm.tokenizer.decode([x] + torch.topk(p2[x], 2).indices.tolist()) for x in support]

@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from lookupdec.kvcache import keep_rows, new_cache
+from lookupdec.kvcache import keep_rows, new_cache, with_cache
 from lookupdec.tree import DraftTree
 from lookupdec.verify import (
     LazyLogits,
@@ -19,7 +19,7 @@ from lookupdec.verify import (
     subtree,
     tree_attention_bias,
 )
-from tests.conftest import TINY_VOCAB, tiny_model
+from tests.conftest import TINY_VOCAB, batch_of, tiny_model
 from tests.oracles.tree_mask import reference_tree_attention_bias
 
 
@@ -54,11 +54,11 @@ def test_every_node_sees_exactly_its_chain(attn):
         res = verifier.forward(cache, len(prompt), root, tree)
         assert res.logits.shape == (1 + n, TINY_VOCAB)
         with torch.no_grad():
-            ref_root = model(torch.tensor([prompt + [root]])).logits[0, -1]
+            ref_root = model(batch_of(model, prompt + [root])).logits[0, -1]
             torch.testing.assert_close(res.logits[0], ref_root, atol=1e-5, rtol=1e-5)
             for i in range(n):
                 chain = prompt + [root] + tree.path_tokens(i)
-                ref = model(torch.tensor([chain])).logits[0, -1]
+                ref = model(batch_of(model, chain)).logits[0, -1]
                 torch.testing.assert_close(res.logits[1 + i], ref, atol=1e-5, rtol=1e-5)
 
 
@@ -77,7 +77,7 @@ def test_commit_keeps_the_accepted_rows_in_place():
             assert cache.get_seq_length() == len(chain)
             ref = DynamicCache()
             with torch.no_grad():
-                model(torch.tensor([chain]), past_key_values=ref, use_cache=True)
+                model(batch_of(model, chain), **with_cache(model, ref), use_cache=True)
             for got, want in zip(cache.layers, ref.layers):
                 torch.testing.assert_close(got.keys, want.keys, atol=1e-5, rtol=1e-5)
                 torch.testing.assert_close(got.values, want.values, atol=1e-5, rtol=1e-5)

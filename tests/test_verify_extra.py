@@ -7,9 +7,10 @@ import torch
 from transformers import DynamicCache
 
 from lookupdec.drafters.base import ExtraRows
+from lookupdec.kvcache import with_cache
 from lookupdec.tree import DraftTree
 from lookupdec.verify import TreeVerifier, tree_attention_bias, tree_inputs
-from tests.conftest import TINY_VOCAB, tiny_model
+from tests.conftest import TINY_VOCAB, batch_of, tiny_model
 
 
 def _random_tree(rng, n):
@@ -37,7 +38,7 @@ def _chain_of(extra, i):
 
 def _causal_last(model, ids):
     with torch.no_grad():
-        return model(torch.tensor([ids])).logits[0, -1]
+        return model(batch_of(model, ids)).logits[0, -1]
 
 
 def test_extra_rows_see_the_past_the_root_and_their_own_chain_only():
@@ -50,12 +51,12 @@ def test_extra_rows_see_the_past_the_root_and_their_own_chain_only():
         tree, extra = _random_tree(rng, n), _random_extra(rng, m)
         width = 1 + n + m + 2  # two padding rows too
         ids, pos = tree_inputs(root, tree, len(prompt), width, extra)
-        bias = tree_attention_bias(tree, len(prompt), width, torch.float32, "cpu", extra)
+        bias = tree_attention_bias(tree, len(prompt), width, torch.float32, model.device, extra)
         cache = DynamicCache()
         with torch.no_grad():
-            model(torch.tensor([prompt]), past_key_values=cache, use_cache=True)
-            out = model(ids.unsqueeze(0), position_ids=pos.unsqueeze(0), attention_mask=bias,
-                        past_key_values=cache, use_cache=True).logits[0]
+            model(batch_of(model, prompt), **with_cache(model, cache), use_cache=True)
+            out = model(ids.unsqueeze(0).to(model.device), position_ids=pos.unsqueeze(0).to(model.device),
+                        attention_mask=bias, **with_cache(model, cache), use_cache=True).logits[0]
         for i in range(m):
             ref = _causal_last(model, prompt + [root] + _chain_of(extra, i))
             torch.testing.assert_close(out[1 + n + i], ref, atol=1e-5, rtol=1e-5)
@@ -64,7 +65,7 @@ def test_extra_rows_see_the_past_the_root_and_their_own_chain_only():
             torch.testing.assert_close(out[1 + i], ref, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("fast", [True, False])
+@pytest.mark.parametrize("fast", [pytest.param(True, marks=pytest.mark.cpu), False])
 def test_verifier_tree_rows_unchanged_extra_argmax_and_topk(fast):
     model = tiny_model(2)
     rng = np.random.default_rng(1)
@@ -84,7 +85,7 @@ def test_verifier_tree_rows_unchanged_extra_argmax_and_topk(fast):
         row_tokens, topk_ids, topk_probs = b.topk_of(range(1 + n))
         _, ids = torch.topk(full, 5, dim=-1)
         assert topk_ids.tolist() == ids.tolist()
-        np.testing.assert_allclose(topk_probs, torch.topk(torch.softmax(full, -1), 5).values.numpy(), rtol=1e-5,
+        np.testing.assert_allclose(topk_probs, torch.topk(torch.softmax(full, -1), 5).values.cpu().numpy(), rtol=1e-5,
                                    atol=1e-7)
         assert row_tokens.tolist() == [4] + tree.tokens.tolist()
         assert len(a.extra_argmax) == 0 and len(b.extra_argmax) == m
@@ -93,7 +94,7 @@ def test_verifier_tree_rows_unchanged_extra_argmax_and_topk(fast):
             assert int(b.extra_argmax[i]) == int(ref.argmax())
 
 
-@pytest.mark.parametrize("fast", [True, False])
+@pytest.mark.parametrize("fast", [pytest.param(True, marks=pytest.mark.cpu), False])
 def test_extra_rows_are_never_committed(fast):
     model = tiny_model(3)
     v = TreeVerifier(model, tree_masks=True, fast=fast)

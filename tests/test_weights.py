@@ -17,6 +17,8 @@ from tests.conftest import TINY_VOCAB, char_tokenizer, save_tiny, tiny_loaded, t
 from tests.oracles.weights import linear_reference, rounded_model
 from tests.test_decoder_exact import OracleDrafter, RandomDrafter
 
+pytestmark = pytest.mark.cpu  # weight formats are the fast forward's (CPU only)
+
 
 @pytest.mark.parametrize("bias", [False, True])
 def test_float16_linear_equals_the_float64_product_of_float16_rounded_weights(bias):

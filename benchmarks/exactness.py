@@ -86,10 +86,11 @@ class MethodTally:
     mismatches: list = field(default_factory=list)
 
 
-def prompt_set(n: int, seed: int = 0, max_len: int = 512) -> list[Prompt]:
-    """``n`` prompts of the four kinds, interleaved, lengths from ``LENGTHS`` (capped at ``max_len``)."""
+def prompt_set(n: int, seed: int = 0, max_len: int = 512, questions: Path = QUESTIONS) -> list[Prompt]:
+    """``n`` prompts of the four kinds, interleaved, lengths from ``LENGTHS`` (capped at ``max_len``);
+    the Spec-Bench ones from ``questions``."""
     rng = np.random.default_rng(seed)
-    qs = [json.loads(line) for line in QUESTIONS.read_text(encoding="utf-8").splitlines() if line.strip()]
+    qs = [json.loads(line) for line in Path(questions).read_text(encoding="utf-8").splitlines() if line.strip()]
     code = [json.loads(line) for line in CODE_QUESTIONS.read_text(encoding="utf-8").splitlines() if line.strip()]
     out: list[Prompt] = []
     i = 0
@@ -229,6 +230,7 @@ def main(argv=None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=500, help="prompts (each run by every method)")
+    ap.add_argument("--questions", type=Path, default=QUESTIONS, help="Spec-Bench question.jsonl")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-len", type=int, default=512, help="cap on new tokens per prompt")
     ap.add_argument("--methods", default="all", help="comma list, or 'all' registered methods but ar")
@@ -263,6 +265,8 @@ def main(argv=None) -> int:
     methods = [m for m in METHODS if m != "ar" and (m != "draft" or args.draft_layers is not None)] \
         if args.methods == "all" else \
         [m.strip() for m in args.methods.split(",") if m.strip() and m.strip() != "ar"]
+    if not args.questions.is_file():
+        ap.error(f"Spec-Bench questions not found at {args.questions}; pass --questions FILE")
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         ap.error(f"unknown methods {unknown}; registered: {sorted(METHODS)}")
@@ -276,7 +280,7 @@ def main(argv=None) -> int:
             raise ValueError
     except ValueError:
         ap.error(f"--part must be I/K with 0 <= I < K, got {args.part!r}")
-    prompts = prompt_set(args.n, args.seed, args.max_len)[part::parts]
+    prompts = prompt_set(args.n, args.seed, args.max_len, args.questions)[part::parts]
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as history:
         dec = Decoder(args.model, dtype=args.dtype, hf_kernels=args.hf_kernels, weights=args.weights,

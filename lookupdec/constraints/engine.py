@@ -73,15 +73,75 @@ def ll_tokenizer(tokenizer: Any, n_vocab: int, eos_ids: Sequence[int]):
     if key in per:
         return per[key]
     backend = getattr(tokenizer, "backend_tokenizer", tokenizer)
-    try:
-        from copy import copy
-
-        b = copy(backend)
-        b.no_padding()
-        b.no_truncation()
-        lltok = llguidance.LLTokenizer(b.to_str(), n_vocab=int(n_vocab), eos_token=eos or None)
-    except Exception:
+    lltok = None
+    for spec in _json_specs(backend):
+        try:
+            candidate = llguidance.LLTokenizer(spec, n_vocab=int(n_vocab), eos_token=eos or None)
+        except Exception:
+            continue
+        if reads_like(candidate, backend, int(n_vocab)):
+            lltok = candidate
+            break
+    if lltok is None:
         wrapper = llguidance.TokenizerWrapper(_TokenList(tokenizer, int(n_vocab), eos[0] if eos else 0))
         lltok = llguidance.LLTokenizer(wrapper, n_vocab=int(n_vocab), eos_token=eos or None)
     per[key] = lltok
     return lltok
+
+
+def _json_specs(backend: Any) -> list[str]:
+    """The tokenizer's JSON for llguidance: as it is, then (for a byte-level BPE whose decoder is not
+    plain ``ByteLevel``) with that decoder, which is how llguidance knows to map ``Ġ`` back to a space.
+
+    transformers before 5.2x converted a GGUF's byte-level tokenizer with a SentencePiece-style decoder
+    chain (byte fallback, fuse, replace ``▁``, then byte level); the text it decodes is right, but
+    llguidance, reading that chain, took every ``Ġ`` for the two bytes ``c4 a0``.
+    """
+    import json
+    from copy import copy
+
+    try:
+        b = copy(backend)
+        b.no_padding()
+        b.no_truncation()
+        text = b.to_str()
+    except Exception:
+        return []
+    specs = [text]
+    d = json.loads(text)
+    pre = json.dumps(d.get("pre_tokenizer"))
+    if '"ByteLevel"' in pre and (d.get("decoder") or {}).get("type") != "ByteLevel":
+        d["decoder"] = {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True}
+        specs.append(json.dumps(d))
+    return specs
+
+
+def reads_like(lltok: Any, backend: Any, n_vocab: int, samples: int = 1500) -> bool:
+    """Whether llguidance's bytes for a spread of tokens are the text the tokenizer itself decodes.
+
+    Each token is decoded after an anchor token and the anchor's text removed, so a leading space
+    that a decoder strips at the start of a text (SentencePiece's ``▁``) is kept. Tokens that are
+    special, empty or part of a multi-byte character (decoded as U+FFFD) are not compared.
+    """
+    size = min(backend.get_vocab_size(with_added_tokens=True), n_vocab)
+    special = {int(t) for t, a in getattr(backend, "get_added_tokens_decoder", lambda: {})().items()
+               if getattr(a, "special", False)}
+    anchor_ids = backend.encode("a", add_special_tokens=False).ids
+    if len(anchor_ids) != 1:
+        return True  # nothing to compare against: trust the file
+    anchor = anchor_ids[0]
+    head = backend.decode([anchor], skip_special_tokens=False)
+    compared = 0
+    for i in range(0, size, max(1, size // samples)):
+        if i in special:
+            continue
+        text = backend.decode([anchor, i], skip_special_tokens=False)
+        if not text.startswith(head) or "\ufffd" in text:
+            continue
+        text = text[len(head):]
+        if not text:
+            continue
+        compared += 1
+        if lltok.decode_bytes([i]) != text.encode("utf-8"):
+            return False
+    return compared > 0

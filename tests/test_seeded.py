@@ -67,8 +67,11 @@ def test_sampled_methods_with_deterministic_drafts_emit_sampled_ars_tokens_on_ev
         for (t, p), expect in want.items():
             res = _results(dec, method, t, top_p=p) + _results(dec, method, t, top_p=p)
             assert [r.token_ids for r in res] == expect * 2, (method, t, p)
-            if scale == 4.0 and method != "history" and (t, p) == (0.7, 0.9):
-                # Not a trivial agreement: drafts were accepted (fewer steps than tokens).
+            if scale == 4.0 and method not in ("history", "lookahead") and (t, p) == (0.7, 0.9):
+                # Not a trivial agreement: drafts were accepted (fewer steps than tokens). Lookahead's
+                # window seldom guesses these tiny models' sampled text (0-3 of 128 tokens, by
+                # transformers release); tests/test_model_free_sampling.py has its drafts accepted
+                # under sampling, on a prompt built from the model's own continuation.
                 assert sum(r.steps for r in res) < sum(r.new_tokens for r in res), method
 
 

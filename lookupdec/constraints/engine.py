@@ -93,7 +93,7 @@ def _json_specs(backend: Any) -> list[str]:
     """The tokenizer's JSON for llguidance: as it is, then (for a byte-level BPE whose decoder is not
     plain ``ByteLevel``) with that decoder, which is how llguidance knows to map ``Ġ`` back to a space.
 
-    transformers before 5.2x converted a GGUF's byte-level tokenizer with a SentencePiece-style decoder
+    transformers 5.17 (5.24 no longer) converted a GGUF's byte-level tokenizer with a SentencePiece-style decoder
     chain (byte fallback, fuse, replace ``▁``, then byte level); the text it decodes is right, but
     llguidance, reading that chain, took every ``Ġ`` for the two bytes ``c4 a0``.
     """

@@ -110,25 +110,27 @@ def check_device(device: str | None) -> str:
     """
     import torch
 
+    named = f"--device {device!r}"
     if device is None:
         device = os.environ.get(DEVICE_ENV) or None
         if device is None:
             return "cuda" if torch.cuda.is_available() else "cpu"
         device = device.strip()
+        named = f"{DEVICE_ENV}={device!r}"
+    fix = "use --device cpu" if named.startswith("--") else f"unset {DEVICE_ENV} or set it to cpu"
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError, ValueError) as exc:
-        raise ModelLoadError(f"--device {device!r} (or {DEVICE_ENV}) is not a torch device ({exc}); "
-                             f"use e.g. cpu or cuda:0") from None
+        raise ModelLoadError(f"{named} is not a torch device ({exc}); use e.g. cpu or cuda:0") from None
     if dev.type == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if count == 0:
-            raise ModelLoadError(f"device {device!r} asked for, but this torch has no CUDA device; use --device cpu")
+            raise ModelLoadError(f"{named} asked for, but this torch has no CUDA device; {fix}")
         if dev.index is not None and dev.index >= count:
-            raise ModelLoadError(f"device {device!r} asked for, but this machine has {count} CUDA device(s): "
+            raise ModelLoadError(f"{named} asked for, but this machine has {count} CUDA device(s): "
                                  f"use cuda:0 to cuda:{count - 1}")
     elif dev.type == "mps" and not torch.backends.mps.is_available():
-        raise ModelLoadError(f"device {device!r} asked for, but MPS is not available here; use --device cpu")
+        raise ModelLoadError(f"{named} asked for, but MPS is not available here; {fix}")
     return device
 
 

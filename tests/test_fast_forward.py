@@ -344,12 +344,12 @@ def test_native_rms_norm_equals_the_float64_formula_row_by_row():
         want = w.double() * xd / torch.sqrt(xd.pow(2).mean(-1, keepdim=True) + 1e-5)
         torch.testing.assert_close(y.double(), want, rtol=2e-6, atol=1e-6)
         for r in (0, rows - 1):
-            one = torch.empty(1, n)
-            rms_norm_ptr(x[r:r + 1].contiguous().data_ptr(), 1, n, w.data_ptr(), 1e-5, one.data_ptr())
+            one, row = torch.empty(1, n), x[r:r + 1].contiguous()  # held: the call takes raw pointers
+            rms_norm_ptr(row.data_ptr(), 1, n, w.data_ptr(), 1e-5, one.data_ptr())
             assert torch.equal(one[0], y[r])
-    zero = torch.zeros(2, 32)
+    zero, ones = torch.zeros(2, 32), torch.ones(32)  # named, so they outlive the raw pointers passed below
     out = torch.empty_like(zero)
-    rms_norm_ptr(zero.data_ptr(), 2, 32, torch.ones(32).data_ptr(), 1e-6, out.data_ptr())
+    rms_norm_ptr(zero.data_ptr(), 2, 32, ones.data_ptr(), 1e-6, out.data_ptr())
     assert torch.equal(out, zero)  # eps keeps an all-zero row finite
     with pytest.raises(ValueError):
         rms_norm_ptr(zero.data_ptr(), 2, 0, zero.data_ptr(), 1e-6, out.data_ptr())

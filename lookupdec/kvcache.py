@@ -38,13 +38,13 @@ class LayerStore:
         kv: ``(layers, 2, batch, kv_heads, capacity, head_dim)``, allocated at the first layer's
             first update from its shape; layers whose keys have another shape, dtype or device
             (or whose values differ from their keys in shape) keep buffers of their own.
-        layers: the ``BufferedLayer``s that may use it (index = layer number).
+        layers: its ``n_layers`` ``BufferedLayer``s (index = layer number), made with it.
     """
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, n_layers: int, capacity: int) -> None:
         self.capacity = max(int(capacity), 1)
         self.kv: torch.Tensor | None = None
-        self.layers: list[BufferedLayer] = []
+        self.layers = [BufferedLayer(self.capacity, self, i) for i in range(n_layers)]
 
     def fits(self, keys: torch.Tensor, values: torch.Tensor) -> bool:
         """Whether a layer with these first states can live in the store (allocating it on first use)."""
@@ -208,8 +208,7 @@ def new_cache(config, capacity: int) -> DynamicCache:
     window-sized layer would already have pushed its older rows out for.
     """
     n_layers = config.get_text_config(decoder=True).num_hidden_layers
-    store = LayerStore(capacity)
-    store.layers = [BufferedLayer(capacity, store, i) for i in range(n_layers)]
+    store = LayerStore(n_layers, capacity)
     return BufferedCache(store.layers, store)
 
 

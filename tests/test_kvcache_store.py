@@ -12,8 +12,7 @@ SHAPES = [(2, 8), (2, 16), (2, 8), (2, 8)]
 
 
 def _caches():
-    store = LayerStore(4)  # capacity 4: the updates below make it grow twice
-    store.layers = [BufferedLayer(4, store, i) for i in range(len(SHAPES))]
+    store = LayerStore(len(SHAPES), 4)  # capacity 4: the updates below make it grow twice
     shared = BufferedCache(store.layers, store)
     alone = BufferedCache([BufferedLayer(4) for _ in SHAPES])
     return shared, alone

@@ -66,6 +66,8 @@ class FakeMethod:
         drop_eos: return the output without its EOS (as a decoder may).
     """
 
+    same_draws = False  # sampled, not checked against the reference unless a test says so
+
     def __init__(self, name, chunk=1, takes_references=False, break_at=None, truncate=0, broken_turn=None,
                  break_on_call=None, drop_eos=False):
         self.name, self.chunk, self.takes_references = name, chunk, takes_references

@@ -76,10 +76,13 @@ class Method(Protocol):
 
     ``takes_references`` says whether ``generate`` uses the documents; the
     harness passes them either way and the method ignores them if not.
+    ``same_draws`` says whether, sampled, it draws each position as the reference
+    does for the same seed (so a sampled run checks its tokens too).
     """
 
     name: str
     takes_references: bool
+    same_draws: bool
 
     def generate(self, prompt_ids: Sequence[int], max_new_tokens: int,
                  references: Sequence[str]) -> MethodOutput: ...
@@ -119,6 +122,7 @@ class HFGenerate:
     """
 
     takes_references = False
+    same_draws = False  # transformers' sampling draws its own way
 
     def __init__(self, name: str, model, eos_ids: Sequence[int], prompt_lookup_num_tokens: int | None = None,
                  temperature: float = 0.0, seed: int = 0):

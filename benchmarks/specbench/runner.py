@@ -200,7 +200,7 @@ def run_benchmark(questions: Sequence[Question], methods: Mapping[str, Method], 
                     dt = time.perf_counter() - t0
                     if expected is None:
                         expected = out.token_ids  # the reference's first output
-                    elif not config.sampled or getattr(methods[name], "same_draws", False):
+                    elif not config.sampled or methods[name].same_draws:
                         check.check(name, q.question_id, turn, expected, out.token_ids)
                     outs[name].append(out)
                     secs[name].append(dt)

@@ -1,5 +1,6 @@
 # Native kernels of the fast forward: products with weights in GGML's Q4_1 / Q8_0 blocks (ext/csrc/qmatmul.h)
-# for lookupdec.products, the RMS norm (ext/csrc/rmsnorm.h) and decode-time attention (ext/csrc/attention.h).
+# for lookupdec.products, the RMS norm (ext/csrc/rmsnorm.h), decode-time attention (ext/csrc/attention.h) and
+# the decoder layers of a step in one call (ext/csrc/layers.h).
 
 from libc.stdint cimport uint8_t
 
@@ -20,6 +21,19 @@ cdef extern from "rmsnorm.h" nogil:
 cdef extern from "attention.h" nogil:
     int lk_attend(int n_seq, const int64_t *meta, const int64_t *kv, int layer, const float *qk, const float *v,
                   int64_t v_stride, int H, int Hk, int D, float scale, float *out, int threads)
+
+
+cdef extern from "layers.h" nogil:
+    ctypedef struct lk_shape:
+        int64_t hidden, heads, kv_heads, head_dim, inter
+        float eps, scale
+    int LK_LAYER_INT64S
+    int lk_decode_layers(const void *layers, int n_layers, const lk_shape *shape, float *x, int64_t R,
+                         const float *cos, const float *sin, int n_seq, const int64_t *meta, const int64_t *kv,
+                         int threads)
+    void lk_rotary(const float *x, int64_t R, int64_t heads, int64_t D, const float *cos, const float *sin,
+                   float *out)
+    void lk_silu_mul(const float *gu, int64_t R, int64_t inter, float *a)
 
 
 cdef extern from "qpool.h" nogil:
@@ -92,3 +106,45 @@ def attend_ptr(int n_seq, size_t meta, size_t kv, int layer, size_t qk, size_t v
                        <const float *>v, v_stride, heads, kv_heads, head_dim, scale, <float *>out, threads)
     if rc != 0:
         raise MemoryError("attend: out of memory")
+
+
+LAYER_INT64S = LK_LAYER_INT64S
+
+
+def decode_layers_ptr(size_t layers, int n_layers, int64_t hidden, int heads, int kv_heads, int head_dim,
+                      int64_t inter, float eps, float scale, size_t x, int64_t rows, size_t cos, size_t sin,
+                      int n_seq, size_t meta, size_t kv, int threads):
+    """Every decoder layer of a decode or verify step in one call (ext/csrc/layers.h).
+
+    ``layers``: int64 ``(n_layers, LAYER_INT64S)``, as ``lk_layer`` lays it out; ``x``: the
+    ``rows`` float32 residual rows, updated in place; ``cos``/``sin``: ``(rows, head_dim)``;
+    ``meta``/``kv``: the sequences, as ``attend_ptr`` takes them. Raw addresses, as
+    ``qmatmul_ptr``: the caller (lookupdec.native_layers) owns the checks.
+    """
+    if n_layers < 0 or rows < 0 or heads <= 0 or kv_heads <= 0 or head_dim <= 0 or heads % kv_heads:
+        raise ValueError("decode_layers: bad shape")
+    cdef lk_shape shape
+    shape.hidden, shape.heads, shape.kv_heads, shape.head_dim, shape.inter = hidden, heads, kv_heads, head_dim, inter
+    shape.eps, shape.scale = eps, scale
+    cdef int rc
+    with nogil:
+        rc = lk_decode_layers(<const void *>layers, n_layers, &shape, <float *>x, rows, <const float *>cos,
+                              <const float *>sin, n_seq, <const int64_t *>meta, <const int64_t *>kv, threads)
+    if rc != 0:
+        raise MemoryError("decode_layers: out of memory")
+
+
+def rotary_ptr(size_t x, int64_t rows, int64_t heads, int64_t head_dim, size_t cos, size_t sin, size_t out):
+    """Rotary of ``rows`` x ``heads`` float32 head vectors, as the native layers apply it (tests)."""
+    if rows < 0 or heads < 0 or head_dim <= 0 or head_dim % 2:
+        raise ValueError("rotary: bad shape")
+    with nogil:
+        lk_rotary(<const float *>x, rows, heads, head_dim, <const float *>cos, <const float *>sin, <float *>out)
+
+
+def silu_mul_ptr(size_t gu, int64_t rows, int64_t inter, size_t out):
+    """``silu(gate) * up`` of ``rows`` float32 rows ``[gate | up]``, as the native layers compute it (tests)."""
+    if rows < 0 or inter < 0:
+        raise ValueError("silu_mul: bad shape")
+    with nogil:
+        lk_silu_mul(<const float *>gu, rows, inter, <float *>out)

@@ -34,6 +34,9 @@ computation from the loaded model's own weights with the fewest torch calls:
 - the final norm and ``lm_head`` only for the rows whose logits are needed
   (``logit_rows="hidden"`` defers ``lm_head`` so a verifier can compute only
   the rows its acceptance walk visits);
+- with quantized weights, a step's layers (not a prompt's) in one native call
+  (``lookupdec.native_layers``, ``ext/csrc/layers.c``): the same native products, norm and
+  attention, driven from C instead of ~20 Python calls a layer;
 - several sequences in one forward (``forward_batch``, continuous batching): the
   linear products run once over the rows of all of them, attention in the same native
   call, each sequence over its own cache.
@@ -56,6 +59,7 @@ import torch.nn.functional as F
 
 from lookupdec.kvcache import FlatKVCache, all_full_attention
 from lookupdec._native import attend_ptr, rms_norm_ptr
+from lookupdec.native_layers import layer_table, run_layers
 from lookupdec.products import Product, make_linear, weights_unavailable_reason
 from lookupdec.release import release_linear, return_freed_memory
 
@@ -220,6 +224,8 @@ class FastForward:
                 for lin in (a.q_proj, a.k_proj, a.v_proj, a.o_proj, m.gate_proj, m.up_proj, m.down_proj):
                     release_linear(lin)
                 return_freed_memory()
+        # Quantized products without biases: a step's layers run in one native call (native_layers).
+        self.layer_table = layer_table(self.layers) if weights == "quantized" else None
 
     def _ensure_positions(self, n: int) -> None:
         """Make the cos/sin tables cover positions ``0..n-1``.
@@ -380,8 +386,13 @@ class FastForward:
         H, Hk, D = self.n_heads, self.n_kv_heads, self.head_dim
         q_size, kv_size = H * D, Hk * D
         x, cos, sin = self._start(ids, positions)
-        att = x.new_empty((total, q_size))
         threads = torch.get_num_threads()
+        if self.layer_table is not None:
+            run_layers(self, self.layer_table, x, cos, sin, len(caches), meta_t, kv_t, threads)
+            for c, p, w in zip(caches, pasts, widths):
+                c.length = p + w
+            return x
+        att = x.new_empty((total, q_size))
         for li, layer in enumerate(self.layers):
             qkv = layer.qkv(self._rms(x, layer.in_norm, self.eps)).contiguous()  # (R, (H + 2 Hk) D), all sequences
             qk = self._rope(qkv, cos, sin)

@@ -1,0 +1,65 @@
+"""The fast forward's decoder layers in one native call per step (quantized weights).
+
+Driven from Python, a one-row step of the embedded model runs 30 layers of about twenty small
+operations, each a few microseconds of dispatch whatever its work. ``ext/csrc/layers.c`` runs
+the same layers from C: the same native products, RMS norm and decode attention, with rotary
+and the gated activation in C. Every operation is row-wise in one fixed order, so a row's
+output still depends only on its own input, its sequence's cache and the instruction set: a
+tree node's logits stay bit for bit those of decoding its path one token at a time, alone or
+in a batch (tests/test_native_layers.py).
+
+It serves the "quantized" format's products (``lookupdec.products._LinearQuant``) without
+biases; other formats and biased products keep the Python loop of ``FastForward._layers``.
+The prompt's prefill keeps the Python loop too (torch's attention suits many rows).
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from lookupdec._native import LAYER_INT64S, decode_layers_ptr
+
+
+def layer_table(layers: Sequence) -> torch.Tensor | None:
+    """The ``(n_layers, LAYER_INT64S)`` int64 table of ``lk_layer`` rows for ``layers`` (``FastForward``'s
+    ``_Layer`` list), or None when a product is not a quantized one without bias.
+
+    The table holds addresses: it is valid while the layers' tensors live (``FastForward`` keeps both).
+    """
+    from lookupdec.products import _LinearQuant
+
+    rows = []
+    for layer in layers:
+        products = (layer.qkv, layer.o, layer.gate_up, layer.down)
+        if not all(isinstance(p, _LinearQuant) and p.bias is None for p in products):
+            return None
+        row = [layer.in_norm.data_ptr(), layer.post_norm.data_ptr()]
+        for p in products:
+            row += [p.fmt, p.qs.data_ptr(), p.dm.data_ptr(), p.out_features]
+        rows.append(row)
+    table = torch.tensor(rows, dtype=torch.int64).reshape(len(rows), -1)
+    if table.shape[1] != LAYER_INT64S:
+        raise AssertionError(f"lk_layer holds {LAYER_INT64S} int64s, the table {table.shape[1]}")
+    return table
+
+
+def run_layers(ff, table: torch.Tensor, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, n_seq: int,
+               meta: torch.Tensor, kv: torch.Tensor, threads: int) -> None:
+    """Every layer of ``ff`` on the residual rows ``x`` (updated in place), as ``FastForward._layers``'s loop.
+
+    Args:
+        ff: the ``FastForward`` (shapes, norms' epsilon, attention scale).
+        table: its ``layer_table``.
+        x: ``(R, hidden)`` float32 contiguous residual rows.
+        cos, sin: ``(R, 1, head_dim)`` rotary rows of the rows' positions (``FastForward._start``).
+        n_seq, meta, kv: the sequences, as ``attend_ptr`` takes them.
+        threads: threads for the products and the attention.
+    """
+    if x.dtype != torch.float32 or not x.is_contiguous() or x.shape[1] != ff.hidden:
+        raise ValueError(f"native layers need contiguous float32 (rows, {ff.hidden}) rows, got {x.dtype} "
+                         f"{tuple(x.shape)}")
+    cos, sin = cos.contiguous(), sin.contiguous()
+    decode_layers_ptr(table.data_ptr(), table.shape[0], ff.hidden, ff.n_heads, ff.n_kv_heads, ff.head_dim,
+                      ff.intermediate, ff.eps, ff.scaling, x.data_ptr(), x.shape[0], cos.data_ptr(), sin.data_ptr(),
+                      n_seq, meta.data_ptr(), kv.data_ptr(), threads)

@@ -22,6 +22,11 @@ EOS_ID = 2
 # through LOOKUPDEC_DEVICE, the library's default device.
 TEST_DEVICE = os.environ.get("LOOKUPDEC_TEST_DEVICE", "cpu")
 os.environ["LOOKUPDEC_DEVICE"] = TEST_DEVICE
+# The suite measures cost curves and exports tokenizers for dozens of tiny random models: it
+# keeps them in the checkout (git-ignored, shared by the workers and by later runs), never in
+# the user's own cache. Set LOOKUPDEC_CACHE to put them elsewhere.
+os.environ.setdefault("LOOKUPDEC_CACHE", os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                                      ".pytest_cache", "lookupdec"))
 
 
 @pytest.fixture(autouse=True)

@@ -46,7 +46,8 @@ MEASURE_WIDTHS = (1, 8)
 MEASURE_LAYERS = 6
 # Storage kinds (``LoadedModel.stored``) whose values float16 holds (almost) exactly.
 FLOAT16_FAITHFUL = ("quantized", "float16")
-CHOICE_FORMAT = 2  # bump when cached choices from older versions must not be reused (2: "quantized" added)
+CHOICE_FORMAT = 3  # bump when cached choices from older versions must not be reused (2: "quantized" added;
+#   3: its layers in one native call)
 
 
 @dataclass(frozen=True)

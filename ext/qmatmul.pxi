@@ -1,6 +1,6 @@
 # Native kernels of the fast forward: products with weights in GGML's Q4_1 / Q8_0 blocks (ext/csrc/qmatmul.h)
 # for lookupdec.products, the RMS norm (ext/csrc/rmsnorm.h), decode-time attention (ext/csrc/attention.h) and
-# the decoder layers of a step in one call (ext/csrc/layers.h).
+# the decoder layers of a step in one call (ext/csrc/layers.h), and the top-k of logit rows (ext/csrc/topk.h).
 
 from libc.stdint cimport uint8_t
 
@@ -34,6 +34,11 @@ cdef extern from "layers.h" nogil:
     void lk_rotary(const float *x, int64_t R, int64_t heads, int64_t D, const float *cos, const float *sin,
                    float *out)
     void lk_silu_mul(const float *gu, int64_t R, int64_t inter, float *a)
+
+
+cdef extern from "topk.h" nogil:
+    int LK_TOPK_MAX
+    void lk_topk_rows(const float *x, int64_t R, int64_t n, int k, int64_t *ids, float *probs)
 
 
 cdef extern from "qpool.h" nogil:
@@ -148,3 +153,15 @@ def silu_mul_ptr(size_t gu, int64_t rows, int64_t inter, size_t out):
         raise ValueError("silu_mul: bad shape")
     with nogil:
         lk_silu_mul(<const float *>gu, rows, inter, <float *>out)
+
+
+TOPK_MAX = LK_TOPK_MAX
+
+
+def topk_rows_ptr(size_t x, int64_t rows, int64_t n, int k, size_t ids, size_t probs):
+    """Top-``k`` ids (int64) and softmax probabilities (float32) of ``rows`` float32 rows of ``n`` logits
+    (ext/csrc/topk.h). Raw addresses, as ``qmatmul_ptr``: the caller (lookupdec.tree_rows) owns the checks."""
+    if rows < 0 or not 1 <= k <= LK_TOPK_MAX or k > n:
+        raise ValueError("topk_rows: bad shape")
+    with nogil:
+        lk_topk_rows(<const float *>x, rows, n, k, <int64_t *>ids, <float *>probs)

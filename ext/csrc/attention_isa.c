@@ -8,37 +8,12 @@
 #include <math.h>
 #include <string.h>
 
+#include "lk_exp.h"
 #include "qmatmul.h"
 
-/* exp(x) for x <= 0 (scores minus their maximum): Cephes' expf polynomial on x - n ln2, scaled
- * by 2^n. Below -87.3 (a masked key) it is exactly 0. Every vector lane runs these same fused
- * operations, so this scalar form gives the same bits as the vector forms. */
-#define EXP_LO (-87.3f)
-#define LOG2E 1.44269504088896341f
-#define LN2_HI 0.693359375f
-#define LN2_LO (-2.12194440e-4f)
-#define P0 1.9875691500e-4f
-#define P1 1.3981999507e-3f
-#define P2 8.3334519073e-3f
-#define P3 4.1665795894e-2f
-#define P4 1.6666665459e-1f
-#define P5 5.0000001201e-1f
-
-static inline float exp_c(float x) {
-    if (!(x >= EXP_LO)) return 0.0f; /* also NaN-free for -inf */
-    float n = nearbyintf(x * LOG2E);
-    float r = fmaf(n, -LN2_HI, x);
-    r = fmaf(n, -LN2_LO, r);
-    float p = fmaf(P0, r, P1);
-    p = fmaf(p, r, P2);
-    p = fmaf(p, r, P3);
-    p = fmaf(p, r, P4);
-    p = fmaf(p, r, P5);
-    float y = fmaf(p, r * r, r) + 1.0f;
-    union { float f; int32_t i; } s;
-    s.i = ((int32_t)n + 127) << 23;
-    return y * s.f;
-}
+/* exp of the scores minus their maximum (x <= 0): lk_exp.h's polynomial, exactly 0 below -87.3 (a
+ * masked key); its scalar and vector forms give the same bits. */
+static inline float exp_c(float x) { return lk_exp_c(x); }
 
 static void dots_c(const float *const q[TQ], const float *const k[TK], int D, float out[TK * TQ]) {
     for (int c = 0; c < TK; c++)
@@ -165,23 +140,7 @@ AVX512 static float scale_max512(float *s, const float *bias, int64_t n, float s
 AVX512 static void exp_all512(float *s, int64_t n, float m) {
     int64_t j = 0;
     const __m512 mv = _mm512_set1_ps(m);
-    for (; j + 16 <= n; j += 16) {
-        __m512 x = _mm512_sub_ps(_mm512_loadu_ps(s + j), mv);
-        __mmask16 ok = _mm512_cmp_ps_mask(x, _mm512_set1_ps(EXP_LO), _CMP_GE_OQ);
-        __m512 nn = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(LOG2E)),
-                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        __m512 r = _mm512_fmadd_ps(nn, _mm512_set1_ps(-LN2_HI), x);
-        r = _mm512_fmadd_ps(nn, _mm512_set1_ps(-LN2_LO), r);
-        __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(P0), r, _mm512_set1_ps(P1));
-        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(P2));
-        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(P3));
-        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(P4));
-        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(P5));
-        __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
-        __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(nn), _mm512_set1_epi32(127)), 23);
-        y = _mm512_mul_ps(y, _mm512_castsi512_ps(e));
-        _mm512_storeu_ps(s + j, _mm512_maskz_mov_ps(ok, y));
-    }
+    for (; j + 16 <= n; j += 16) _mm512_storeu_ps(s + j, lk_exp512(_mm512_sub_ps(_mm512_loadu_ps(s + j), mv)));
     exp_all_c(s + j, n - j, m);
 }
 
@@ -258,23 +217,7 @@ AVX2 static float scale_max256(float *s, const float *bias, int64_t n, float sca
 AVX2 static void exp_all256(float *s, int64_t n, float m) {
     int64_t j = 0;
     const __m256 mv = _mm256_set1_ps(m);
-    for (; j + 8 <= n; j += 8) {
-        __m256 x = _mm256_sub_ps(_mm256_loadu_ps(s + j), mv);
-        __m256 ok = _mm256_cmp_ps(x, _mm256_set1_ps(EXP_LO), _CMP_GE_OQ);
-        __m256 nn = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(LOG2E)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        __m256 r = _mm256_fmadd_ps(nn, _mm256_set1_ps(-LN2_HI), x);
-        r = _mm256_fmadd_ps(nn, _mm256_set1_ps(-LN2_LO), r);
-        __m256 p = _mm256_fmadd_ps(_mm256_set1_ps(P0), r, _mm256_set1_ps(P1));
-        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(P2));
-        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(P3));
-        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(P4));
-        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(P5));
-        __m256 y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
-        __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(nn), _mm256_set1_epi32(127)), 23);
-        y = _mm256_mul_ps(y, _mm256_castsi256_ps(e));
-        _mm256_storeu_ps(s + j, _mm256_and_ps(ok, y));
-    }
+    for (; j + 8 <= n; j += 8) _mm256_storeu_ps(s + j, lk_exp256(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv)));
     exp_all_c(s + j, n - j, m);
 }
 #endif

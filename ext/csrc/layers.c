@@ -7,47 +7,12 @@
 
 #include "attention.h"
 #include "lk_common.h"
+#include "lk_exp.h"
 #include "qmatmul.h"
 #include "rmsnorm.h"
 
-#if (defined(__x86_64__) || defined(__i386__)) && !defined(LK_NO_X86)
-#define LK_X86 1
-#include <immintrin.h>
-#endif
-
-/* e(x): Cephes' expf polynomial on x - n ln2, scaled by 2^n; 0 below -87.3 and +inf above 88
- * (so silu(g) is g for g > 87.3 and -0 for g < -88, where the true values are within 1e-36). */
-#define E_LO (-87.3f)
-#define E_HI 88.0f
-#define LOG2E 1.44269504088896341f
-#define LN2_HI 0.693359375f
-#define LN2_LO (-2.12194440e-4f)
-#define P0 1.9875691500e-4f
-#define P1 1.3981999507e-3f
-#define P2 8.3334519073e-3f
-#define P3 4.1665795894e-2f
-#define P4 1.6666665459e-1f
-#define P5 5.0000001201e-1f
-
-static inline float e_c(float x) {
-    if (!(x >= E_LO)) return 0.0f;
-    if (x > E_HI) return INFINITY;
-    float n = nearbyintf(x * LOG2E);
-    float r = fmaf(n, -LN2_HI, x);
-    r = fmaf(n, -LN2_LO, r);
-    float p = fmaf(P0, r, P1);
-    p = fmaf(p, r, P2);
-    p = fmaf(p, r, P3);
-    p = fmaf(p, r, P4);
-    p = fmaf(p, r, P5);
-    float y = fmaf(p, r * r, r) + 1.0f;
-    union { float f; int32_t i; } s;
-    s.i = ((int32_t)n + 127) << 23;
-    return y * s.f;
-}
-
 static void silu_mul_c(const float *g, const float *u, int64_t n, float *a) {
-    for (int64_t i = 0; i < n; i++) a[i] = g[i] / (1.0f + e_c(-g[i])) * u[i];
+    for (int64_t i = 0; i < n; i++) a[i] = g[i] / (1.0f + lk_exp_c(-g[i])) * u[i];
 }
 
 #ifdef LK_X86
@@ -58,22 +23,7 @@ AVX512 static void silu_mul512(const float *g, const float *u, int64_t n, float 
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
         __m512 gv = _mm512_loadu_ps(g + i);
-        __m512 x = _mm512_min_ps(_mm512_sub_ps(_mm512_setzero_ps(), gv), _mm512_set1_ps(E_HI));
-        __mmask16 ok = _mm512_cmp_ps_mask(x, _mm512_set1_ps(E_LO), _CMP_GE_OQ);
-        __m512 nn = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(LOG2E)),
-                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        __m512 r = _mm512_fmadd_ps(nn, _mm512_set1_ps(-LN2_HI), x);
-        r = _mm512_fmadd_ps(nn, _mm512_set1_ps(-LN2_LO), r);
-        __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(P0), r, _mm512_set1_ps(P1));
-        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(P2));
-        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(P3));
-        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(P4));
-        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(P5));
-        __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
-        __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(nn), _mm512_set1_epi32(127)), 23);
-        y = _mm512_maskz_mov_ps(ok, _mm512_mul_ps(y, _mm512_castsi512_ps(e)));
-        y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(_mm512_sub_ps(_mm512_setzero_ps(), gv), _mm512_set1_ps(E_HI),
-                                                     _CMP_GT_OQ), _mm512_set1_ps(INFINITY));
+        __m512 y = lk_exp512(_mm512_sub_ps(_mm512_setzero_ps(), gv));
         __m512 s = _mm512_div_ps(gv, _mm512_add_ps(_mm512_set1_ps(1.0f), y));
         _mm512_storeu_ps(a + i, _mm512_mul_ps(s, _mm512_loadu_ps(u + i)));
     }
@@ -84,22 +34,7 @@ AVX2 static void silu_mul256(const float *g, const float *u, int64_t n, float *a
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
         __m256 gv = _mm256_loadu_ps(g + i);
-        __m256 x = _mm256_min_ps(_mm256_sub_ps(_mm256_setzero_ps(), gv), _mm256_set1_ps(E_HI));
-        __m256 ok = _mm256_cmp_ps(x, _mm256_set1_ps(E_LO), _CMP_GE_OQ);
-        __m256 nn = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(LOG2E)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        __m256 r = _mm256_fmadd_ps(nn, _mm256_set1_ps(-LN2_HI), x);
-        r = _mm256_fmadd_ps(nn, _mm256_set1_ps(-LN2_LO), r);
-        __m256 p = _mm256_fmadd_ps(_mm256_set1_ps(P0), r, _mm256_set1_ps(P1));
-        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(P2));
-        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(P3));
-        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(P4));
-        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(P5));
-        __m256 y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
-        __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(nn), _mm256_set1_epi32(127)), 23);
-        y = _mm256_and_ps(ok, _mm256_mul_ps(y, _mm256_castsi256_ps(e)));
-        y = _mm256_blendv_ps(y, _mm256_set1_ps(INFINITY),
-                             _mm256_cmp_ps(_mm256_sub_ps(_mm256_setzero_ps(), gv), _mm256_set1_ps(E_HI), _CMP_GT_OQ));
+        __m256 y = lk_exp256(_mm256_sub_ps(_mm256_setzero_ps(), gv));
         __m256 s = _mm256_div_ps(gv, _mm256_add_ps(_mm256_set1_ps(1.0f), y));
         _mm256_storeu_ps(a + i, _mm256_mul_ps(s, _mm256_loadu_ps(u + i)));
     }

@@ -14,7 +14,7 @@
  *   rotary:  out[h, d] = x[h, d] * cos[d] + x[h, (d + D/2) % D] * sin_signed[d]
  *            (each a float32 product, then one float32 add: no fused multiply-add);
  *   act:     a[i] = silu(g[i]) * u[i],  silu(g) = g / (1 + e(-g)), where e is the Cephes
- *            polynomial exp of layers.c (exactly 0 below -87.3, +inf above 88: silu(g) is -0
+ *            polynomial exp of lk_exp.h (exactly 0 below -87.3, +inf above 88: silu(g) is -0
  *            for g < -88, where the true value is within 1e-36 of it);
  *            every vector lane and the scalar tail run the same fused operations. */
 #ifndef LK_LAYERS_H

@@ -1,0 +1,62 @@
+"""The native top-k of logit rows (ext/csrc/topk.c, ``lookupdec.tree_rows.topk_rows`` on a CPU) against a slow
+oracle: a stable sort for the ids, a float64 softmax for the probabilities, on every instruction set."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from lookupdec import _native
+from lookupdec.tree_rows import topk_rows
+
+pytestmark = pytest.mark.cpu
+
+ISAS = [isa for isa in ("avx512", "avx2", "c") if _native.qmatmul_force_isa(isa)]
+_native.qmatmul_force_isa(ISAS[0])
+
+
+@pytest.fixture(params=ISAS)
+def isa(request):
+    assert _native.qmatmul_force_isa(request.param)
+    yield request.param
+    _native.qmatmul_force_isa(ISAS[0])
+
+
+def _oracle(x: np.ndarray, k: int):
+    order = np.argsort(-x.astype(np.float64), axis=1, kind="stable")[:, :k]  # larger first, then lower id
+    x64 = x.astype(np.float64)
+    m = x64.max(axis=1, keepdims=True)
+    p = np.exp(x64 - m) / np.exp(x64 - m).sum(axis=1, keepdims=True)
+    return order, np.take_along_axis(p, order, axis=1)
+
+
+def _rows(rng, R, n):
+    x = (rng.standard_normal((R, n)) * 4).astype(np.float32)
+    x[0, rng.integers(0, n, 5)] = x[0].max()  # ties at the top
+    if R > 1:
+        x[1, : n // 2] = -np.inf  # masked ids
+        x[1, rng.integers(n // 2, n, 3)] = np.round(x[1].max(), 1)
+    if R > 2:
+        x[2] = np.round(x[2])  # many ties everywhere
+    return x
+
+
+@pytest.mark.parametrize("n", [1, 7, 16, 17, 100, 49152])
+def test_native_topk_is_a_stable_sort_and_a_float64_softmax(isa, n):
+    rng = np.random.default_rng(n)
+    x = _rows(rng, 3, n)
+    for k in sorted({1, 2, 8, min(n, 64)}):
+        if k > n:
+            continue
+        ids, probs = topk_rows(torch.from_numpy(x), k)
+        want_ids, want_p = _oracle(x, k)
+        assert np.array_equal(ids, want_ids), (isa, n, k)
+        np.testing.assert_allclose(probs, want_p, rtol=2e-5, atol=1e-12, err_msg=f"{isa} n={n} k={k}")
+
+
+def test_k_beyond_the_native_limit_and_other_dtypes_take_torchs_route():
+    x = torch.randn(2, 300)
+    ids, probs = topk_rows(x, 100)  # k > TOPK_MAX
+    assert ids.shape == (2, 100) and np.array_equal(ids, torch.topk(x, 100).indices.numpy())
+    ids16, _ = topk_rows(x.to(torch.float64), 5)
+    assert np.array_equal(ids16, torch.topk(x, 5).indices.numpy())

@@ -39,6 +39,8 @@ import numpy as np
 from lookupdec.costs import MEASURED_LOGIT_ROWS, CostCurve
 
 log = logging.getLogger("lookupdec.pricing")
+# The fit's version (``CostModel.version``) changes when a knot moves by more than this share.
+VERSION_TOLERANCE = 0.01
 
 
 @dataclass(frozen=True)
@@ -187,7 +189,9 @@ class CostModel:
 
     @property
     def version(self) -> int:
-        """Changes whenever the fit changes (refitting first if steps are pending): tables keyed by it stay current."""
+        """Changes whenever the fit moves by more than ``VERSION_TOLERANCE`` at a knot since it last changed
+        (refitting first if steps are pending): tables keyed by it stay within that of the fit, and are not
+        rebuilt for the small moves of every refit."""
         self._fit()
         return self._version
 
@@ -275,6 +279,7 @@ class CostModel:
         self.draft_ms = 0.0
         self.stale = False
         self._version = 0
+        self._published: np.ndarray | None = None  # the fit's knots when the version last changed
         self._cached: tuple | None = None
         self._since_fit = 0
 
@@ -357,7 +362,11 @@ class CostModel:
             head = tuple(isotonic(self._head0 * hr).tolist())
         self._cached = (body, slope, head)
         self._since_fit = 0
-        self._version += 1
+        knots = np.concatenate([body, head]) if head else body
+        if self._published is None or len(knots) != len(self._published) or \
+                float(np.max(np.abs(knots / self._published - 1.0))) > VERSION_TOLERANCE:
+            self._published = knots
+            self._version += 1
         if not self.stale and self.steps >= self.min_steps:
             off = self.disagreement()
             if off > math.log1p(self.margin):

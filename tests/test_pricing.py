@@ -241,3 +241,21 @@ def test_auto_retabulates_when_measured_steps_refit_the_model():
         model.observe(StepTiming(8, 8, 3 * model.ms_at(8, 8)))
     after = auto._costs(16)[8]
     assert after > 2 * before
+
+
+def test_the_version_moves_with_the_fit_not_with_every_refit():
+    """Tables keyed by ``version`` are rebuilt when a knot moved by more than VERSION_TOLERANCE, and stay
+    within it of the fit otherwise."""
+    from lookupdec.pricing import VERSION_TOLERANCE
+
+    model = CostModel(CostCurve((1, 4, 16), (10.0, 14.0, 30.0), 8, (0.0, 0.0, 0.0), "cpu", "k"), refit_every=1)
+    v0 = model.version
+    table = model.table(8, 16)
+    for _ in range(40):  # steps that cost what the curve says: the fit does not move
+        model.observe(StepTiming(4, 8, model.body_ms(4, 8)))
+        assert model.version == v0
+    assert np.allclose(model.table(8, 16)[1:], table[1:], rtol=VERSION_TOLERANCE)
+    for _ in range(40):  # steps at twice the price: it moves, and the version with it
+        model.observe(StepTiming(4, 8, 2 * model.body_ms(4, 8)))
+    assert model.version > v0
+    assert model.table(8, 16)[4] > 1.5 * table[4]

@@ -159,7 +159,7 @@ class CostModel:
     """
 
     def __init__(self, prior: CostCurve, *, prior_weight: float = 4.0, decay: float = 0.99, margin: float = 0.35,
-                 min_steps: int = 24, refit_every: int = 4) -> None:
+                 min_steps: int = 24, refit_every: int = 16) -> None:
         if not 0.0 < decay <= 1.0:
             raise ValueError(f"decay must be in (0, 1], got {decay}")
         self.prior_weight = float(prior_weight)

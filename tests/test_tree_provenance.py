@@ -116,3 +116,44 @@ def test_the_drafter_is_told_its_own_node_ids_through_every_cut(tree_masks, budg
     # The right branch (proposed second, and shallower than the wrong one) was accepted at least
     # once: under chain verification too, where the verifier keeps the best-scored path.
     assert accepted_any
+
+
+class Shifted(Branching):
+    """Branching with its own wrong branch (tokens shifted by ``shift``) and the right one first."""
+
+    def __init__(self, continuation: list[int], shift: int):
+        super().__init__(continuation)
+        self.shift = shift
+
+    def propose(self, request):
+        right = self.continuation[self.pos:self.pos + 3]
+        wrong = [(t + self.shift) % 50 for t in right]
+        tree = DraftTree.from_sequences([right, wrong], weights=[0.8, 0.2]) if right else DraftTree.empty()
+        self.pending = tree
+        return tree
+
+
+def test_auto_tells_each_source_its_own_node_ids_of_the_merged_tree():
+    """Through auto's merge (shared paths collapse into one node, each source's nodes are renumbered),
+    every source is told the accepted nodes and the verified nodes' origins in its own ids."""
+    from lookupdec.drafters.auto import AutoDrafter
+
+    loaded = tiny_loaded(0)
+    ar = Decoder(loaded).generate([5, 6, 7, 8], method="ar", max_new_tokens=24)
+    sources = [Branching(list(ar.token_ids)), Shifted(list(ar.token_ids), 3), Shifted(list(ar.token_ids), 7)]
+    auto = AutoDrafter(sources=sources, cost=None, gate=False)
+    out = Decoder(loaded, draft_budget=64).generate([5, 6, 7, 8], max_new_tokens=24, drafter=auto)
+    assert out.token_ids == ar.token_ids
+    for d in sources:
+        assert d.outcomes
+        accepted_any = False
+        for proposed, o in d.outcomes:
+            own = list(o.accepted)
+            assert proposed.tokens[own].tolist() == list(o.new_tokens[:len(own)])
+            assert own == (proposed.path(own[-1]) if own else [])
+            mine = o.origin >= 0
+            assert proposed.tokens[o.origin[mine]].tolist() == o.tree.tokens[mine].tolist()
+            # Every verified node whose root path the source proposed is named (its path is in the source's tree).
+            assert mine.sum() >= len(own)
+            accepted_any |= bool(own)
+        assert accepted_any

@@ -407,27 +407,25 @@ class AutoDrafter(Drafter):
         trees, maps, chosen = self._last
         self._last = None
         # Auto's node a is merged node chosen[a]; accepted merged nodes, root to leaf.
-        accepted_merged = [int(chosen[a]) for a in outcome.accepted]
-        verified = outcome.origin if len(outcome.origin) else np.arange(len(outcome.tree))
+        chosen = np.asarray(chosen, np.int64)
+        accepted_merged = chosen[list(outcome.accepted)]
+        verified = np.asarray(outcome.origin if len(outcome.origin) else np.arange(len(outcome.tree)), np.int64)
+        # Each verified node's merged node (-1: not the drafter's, e.g. a forced grammar token).
+        verified_merged = np.where(verified >= 0, chosen[np.maximum(verified, 0)] if len(chosen) else -1, -1)
+        n_merged = 1 + max([int(chosen.max()) if len(chosen) else -1] + [int(w.max()) for w in maps if len(w)])
         for i, (s, tree, where) in enumerate(zip(self.sources, trees, maps)):
             if not len(where):  # proposed nothing (or was off): nothing of its own to map
                 tell(i, s, StepOutcome((), new, outcome.tree, np.full(len(outcome.tree), -1, np.int64)))
                 continue
-            # Merged node -> this source's node (first hit), by one inverse table.
-            inverse = {}
-            for j, m in enumerate(where.tolist()):
-                inverse.setdefault(m, j)
-            own = []
-            for m in accepted_merged:
-                j = inverse.get(m)
-                if j is None:
-                    break  # the accepted path leaves this source's tree
-                own.append(j)
-            origin = np.full(len(outcome.tree), -1, np.int64)
-            for v, a in enumerate(verified.tolist()):
-                if a >= 0:
-                    origin[v] = inverse.get(int(chosen[a]), -1)
-            tell(i, s, StepOutcome(tuple(own), new, outcome.tree, origin))
+            # Merged node -> this source's node (its first), by one inverse table.
+            inverse = np.full(n_merged + 1, -1, np.int64)  # the last entry stands for "no merged node"
+            firsts, at = np.unique(where, return_index=True)
+            inverse[firsts] = at
+            own = inverse[accepted_merged]
+            cut = np.flatnonzero(own < 0)  # the accepted path leaves this source's tree there
+            own = own[:cut[0]] if len(cut) else own
+            origin = inverse[np.where(verified_merged >= 0, verified_merged, n_merged)]
+            tell(i, s, StepOutcome(tuple(own.tolist()), new, outcome.tree, origin))
         # The deferred top-k is the cost of the sources that asked for it.
         asked = [i for i, (s, on) in enumerate(zip(self.sources, self._active)) if on and s.topk > 0]
         for i in asked:
@@ -435,10 +433,8 @@ class AutoDrafter(Drafter):
         step, self._step = self._step, None
         if self.ledger is not None and step is not None:
             rows_ms, forward_ms, owner, _ = step
-            unique = np.zeros(len(self.sources))
-            for m in accepted_merged:
-                if owner[m] >= 0:
-                    unique[owner[m]] += 1
+            mine = owner[accepted_merged]
+            unique = np.bincount(mine[mine >= 0], minlength=len(self.sources)).astype(np.float64)
             host = float(getattr(self.cost, "host_ms", 0.0) or 0.0)
             self.ledger.record(forward_ms + float(spent.sum()) + host, len(new), self._names, unique.tolist(),
                                (rows_ms + spent).tolist())

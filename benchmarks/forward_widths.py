@@ -11,10 +11,13 @@ What it times (``FastForward`` directly, the embedded model unless ``--model``):
   row, for L in ``--prompts``.
 
 Medians of ``--repeats`` timed calls after one untimed call. Prints a JSON object (and writes it to
-``--out`` when given) naming the CPU, ISA, threads and weight format.
+``--out`` when given) naming the CPU, ISA, threads and weight format. ``--compare-layers`` times each
+decode/verify and batch forward twice, alternating call by call: a quantized step's layers in one
+native call (``native_layers``), and through the Python loop it replaced (``"python"`` entries).
 
 Usage:
     python benchmarks/forward_widths.py --threads 2 --weights quantized [--out FILE]
+    python benchmarks/forward_widths.py --threads 2 --weights quantized --compare-layers --prompts ""
 """
 from __future__ import annotations
 
@@ -53,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-past", type=int, default=300)
     ap.add_argument("--prompts", default="64,256,1024")
     ap.add_argument("--repeats", type=int, default=9)
+    ap.add_argument("--compare-layers", action="store_true",
+                    help="also time each step's layers through the Python loop, alternating with the native call")
     ap.add_argument("--out", type=Path, default=None, help="also write the JSON here")
     args = ap.parse_args(argv)
 
@@ -66,6 +71,24 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     lm = load_model(args.model)
     ff = FastForward(lm.model, weights=args.weights)
+    native = ff.layer_table
+    if args.compare_layers and native is None:
+        ap.error("--compare-layers needs a format whose steps run natively (--weights quantized)")
+
+    def timed(fn):
+        """Median ms of ``fn``; with --compare-layers {"native": ms, "python": ms}, the two taking turns."""
+        if not args.compare_layers:
+            return _median_ms(fn, args.repeats)
+        times = {"native": [], "python": []}
+        for i in range(2 * args.repeats + 2):
+            kind = "native" if i % 2 == 0 else "python"
+            ff.layer_table = native if kind == "native" else None
+            t = time.perf_counter()
+            fn()
+            if i >= 2:  # one untimed call of each first
+                times[kind].append(time.perf_counter() - t)
+        ff.layer_table = native
+        return {k: statistics.median(v) * 1e3 for k, v in times.items()}
     vocab = ff.vocab
     gen = torch.Generator().manual_seed(0)
 
@@ -78,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         return cache
 
     out = {"device": device_description(torch.device("cpu")), "threads": torch.get_num_threads(),
-           "weights": args.weights, "verify_ms": {}, "batch_ms": {}, "prefill_ms": {}}
+           "weights": args.weights, "native_layers": native is not None, "verify_ms": {}, "batch_ms": {}, "prefill_ms": {}}
     low = torch.finfo(torch.float32).min
     for past in _ints(args.pasts):
         row = {}
@@ -92,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
                 cache.length = past
                 ff.forward(cache, x, pos, bias, [0])
 
-            row[w] = _median_ms(step, args.repeats)
+            row[w] = timed(step)
         out["verify_ms"][past] = row
     for n in _ints(args.batch_sizes):
         caches = [filled(args.batch_past, 1) for _ in range(n)]
@@ -103,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
             ff.forward_batch(caches, [ids(1) for _ in range(n)],
                              [torch.tensor([args.batch_past]) for _ in range(n)], [None] * n)
 
-        out["batch_ms"][n] = _median_ms(batch, args.repeats)
+        out["batch_ms"][n] = timed(batch)
     for n in _ints(args.prompts):
         x = ids(n)
 

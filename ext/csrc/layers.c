@@ -66,9 +66,15 @@ void lk_rotary(const float *x, int64_t R, int64_t heads, int64_t D, const float 
         for (int64_t h = 0; h < heads; h++) {
             const float *xh = x + (r * heads + h) * D;
             float *oh = out + (r * heads + h) * D;
-            for (int64_t d = 0; d < D; d++) {
+            /* out[d] = x[d] cos[d] + x[(d + D/2) % D] sin[d], in two halves (no division a step). */
+            for (int64_t d = 0; d < half; d++) {
                 float a = xh[d] * c[d];
-                float b = xh[(d + half) % D] * s[d];
+                float b = xh[d + half] * s[d];
+                oh[d] = a + b;
+            }
+            for (int64_t d = half; d < D; d++) {
+                float a = xh[d] * c[d];
+                float b = xh[d - half] * s[d];
                 oh[d] = a + b;
             }
         }

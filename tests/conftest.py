@@ -29,6 +29,28 @@ os.environ.setdefault("LOOKUPDEC_CACHE", os.path.join(os.path.dirname(os.path.di
                                                       ".pytest_cache", "lookupdec"))
 
 
+def _native_isas() -> list[str]:
+    """The instruction sets the native kernels can run here, best first (each forced in turn, then the best again)."""
+    from lookupdec import _native
+
+    isas = [isa for isa in ("avx512", "avx2", "c") if _native.qmatmul_force_isa(isa)]
+    _native.qmatmul_force_isa(isas[0])  # back to the best this CPU has (what the dispatch picks)
+    return isas
+
+
+NATIVE_ISAS = _native_isas()
+
+
+@pytest.fixture(params=NATIVE_ISAS)
+def isa(request):
+    """Each instruction set of the native kernels in turn (products, attention, layers, top-k follow it)."""
+    from lookupdec import _native
+
+    assert _native.qmatmul_force_isa(request.param)
+    yield request.param
+    _native.qmatmul_force_isa(NATIVE_ISAS[0])
+
+
 @pytest.fixture(autouse=True)
 def _cpu_feature_models(request, monkeypatch):
     """A test marked ``cpu`` checks a CPU-only feature (the fast forward, its weight

@@ -8,17 +8,9 @@ import pytest
 import torch
 
 from lookupdec import _native
+from tests.conftest import NATIVE_ISAS
 
-ISAS = [isa for isa in ("avx512", "avx2", "c") if _native.qmatmul_force_isa(isa)]
-_native.qmatmul_force_isa(ISAS[0])  # back to the best this CPU has (what the dispatch picks)
 LOWEST = torch.finfo(torch.float32).min
-
-
-@pytest.fixture(params=ISAS)
-def isa(request):
-    assert _native.qmatmul_force_isa(request.param)
-    yield request.param
-    _native.qmatmul_force_isa(ISAS[0])
 
 
 class Seq:
@@ -142,12 +134,12 @@ def test_a_row_is_the_same_bits_alone_in_order_as_among_masked_keys_other_rows_a
 def test_the_instruction_sets_agree_to_float_rounding():
     H, Hk, D = 6, 2, 64
     outs = []
-    for isa in ISAS:
+    for isa in NATIVE_ISAS:
         assert _native.qmatmul_force_isa(isa)
         rng = np.random.default_rng(7)
         seqs = [Seq(rng, 40, Hk, D)]
         outs.append(attend(seqs, [_block(rng, 4, H, Hk, D)], [None], H, Hk, D)[0])
-    _native.qmatmul_force_isa(ISAS[0])
+    _native.qmatmul_force_isa(NATIVE_ISAS[0])
     for o in outs[1:]:
         torch.testing.assert_close(o, outs[0], rtol=1e-5, atol=1e-6)
 

@@ -14,17 +14,6 @@ from tests.oracles.blocks import blockified_model
 
 pytestmark = pytest.mark.cpu  # the quantized format is the fast forward's (CPU only)
 
-ISAS = [isa for isa in ("avx512", "avx2", "c") if _native.qmatmul_force_isa(isa)]
-_native.qmatmul_force_isa(ISAS[0])  # back to the best this CPU has (what the dispatch picks)
-
-
-@pytest.fixture(params=ISAS)
-def isa(request):
-    assert _native.qmatmul_force_isa(request.param)
-    yield request.param
-    _native.qmatmul_force_isa(ISAS[0])
-
-
 def _rotary(x, cos, sin):
     out = np.empty_like(x)
     _native.rotary_ptr(x.ctypes.data, x.shape[0], x.shape[1], x.shape[2], cos.ctypes.data, sin.ctypes.data,

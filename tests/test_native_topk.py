@@ -6,21 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from lookupdec import _native
 from lookupdec.tree_rows import topk_rows
 
 pytestmark = pytest.mark.cpu
-
-ISAS = [isa for isa in ("avx512", "avx2", "c") if _native.qmatmul_force_isa(isa)]
-_native.qmatmul_force_isa(ISAS[0])
-
-
-@pytest.fixture(params=ISAS)
-def isa(request):
-    assert _native.qmatmul_force_isa(request.param)
-    yield request.param
-    _native.qmatmul_force_isa(ISAS[0])
-
 
 def _oracle(x: np.ndarray, k: int):
     order = np.argsort(-x.astype(np.float64), axis=1, kind="stable")[:, :k]  # larger first, then lower id

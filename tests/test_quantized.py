@@ -14,22 +14,11 @@ from lookupdec.fast_forward import FastForward, reference_forward
 from lookupdec.models import LoadedModel
 from lookupdec.products import make_linear
 from lookupdec.weights import pick_faster
-from tests.conftest import TINY_VOCAB, char_tokenizer, save_tiny, tiny_loaded
+from tests.conftest import NATIVE_ISAS, TINY_VOCAB, char_tokenizer, save_tiny, tiny_loaded
 from tests.oracles.blocks import blockified_model, product_reference, q4_1_reference, q8_0_reference
 from tests.test_decoder_exact import OracleDrafter, RandomDrafter
 
 pytestmark = pytest.mark.cpu  # the quantized format is the fast forward's (CPU only)
-
-ISAS = [isa for isa in ("avx512", "avx2", "c") if _native.qmatmul_force_isa(isa)]
-_native.qmatmul_force_isa(ISAS[0])  # back to the best this CPU has (what the dispatch picks)
-
-
-@pytest.fixture(params=ISAS)
-def isa(request):
-    assert _native.qmatmul_force_isa(request.param)
-    yield request.param
-    _native.qmatmul_force_isa(ISAS[0])
-
 
 def _matrix(rng, n, k, fmt):
     w = (rng.standard_normal((n, k)) * 0.05).astype(np.float32)
@@ -128,14 +117,14 @@ def test_the_instruction_sets_agree_with_each_other_to_float_rounding():
     lin = make_linear(torch.from_numpy(w), None, "quantized")
     outs = {}
     try:
-        for name in ISAS:
+        for name in NATIVE_ISAS:
             _native.qmatmul_force_isa(name)
             outs[name] = _product(lin, x)
     finally:
-        _native.qmatmul_force_isa(ISAS[0])
-    for name in ISAS:
+        _native.qmatmul_force_isa(NATIVE_ISAS[0])
+    for name in NATIVE_ISAS:
         np.testing.assert_allclose(outs[name], outs["c"], rtol=1e-5, atol=1e-5)
-    assert _native.qmatmul_isa() == ISAS[0]
+    assert _native.qmatmul_isa() == NATIVE_ISAS[0]
 
 
 def test_products_run_on_the_openmp_team_torch_loaded():

@@ -142,7 +142,7 @@ def topk_rows(logits: torch.Tensor, k: int) -> tuple[np.ndarray, np.ndarray]:
     """
     k = min(int(k), logits.shape[-1])
     if logits.device.type == "cpu" and logits.dtype == torch.float32 and logits.dim() == 2 and 1 <= k <= TOPK_MAX:
-        # One native pass for the top-k and the sum (ext/csrc/topk.c): ~5x torch's two passes on a CPU.
+        # One native pass for the top-k and the sum (ext/csrc/topk.c): 3-6x faster than torch's two on a CPU.
         x = logits.contiguous()
         ids = np.empty((x.shape[0], k), np.int64)
         probs = np.empty((x.shape[0], k), np.float32)

@@ -1,6 +1,7 @@
 # Native kernels of the fast forward: products with weights in GGML's Q4_1 / Q8_0 blocks (ext/csrc/qmatmul.h)
 # for lookupdec.products, the RMS norm (ext/csrc/rmsnorm.h), decode-time attention (ext/csrc/attention.h) and
-# the decoder layers of a step in one call (ext/csrc/layers.h), and the top-k of logit rows (ext/csrc/topk.h).
+# the decoder layers of a step in one call (ext/csrc/layers.h), the top-k of logit rows (ext/csrc/topk.h) and
+# a token drawn from a logit row (ext/csrc/sample.h).
 
 from libc.stdint cimport uint8_t
 
@@ -39,6 +40,10 @@ cdef extern from "layers.h" nogil:
 cdef extern from "topk.h" nogil:
     int LK_TOPK_MAX
     void lk_topk_rows(const float *x, int64_t R, int64_t n, int k, int64_t *ids, float *probs)
+
+
+cdef extern from "sample.h" nogil:
+    int64_t lk_sample_row(const float *x, int64_t n, float temperature, double u, float *e)
 
 
 cdef extern from "qpool.h" nogil:
@@ -165,3 +170,15 @@ def topk_rows_ptr(size_t x, int64_t rows, int64_t n, int k, size_t ids, size_t p
         raise ValueError("topk_rows: bad shape")
     with nogil:
         lk_topk_rows(<const float *>x, rows, n, k, <int64_t *>ids, <float *>probs)
+
+
+def sample_row_ptr(size_t x, int64_t n, float temperature, double u, size_t scratch):
+    """The token at ``u`` in [0, 1) of softmax(x / temperature) over ``n`` float32 logits at ``x``
+    (ext/csrc/sample.h); ``scratch``: ``n`` float32. Raw addresses: the caller (lookupdec.sampling)
+    owns the checks."""
+    if n <= 0 or not temperature > 0 or not 0.0 <= u < 1.0:
+        raise ValueError("sample_row: bad shape, temperature or u")
+    cdef int64_t j
+    with nogil:
+        j = lk_sample_row(<const float *>x, n, temperature, u, <float *>scratch)
+    return j

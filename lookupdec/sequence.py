@@ -241,7 +241,7 @@ class Sequence:
         """
         import torch
 
-        from lookupdec.sampling import position_uniform, sample_at, target_probs
+        from lookupdec.sampling import draw, position_uniform, sample_at, target_probs
         from lookupdec.verify import greedy_accept, sample_accept
 
         params = self.params
@@ -264,8 +264,12 @@ class Sequence:
                     # uniform, as plain sampling draws it there; a child holding that token is
                     # accepted (probability p(x), as speculative sampling accepts a one-hot draft).
                     tree, base = res.tree, len(self.new)
-                    acc = greedy_accept(tree, lambda r: sample_at(
-                        probs(r), position_uniform(self._key, base + (len(tree.path(r - 1)) if r else 0))))
+
+                    def at(r: int) -> int:
+                        u = position_uniform(self._key, base + (len(tree.path(r - 1)) if r else 0))
+                        return draw(res.row(r), params, u) if allowed is None else sample_at(probs(r), u)
+
+                    acc = greedy_accept(tree, at)
             lazy_s = res.rows.compute_s - lazy_s
             # Deferred top-k (Token Recycling): over the rows the walk computed, no lm_head row
             # more; its time is the drafter's.
@@ -353,10 +357,11 @@ class Sequence:
         allowed = None if self.constraint is None else self.constraint.mask()
         if self.params.greedy:
             return int(logits.argmax().item()) if allowed is None else masked_argmax(logits, allowed)
-        from lookupdec.sampling import position_uniform, sample_at, target_probs
+        from lookupdec.sampling import draw, position_uniform, sample_at
 
-        probs = target_probs(logits, self.params) if allowed is None else masked_probs(logits, self.params, allowed)
-        return sample_at(probs, position_uniform(self._key, len(self.new)))
+        u = position_uniform(self._key, len(self.new))
+        return draw(logits, self.params, u) if allowed is None else \
+            sample_at(masked_probs(logits, self.params, allowed), u)
 
     def _constrain(self, tree: DraftTree, kept, budget: int, max_depth: int):
         """The checked draft cut to the paths the grammar allows, with its forced tokens joined.

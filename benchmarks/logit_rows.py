@@ -1,10 +1,14 @@
-"""The deferred top-k of logit rows (Token Recycling's): the native pass against torch's topk + logsumexp.
+"""Per-step work on logit rows, native against the torch route it replaced.
 
-Times ``lookupdec.tree_rows.topk_rows`` (one native pass on a CPU) and the torch formula it replaced,
-on random rows of the embedded model's vocabulary size, for 1, 3 and 8 rows; medians of ``--repeats``.
+- the deferred top-k (Token Recycling's): ``lookupdec.tree_rows.topk_rows`` against torch's ``topk`` +
+  ``logsumexp``, for 1, 3 and 8 rows;
+- a sampled token: ``lookupdec.sampling.draw`` against ``sample_at(target_probs(...))``, one row at
+  temperature 0.7.
+
+Random rows of the embedded model's vocabulary size; medians of ``--repeats``.
 
 Usage:
-    python benchmarks/topk_rows.py --threads 2 [--vocab 49152] [--k 8]
+    python benchmarks/logit_rows.py --threads 2 [--vocab 49152] [--k 8]
 """
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ def main(argv=None) -> int:
     import torch
 
     from lookupdec.costs import device_description
+    from lookupdec.sampling import SamplingParams, draw, sample_at, target_probs
     from lookupdec.tree_rows import topk_rows
 
     if args.threads:
@@ -53,7 +58,12 @@ def main(argv=None) -> int:
         x = torch.randn(rows, args.vocab, generator=torch.Generator().manual_seed(rows)) * 4
         native = median_ms(lambda: topk_rows(x, args.k))
         plain = median_ms(lambda: torch_topk(x, args.k))
-        print(f"{rows} rows: native {native:.3f} ms, torch {plain:.3f} ms ({plain / native:.1f}x)")
+        print(f"top-k of {rows} rows: native {native:.3f} ms, torch {plain:.3f} ms ({plain / native:.1f}x)")
+    row = torch.randn(args.vocab, generator=torch.Generator().manual_seed(0)) * 4
+    params = SamplingParams(0.7)
+    native = median_ms(lambda: draw(row, params, 0.37))
+    plain = median_ms(lambda: sample_at(target_probs(row, params), 0.37))
+    print(f"a sampled token: native {native:.3f} ms, torch {plain:.3f} ms ({plain / native:.1f}x)")
     return 0
 
 

@@ -113,8 +113,8 @@ def draw(logits: torch.Tensor, params: SamplingParams, u: float) -> int:
     """``sample_at(target_probs(logits, params), u)``: the token at ``u`` of the target distribution.
 
     A CPU float32 row with neither top-k nor top-p takes one native call (``ext/csrc/sample.c``:
-    the scaled logits' exp and their sum, then the cumulative walk; ~5x faster than the torch
-    route); every other case the torch route. Plain sampling and a verified tree's rows both draw
+    the scaled logits' exp and their sum, then the cumulative walk; about twice as fast as the
+    torch route, ``benchmarks/logit_rows.py``); every other case the torch route. Plain sampling and a verified tree's rows both draw
     through here, so every method with deterministic drafts still samples plain sampling's tokens.
 
     Example:

@@ -127,7 +127,7 @@ def topk_rows(logits: torch.Tensor, k: int) -> tuple[np.ndarray, np.ndarray]:
     """The top-``k`` ids and probabilities (softmax of the raw logits) of each row of ``logits``.
 
     Computed where ``logits`` lives; only the ``(R, k)`` results are copied to the CPU. On a CPU, float32
-    rows and k up to ``TOPK_MAX`` take one native pass (equal values: the lower id first); elsewhere torch's
+    rows and k up to ``TOPK_MAX`` take one native call (equal values: the lower id first); elsewhere torch's
     ``topk`` and ``logsumexp``.
 
     Args:
@@ -142,7 +142,7 @@ def topk_rows(logits: torch.Tensor, k: int) -> tuple[np.ndarray, np.ndarray]:
     """
     k = min(int(k), logits.shape[-1])
     if logits.device.type == "cpu" and logits.dtype == torch.float32 and logits.dim() == 2 and 1 <= k <= TOPK_MAX:
-        # One native pass for the top-k and the sum (ext/csrc/topk.c): 3-6x faster than torch's two on a CPU.
+        # Native passes for the top-k and the sum (ext/csrc/topk.c): 3-4x faster than torch's on a CPU.
         x = logits.contiguous()
         ids = np.empty((x.shape[0], k), np.int64)
         probs = np.empty((x.shape[0], k), np.float32)

@@ -147,7 +147,7 @@ class AutoDrafter(Drafter):
         self._past = 0
         # Tokens of steps without a proposal that the sources have not been told yet.
         self._unseen: list[int] = []
-        self._last: tuple[list[DraftTree], tuple[np.ndarray, ...], np.ndarray] | None = None
+        self._last: tuple[Merged, np.ndarray] | None = None  # the merged proposal and the nodes chosen from it
         # Rows of this step's window, per source: (source index, first row, rows).
         self._windows: list[tuple[int, int, int]] = []
         # Window rows each source may run this step, as priced by ``propose`` (0: none).
@@ -294,7 +294,7 @@ class AutoDrafter(Drafter):
             costs = self._costs(request.budget)
             sel = self._select(tree, costs, request)
         self._step_windows = windows
-        self._last = (trees, merged.maps, sel.nodes)
+        self._last = (merged, sel.nodes)
         self._recent_k.append(len(sel.nodes))
         if self.ledger is not None:
             self._account(merged, sel.nodes, costs, request.budget, windows)
@@ -404,7 +404,7 @@ class AutoDrafter(Drafter):
                 tell(i, s, StepOutcome((), new))
             self._step = None
             return
-        trees, maps, chosen = self._last
+        merged, chosen = self._last
         self._last = None
         # Auto's node a is merged node chosen[a]; accepted merged nodes, root to leaf.
         chosen = np.asarray(chosen, np.int64)
@@ -412,8 +412,8 @@ class AutoDrafter(Drafter):
         verified = np.asarray(outcome.origin if len(outcome.origin) else np.arange(len(outcome.tree)), np.int64)
         # Each verified node's merged node (-1: not the drafter's, e.g. a forced grammar token).
         verified_merged = np.where(verified >= 0, chosen[np.maximum(verified, 0)] if len(chosen) else -1, -1)
-        n_merged = 1 + max([int(chosen.max()) if len(chosen) else -1] + [int(w.max()) for w in maps if len(w)])
-        for i, (s, tree, where) in enumerate(zip(self.sources, trees, maps)):
+        n_merged = len(merged.tree)
+        for i, (s, where) in enumerate(zip(self.sources, merged.maps)):
             if not len(where):  # proposed nothing (or was off): nothing of its own to map
                 tell(i, s, StepOutcome((), new, outcome.tree, np.full(len(outcome.tree), -1, np.int64)))
                 continue

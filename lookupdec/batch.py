@@ -142,8 +142,11 @@ class BatchGate:
     concurrency 4, tau 1.01 with drafts kept, 0.94x batched ``ar``). So when the caller
     passes each step's tokens and seconds, the gate also compares what drafting steps
     deliver with what plain steps of the same batch size do: every ``JUDGE_STEPS`` drafting
-    steps that kept drafts, it pauses (doubling as above) when their tokens per second fall
-    below the plain steps' (a few plain steps are run first to measure them, ``PROBE``).
+    steps of one size (those that kept a draft and those that kept none: both paid for
+    drafting), it pauses (doubling as above) when their tokens per second fall below the plain
+    steps' (a few plain steps are run first to measure them, ``PROBE``). Each size keeps its own
+    tally, so a server's batch that changes size as requests come and go is still judged (one
+    shared tally, restarted at every change of size, seldom reached a verdict there).
     A gate made with ``min_size=1`` judges a single sequence's steps the same way, with pauses of
     at most ``max_pause`` steps and a milder idle rule (a lone sequence's step that keeps nothing
     costs only its drafting, so after ``IDLE_STEPS`` of them only every ``LONE_IDLE_SKIP + 1``-th
@@ -170,7 +173,7 @@ class BatchGate:
         self.pause = self.FIRST_PAUSE
         self.skip = 0            # steps left to plan without drafting
         self._plain: dict[int, tuple[float, float]] = {}  # size -> decayed (tokens, seconds) of plain steps
-        self._drafting = (0, 0.0, 0.0, 0)                 # size, tokens, seconds, steps being judged
+        self._drafting: dict[int, tuple[float, float, int]] = {}  # size -> tokens, seconds, steps being judged
 
     def budget(self, size: int, budget: int | None) -> int | None:
         """The planning budget of the next step of ``size`` sequences: 0 while paused, else ``budget``."""
@@ -191,6 +194,8 @@ class BatchGate:
                 t, s = self._plain.get(size, (0.0, 0.0))
                 self._plain[size] = (t * self.DECAY + tokens, s * self.DECAY + seconds)
             return
+        if timed:
+            self._judge(size, tokens, seconds)
         if not kept:
             self.idle += 1
             if size < 2:
@@ -200,25 +205,27 @@ class BatchGate:
                 # A draft that starts to pay (a copy in the context) is found at most LONE_IDLE_SKIP
                 # steps late.
                 if self.idle >= self.IDLE_STEPS:
-                    self.skip = self.LONE_IDLE_SKIP
+                    self.skip = max(self.skip, self.LONE_IDLE_SKIP)
                 return
-            if self.idle >= self.IDLE_STEPS:
+            if self.idle >= self.IDLE_STEPS and self.skip <= 0:
                 self._pause()
                 self.idle = self.IDLE_STEPS - 1  # the re-try alone decides the next pause
             return
         self.idle = 0
         if not timed:
             self.pause = self.FIRST_PAUSE
-            return
-        _, t, s, k = self._drafting if self._drafting[0] == size else (size, 0.0, 0.0, 0)
+
+    def _judge(self, size: int, tokens: int, seconds: float) -> None:
+        """Add a drafting step to its size's tally; every ``JUDGE_STEPS`` of them, compare with plain steps."""
+        t, s, k = self._drafting.get(size, (0.0, 0.0, 0))
         t, s, k = t + tokens, s + seconds, k + 1
         if k < self.JUDGE_STEPS:
-            self._drafting = (size, t, s, k)
+            self._drafting[size] = (t, s, k)
             return
-        self._drafting = (size, 0.0, 0.0, 0)
+        del self._drafting[size]
         plain = self._plain.get(size)
         if plain is None:
-            self.skip = self.PROBE  # measure plain steps of this size, then judge the next drafting steps
+            self.skip = max(self.skip, self.PROBE)  # measure plain steps of this size, then judge again
         elif t * plain[1] < plain[0] * s:  # drafting's tokens/s below plain's
             self._pause()
         else:

@@ -243,6 +243,44 @@ def test_batch_gate_pauses_kept_drafts_that_deliver_fewer_tokens_per_second_than
     assert g.skip == P
 
 
+def test_batch_gate_judges_each_batch_size_on_its_own_tally_as_sizes_alternate():
+    """A server's batch changes size as requests come and go: each size keeps its own tally of
+    drafting steps, so alternating sizes still reach a verdict, each against its own plain steps."""
+    from lookupdec.batch import BatchGate
+
+    g = BatchGate()
+    J, P = BatchGate.JUDGE_STEPS, BatchGate.PROBE
+    for size in (2, 3):
+        for _ in range(P):
+            g.record(size, False, False, 2, 0.1)   # plain steps: 20 tokens/s at either size
+    for _ in range(J - 1):
+        g.record(2, True, True, 1, 0.1)            # 10 tokens/s: below plain
+        g.record(3, True, True, 4, 0.1)            # 40 tokens/s: above
+    assert g.skip == 0                             # J - 1 steps of each size: no verdict yet
+    g.record(3, True, True, 4, 0.1)
+    assert g.skip == 0 and g.pause == BatchGate.FIRST_PAUSE  # size 3's verdict: drafting pays
+    g.record(2, True, True, 1, 0.1)
+    assert g.skip == BatchGate.FIRST_PAUSE         # size 2's verdict: it does not, a pause
+
+
+def test_batch_gate_counts_drafting_steps_that_kept_nothing_in_its_verdict():
+    """Steps that drafted and kept nothing paid for drafting: the verdict weighs them with the
+    steps that kept drafts (kept steps alone would look faster than plain here)."""
+    from lookupdec.batch import BatchGate
+
+    g = BatchGate()
+    J, P = BatchGate.JUDGE_STEPS, BatchGate.PROBE
+    for _ in range(P):
+        g.record(2, False, False, 2, 0.1)          # plain: 20 tokens/s
+    for i in range(J):
+        assert g.skip == 0
+        if i % 2:
+            g.record(2, True, True, 2.5, 0.1)      # kept a draft: 25 tokens/s
+        else:
+            g.record(2, True, False, 2, 0.2)       # kept nothing, paid for drafting: 10 tokens/s
+    assert g.skip == BatchGate.FIRST_PAUSE         # together 15 tokens/s: below plain, a pause
+
+
 def test_a_single_sequence_gate_thins_idle_steps_until_one_keeps_a_draft():
     """``BatchGate(min_size=1)``: after ``IDLE_STEPS`` steps in a row that keep nothing, only every
     ``LONE_IDLE_SKIP + 1``-th step drafts, until one keeps a draft; the thinned steps are plain."""

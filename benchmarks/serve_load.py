@@ -1,6 +1,6 @@
 """Load benchmark of `lookupdec serve`: throughput and latency at several concurrencies.
 
-For each server configuration (a fresh `lookupdec serve` process each):
+For each server configuration (its own `lookupdec serve` process, all of them up for the whole run):
 
 - ``auto``: speculation on (method auto), requests batched (``--max-batch``);
 - ``ar``: plain decoding batched (method ar: speculation off);
@@ -12,11 +12,15 @@ For each server configuration (a fresh `lookupdec serve` process each):
 
 Spec-Bench prompts (the first turn of ``--per-category`` questions per category) are sent as
 streamed chat completions with the official ``openai`` client by ``c`` worker threads, for every
-concurrency ``c``, greedy. Reported per (configuration, concurrency): output tokens/s over the
-run's wall time, p50/p99 time to first token, p50/p99 time per output token (after the first),
-tau (tokens committed per sequence per verify forward, from the server's /metrics), and whether
-every output equals ``ar``'s at concurrency 1 (reported; a batch's wider forward carries the same
-float-rounding caveat as a tree, see README).
+concurrency ``c``, greedy. Each concurrency runs the configurations back to back, ``--rounds``
+times over (their order alternating by round), so a machine whose speed drifts weighs on every
+configuration alike; ``--fresh-prompts`` gives every (round, concurrency) pass its own questions, so
+no request repeats one the server has learnt from. Reported per (configuration, concurrency,
+round): output tokens/s over the run's wall time, p50/p99 time to first token, p50/p99 time per
+output token (after the first), tau (tokens committed per sequence per verify forward, from the
+server's /metrics), and whether every output equals ``ar``'s first output for the same prompt
+(reported; a batch's wider forward carries the same float-rounding caveat as a tree, see README);
+then each configuration's tokens/s over ``ar``'s in the same pass.
 
 Writes ``serve_load.json``, ``serve_load.md`` and the plot ``serve_load_throughput.png``
 (throughput against concurrency; ``--plot`` puts it elsewhere) into ``--out``.
@@ -24,6 +28,7 @@ Writes ``serve_load.json``, ``serve_load.md`` and the plot ``serve_load_throughp
 Usage (from the repository root)::
 
     .venv/bin/python benchmarks/serve_load.py --per-category 2 --max-new-tokens 128
+    .venv/bin/python benchmarks/serve_load.py --per-category 1 --configs ar,auto --rounds 2 --fresh-prompts
     .venv/bin/python benchmarks/serve_load.py --limit 2 --max-new-tokens 8 --concurrency 1,2  # a smoke run
     # with the llama.cpp server beside (llama-cpp-python built in its own environment, never CI's):
     .venv/bin/python benchmarks/serve_load.py --per-category 1 --configs llama_cpp --llama-cpp-python /path/to/venv/bin/python
@@ -41,7 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -67,10 +72,11 @@ class Sample:
 
 @dataclass(frozen=True)
 class Row:
-    """One (configuration, concurrency) run."""
+    """One (configuration, concurrency, round) run."""
 
     config: str
     concurrency: int
+    round: int
     requests: int
     tokens: int
     wall_s: float
@@ -182,24 +188,43 @@ def run_load(server: Server, prompts: list[str], concurrency: int, max_tokens: i
     return samples, wall, toks / steps if steps else 0.0
 
 
-def summarise(config: str, c: int, samples: list[Sample], wall: float, tau: float, exact: bool | None) -> Row:
+def summarise(config: str, c: int, rnd: int, samples: list[Sample], wall: float, tau: float,
+              exact: bool | None) -> Row:
     tokens = sum(s.tokens for s in samples)
     tpot = [(s.total_s - s.ttft_s) / (s.tokens - 1) for s in samples if s.tokens > 1]
-    return Row(config, c, len(samples), tokens, round(wall, 3), round(tokens / wall, 2),
+    return Row(config, c, rnd, len(samples), tokens, round(wall, 3), round(tokens / wall, 2),
                round(percentile([s.ttft_s for s in samples], 50) * 1e3, 1),
                round(percentile([s.ttft_s for s in samples], 99) * 1e3, 1),
                round(percentile(tpot, 50) * 1e3, 2), round(percentile(tpot, 99) * 1e3, 2), round(tau, 3), exact)
 
 
+def ratios(rows: list[Row]) -> dict[tuple[str, int], list[float]]:
+    """(config, concurrency) -> its tokens/s over ``ar``'s in the same round, one per round."""
+    ar = {(r.concurrency, r.round): r.tokens_per_s for r in rows if r.config == "ar"}
+    out: dict[tuple[str, int], list[float]] = {}
+    for r in rows:
+        base = ar.get((r.concurrency, r.round))
+        if r.config != "ar" and base:
+            out.setdefault((r.config, r.concurrency), []).append(r.tokens_per_s / base)
+    return out
+
+
 def markdown(rows: list[Row], meta: dict) -> str:
     lines = [f"Serving load: {meta['prompts']} Spec-Bench prompts, {meta['max_new_tokens']} new tokens max, greedy; "
-             f"{meta['cpu']}, {meta['threads']}.", "",
-             "| config | concurrency | tokens/s | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | TPOT p99 ms | tau | exact |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
-    for r in rows:
-        lines.append(f"| {r.config} | {r.concurrency} | {r.tokens_per_s:.1f} | {r.ttft_p50_ms:.0f} | {r.ttft_p99_ms:.0f} "
-                     f"| {r.tpot_p50_ms:.1f} | {r.tpot_p99_ms:.1f} | {'-' if r.config == 'llama_cpp' else f'{r.tau:.2f}'} | "
+             f"{meta['cpu']}, {meta['threads']}; {meta['rounds']} round(s), the configurations interleaved.", "",
+             "| config | concurrency | round | tokens/s | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | TPOT p99 ms | tau | exact |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for r in sorted(rows, key=lambda r: (r.config, r.concurrency, r.round)):
+        lines.append(f"| {r.config} | {r.concurrency} | {r.round} | {r.tokens_per_s:.1f} | {r.ttft_p50_ms:.0f} "
+                     f"| {r.ttft_p99_ms:.0f} | {r.tpot_p50_ms:.1f} | {r.tpot_p99_ms:.1f} | "
+                     f"{'-' if r.config == 'llama_cpp' else f'{r.tau:.2f}'} | "
                      f"{'-' if r.exact is None else ('yes' if r.exact else 'NO')} |")
+    rat = ratios(rows)
+    if rat:
+        lines += ["", "Tokens/s over batched `ar`'s at the same concurrency in the same round (each round's, then their mean):",
+                  "", "| config | concurrency | per round | mean |", "|---|---:|---|---:|"]
+        for (config, c), xs in sorted(rat.items()):
+            lines.append(f"| {config} | {c} | {', '.join(f'{x:.2f}' for x in xs)} | {sum(xs) / len(xs):.2f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -211,7 +236,11 @@ def plot(rows: list[Row], path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for config in dict.fromkeys(r.config for r in rows):
-        pts = [(r.concurrency, r.tokens_per_s) for r in rows if r.config == config]
+        by_c: dict[int, list[float]] = {}
+        for r in rows:
+            if r.config == config:
+                by_c.setdefault(r.concurrency, []).append(r.tokens_per_s)
+        pts = [(c, sum(v) / len(v)) for c, v in sorted(by_c.items())]
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=config)
     ax.set_xlabel("concurrent requests")
     ax.set_ylabel("output tokens/s")
@@ -244,6 +273,25 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def start(config: str, args, n_prompts: int) -> Server:
+    """The server of one configuration."""
+    method, batch = CONFIGS[config]
+    serve_args = ["--method", method, "--max-batch", str(batch or args.max_batch),
+                  "--max-queue", str(max(n_prompts, 1))]
+    if args.model:
+        serve_args += ["--model", args.model]
+    command = None
+    if config == "llama_cpp":
+        gguf = args.gguf or embedded_gguf()
+        command = [str(args.llama_cpp_python), "-m", "llama_cpp.server", "--model", str(gguf), "--host", "127.0.0.1",
+                   "--port", "{port}", "--n_ctx", "2048", "--n_threads", str(args.threads or os.cpu_count()),
+                   "--n_threads_batch", str(args.threads or os.cpu_count()), "--model_alias", "served",
+                   "--interrupt_requests", "False"]  # its default cancels a stream when another request arrives
+        serve_args = command
+    print(f"[{config}] starting the server: {' '.join(serve_args)}", file=sys.stderr)
+    return Server(serve_args, command=command, ready_path="/v1/models" if command else "/health")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default=None, help="model for the server (default: the embedded SmolLM2-135M)")
@@ -253,6 +301,13 @@ def main(argv=None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--concurrency", default="1,2,4,8", help="comma-separated concurrencies")
     ap.add_argument("--configs", default="auto,ar,one", help=f"comma-separated, from {', '.join(CONFIGS)}")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="passes over the concurrencies; every configuration's server stays up and each "
+                         "concurrency runs the configurations back to back (their order alternating by round), "
+                         "so a machine that drifts in speed weighs on all of them alike")
+    ap.add_argument("--fresh-prompts", action="store_true",
+                    help="give every (round, concurrency) pass its own questions (the next --per-category of "
+                         "each category), so no request repeats one the server has already answered")
     ap.add_argument("--max-batch", type=int, default=8, help="--max-batch of the batched configurations")
     ap.add_argument("--threads", type=int, default=None, help="OMP_NUM_THREADS of the server (default: torch's choice)")
     ap.add_argument("--llama-cpp-python", type=Path, default=None, metavar="PYTHON",
@@ -272,48 +327,58 @@ def main(argv=None) -> int:
     if args.llama_cpp_python is not None and "llama_cpp" not in configs:
         configs.append("llama_cpp")
     levels = [int(c) for c in args.concurrency.split(",")]
-    questions = load_questions(args.questions, per_category=args.per_category)
-    prompts = [q.turns[0] for q in questions][:args.limit]
+    if args.rounds < 1:
+        ap.error("--rounds must be at least 1")
+    passes = [(rnd, c) for rnd in range(args.rounds) for c in levels]
+
+    def prompts_of(j: int) -> list[str]:
+        # Every pass the same prompts, or (--fresh-prompts) each its own questions, so that what the
+        # server learnt from earlier requests (Token Recycling, the n-gram pool) never meets a repeat.
+        offset = j * args.per_category if args.fresh_prompts else 0
+        questions = load_questions(args.questions, per_category=args.per_category, offset=offset)
+        return [q.turns[0] for q in questions][:args.limit]
+
+    pass_prompts = [prompts_of(j) for j in range(len(passes))]
+    if not all(pass_prompts):
+        ap.error(f"{args.questions} has too few questions per category for {len(passes)} passes of "
+                 f"{args.per_category} each: lower --per-category or --rounds, or drop --fresh-prompts")
+    prompts = pass_prompts[0]
     if args.threads:
         os.environ["OMP_NUM_THREADS"] = str(args.threads)
-    rows: list[Row] = []
-    reference: dict[int, str] | None = None
-    texts: dict[tuple[str, int], dict[int, str]] = {}
-    # ar first when asked for: its concurrency-1 outputs are the exactness reference.
-    for config in sorted(configs, key=lambda c: c != "ar"):
-        method, batch = CONFIGS[config]
-        serve_args = ["--method", method, "--max-batch", str(batch or args.max_batch),
-                      "--max-queue", str(max(len(prompts), 1))]
-        if args.model:
-            serve_args += ["--model", args.model]
-        command = None
-        if config == "llama_cpp":
-            gguf = args.gguf or embedded_gguf()
-            command = [str(args.llama_cpp_python), "-m", "llama_cpp.server", "--model", str(gguf), "--host", "127.0.0.1",
-                       "--port", "{port}", "--n_ctx", "2048", "--n_threads", str(args.threads or os.cpu_count()),
-                       "--n_threads_batch", str(args.threads or os.cpu_count()), "--model_alias", "served",
-                       "--interrupt_requests", "False"]  # its default cancels a stream when another request arrives
-            serve_args = command
-        print(f"[{config}] starting the server: {' '.join(serve_args)}", file=sys.stderr)
-        server = Server(serve_args, command=command, ready_path="/v1/models" if command else "/health")
-        try:
-            run_load(server, prompts[:1], 1, min(16, args.max_new_tokens))  # warm-up
-            for c in levels:
-                samples, wall, tau = run_load(server, prompts, c, args.max_new_tokens)
-                got = {s.prompt: s.text for s in samples}
-                texts[(config, c)] = got
-                if config == "ar" and reference is None:
-                    reference = got
-                exact = None if reference is None or config == "llama_cpp" else got == reference
-                row = summarise(config, c, samples, wall, tau, exact)
-                rows.append(row)
-                print(f"[{config}] c={c}: {row.tokens_per_s:.1f} tok/s, TTFT p50 {row.ttft_p50_ms:.0f} ms, "
-                      f"tau {row.tau:.2f}, exact {exact}", file=sys.stderr)
-        finally:
+    runs: list[tuple[Row, dict[str, str]]] = []  # each row with its outputs by prompt
+    servers: dict[str, Server] = {}
+    try:
+        # ar first in the first round: its outputs are the exactness reference.
+        order = sorted(configs, key=lambda c: c != "ar")
+        for config in order:
+            servers[config] = start(config, args, len(prompts))
+            run_load(servers[config], prompts[:1], 1, min(16, args.max_new_tokens))  # warm-up
+        for j, (rnd, c) in enumerate(passes):
+            todo = pass_prompts[j]
+            for config in (order if rnd % 2 == 0 else order[::-1]):
+                samples, wall, tau = run_load(servers[config], todo, c, args.max_new_tokens)
+                runs.append((summarise(config, c, rnd, samples, wall, tau, None),
+                             {todo[s.prompt]: s.text for s in samples}))
+                r = runs[-1][0]
+                print(f"[{config}] round {rnd} c={c}: {r.tokens_per_s:.1f} tok/s, TTFT p50 "
+                      f"{r.ttft_p50_ms:.0f} ms, tau {r.tau:.2f}", file=sys.stderr)
+    finally:
+        for server in servers.values():
             server.stop()
+    # Exactness: every output against ar's first output for the same prompt.
+    reference: dict[str, str] = {}
+    for row, got in runs:
+        if row.config == "ar":
+            for k, v in got.items():
+                reference.setdefault(k, v)
+    rows: list[Row] = []
+    for row, got in runs:
+        known = [k for k in got if k in reference]
+        exact = None if row.config == "llama_cpp" or not known else all(got[k] == reference[k] for k in known)
+        rows.append(replace(row, exact=exact))
     meta = {"prompts": len(prompts), "max_new_tokens": args.max_new_tokens, "cpu": cpu_name(),
             "threads": f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}",
-            "python": platform.python_version(), "max_batch": args.max_batch}
+            "python": platform.python_version(), "max_batch": args.max_batch, "rounds": args.rounds}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "serve_load.json").write_text(json.dumps({"meta": meta, "rows": [asdict(r) for r in rows]}, indent=1))
     md = markdown(rows, meta)

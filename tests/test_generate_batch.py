@@ -263,24 +263,6 @@ def test_batch_gate_judges_each_batch_size_on_its_own_tally_as_sizes_alternate()
     assert g.skip == BatchGate.FIRST_PAUSE         # size 2's verdict: it does not, a pause
 
 
-def test_batch_gate_counts_drafting_steps_that_kept_nothing_in_its_verdict():
-    """Steps that drafted and kept nothing paid for drafting: the verdict weighs them with the
-    steps that kept drafts (kept steps alone would look faster than plain here)."""
-    from lookupdec.batch import BatchGate
-
-    g = BatchGate()
-    J, P = BatchGate.JUDGE_STEPS, BatchGate.PROBE
-    for _ in range(P):
-        g.record(2, False, False, 2, 0.1)          # plain: 20 tokens/s
-    for i in range(J):
-        assert g.skip == 0
-        if i % 2:
-            g.record(2, True, True, 2.5, 0.1)      # kept a draft: 25 tokens/s
-        else:
-            g.record(2, True, False, 2, 0.2)       # kept nothing, paid for drafting: 10 tokens/s
-    assert g.skip == BatchGate.FIRST_PAUSE         # together 15 tokens/s: below plain, a pause
-
-
 def test_a_single_sequence_gate_thins_idle_steps_until_one_keeps_a_draft():
     """``BatchGate(min_size=1)``: after ``IDLE_STEPS`` steps in a row that keep nothing, only every
     ``LONE_IDLE_SKIP + 1``-th step drafts, until one keeps a draft; the thinned steps are plain."""

@@ -383,6 +383,20 @@ def test_broken_method_fails_loudly(qfile, tmp_path, capsys, position):
     assert not (tmp_path / "out" / "spec_bench.md").exists()
 
 
+def test_keep_going_finishes_the_run_lists_every_difference_and_still_fails(qfile, tmp_path, capsys):
+    """--keep-going: the run ends with its tables, every differing turn is named, the exit status is 1."""
+    methods = {"ar": FakeMethod("ar"), "hf": FakeMethod("hf"), "pld": FakeMethod("pld", break_at=2)}
+    rc = run_main(qfile, tmp_path / "out", methods, extra=["--keep-going"])
+    err = capsys.readouterr().err
+    assert rc == 1
+    n_turns = sum(len(q.turns) for q in load_questions(qfile))
+    listed = [line for line in err.splitlines() if line.startswith("spec_bench: OUTPUT MISMATCH: method 'pld'")]
+    assert len(listed) == n_turns and all("position 2" in line for line in listed)
+    doc = json.loads((tmp_path / "out" / "spec_bench.json").read_text())
+    assert doc["summary"] and doc["error"].count("OUTPUT MISMATCH") == n_turns
+    assert (tmp_path / "out" / "spec_bench.md").exists()
+
+
 def test_truncated_output_is_caught(qfile):
     methods = {"ar": FakeMethod("ar"), "pld": FakeMethod("pld", truncate=2)}
     with pytest.raises(OutputMismatch, match="truncated") as ei:

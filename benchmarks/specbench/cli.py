@@ -97,6 +97,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                          "either way (sampled: the same seed gives every method but 'draft' ar's tokens); "
                          "transformers' peers are compared only greedy")
     ap.add_argument("--seed", type=int, default=0, help="sampling seed, the same for every method and turn")
+    ap.add_argument("--keep-going", action="store_true",
+                    help="finish the run when an output differs from ar's: every difference is listed at the end "
+                         "and the exit status is 1 (for a device whose logits depend on a forward's width, such "
+                         "as a GPU, where a sampled draw at a cumulative boundary can flip; see README)")
     return ap.parse_args(argv)
 
 
@@ -268,13 +272,15 @@ def main(argv: Sequence[str] | None = None,
           file=sys.stderr)
 
     records: list = []
+    mismatches: list[OutputMismatch] | None = [] if args.keep_going else None
     check = ExactnessCheck(REFERENCE_METHOD, env.eos_ids)
     t1 = time.perf_counter()
     try:
         store = getattr(env, "history", None)
         run_benchmark(questions, env.methods, env.codec, check, config, records=records,
                       log=lambda line: print(line, file=sys.stderr, flush=True),
-                      on_answer=None if store is None else store.append)
+                      on_answer=None if store is None else store.append,
+                      mismatches=mismatches)
     except OutputMismatch as exc:
         run_config["run_s"] = time.perf_counter() - t1
         path = write_json(args.out / JSON_NAME, run_config, records, error=str(exc))
@@ -289,7 +295,8 @@ def main(argv: Sequence[str] | None = None,
     order = ordered_methods(records, [baseline] + list(env.methods))
     table = markdown_table(summaries[baseline], order, summaries.get(REFERENCE_METHOD)
                            if baseline != REFERENCE_METHOD else None)
-    write_json(args.out / JSON_NAME, run_config, records, summaries)
+    write_json(args.out / JSON_NAME, run_config, records, summaries,
+               error="\n".join(str(e) for e in mismatches) if mismatches else None)
     (args.out / TABLE_NAME).write_text(table, encoding="utf-8")
     plot_speedup(summaries[baseline], order, args.out / SPEEDUP_PNG)
     plot_accept_hist(accept_histograms(records), order, args.out / HIST_PNG)
@@ -297,6 +304,12 @@ def main(argv: Sequence[str] | None = None,
     same = f"all outputs equal {REFERENCE_METHOD!r}'s" if not config.sampled else \
         f"sampled at temperature {args.temperature}; lookupdec outputs equal {REFERENCE_METHOD!r}'s (except " \
         f"'draft''s, and transformers' peers, not compared)"
+    if mismatches:
+        for exc in mismatches:
+            print(f"spec_bench: {exc}", file=sys.stderr)
+        print(f"spec_bench: FAILED: {len(mismatches)} output(s) differ from {REFERENCE_METHOD!r}'s (listed above); "
+              f"wrote {args.out / JSON_NAME}, {TABLE_NAME}", file=sys.stderr)
+        return 1
     print(f"spec_bench: {same}; {len(questions)} questions in "
           f"{run_config['run_s']:.0f} s; wrote {args.out / JSON_NAME}, {TABLE_NAME}, {SPEEDUP_PNG}, {HIST_PNG}",
           file=sys.stderr)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping, Protocol, Sequence
 
 from .documents import extract_documents
-from .exactness import ExactnessCheck, canonical
+from .exactness import ExactnessCheck, OutputMismatch, canonical
 from .methods import Method, MethodOutput
 from .tasks import Question
 
@@ -143,7 +143,8 @@ def run_benchmark(questions: Sequence[Question], methods: Mapping[str, Method], 
                   check: ExactnessCheck, config: RunConfig = RunConfig(),
                   records: list[TurnRecord] | None = None,
                   log: Callable[[str], None] | None = None,
-                  on_answer: Callable[[tuple[int, ...]], None] | None = None) -> list[TurnRecord]:
+                  on_answer: Callable[[tuple[int, ...]], None] | None = None,
+                  mismatches: list[OutputMismatch] | None = None) -> list[TurnRecord]:
     """Run every method on every question and turn, checking exactness as it goes.
 
     Args:
@@ -157,13 +158,16 @@ def run_benchmark(questions: Sequence[Question], methods: Mapping[str, Method], 
         log: receives one progress line per question.
         on_answer: called with the reference's answer (token ids) once every method has
             run a turn: what a history store of finished outputs learns, as a server's would.
+        mismatches: when given, an output that differs from the reference's is appended here
+            and the run goes on (None: it raises).
 
     Returns:
         ``records``: one ``TurnRecord`` per (question, turn, method).
 
     Raises:
         ValueError: if the reference method is not among ``methods``.
-        OutputMismatch: at the first output that differs from the reference's.
+        OutputMismatch: at the first output that differs from the reference's (unless
+            ``mismatches`` collects them).
 
     Example:
         >>> recs = run_benchmark(questions, {"ar": ar, "pld": pld}, codec,
@@ -201,7 +205,12 @@ def run_benchmark(questions: Sequence[Question], methods: Mapping[str, Method], 
                     if expected is None:
                         expected = out.token_ids  # the reference's first output
                     elif not config.sampled or methods[name].same_draws:
-                        check.check(name, q.question_id, turn, expected, out.token_ids)
+                        try:
+                            check.check(name, q.question_id, turn, expected, out.token_ids)
+                        except OutputMismatch as exc:
+                            if mismatches is None:
+                                raise
+                            mismatches.append(exc)
                     outs[name].append(out)
                     secs[name].append(dt)
             for name in order:

@@ -11,6 +11,10 @@ and interleaved per case (so a slow spell of the machine hits every method alike
 - ``auto+prediction``: the same with the prediction;
 - ``llma+prediction``: the prediction as the only draft source.
 
+Each case's answer is the edited file: every method generates as many tokens as plain decoding
+takes to close the code block that holds it (``ANSWER_END``; ``--whole-output`` lets every method
+run on to ``--max-new-tokens``, through whatever a small model writes after the block).
+
 It reports per method tokens/s, tau (new tokens per forward, the prefill counted) and the ratio to ``ar`` and to
 ``auto`` without the prediction, over every case and over the cases whose output keeps at
 least 80% of the file (``editset.kept_share``: the issue's target applies there). Every
@@ -40,6 +44,11 @@ from editset import edit_cases, kept_share  # noqa: E402
 
 METHODS = ("ar", "hf", "hf_pld", "auto", "auto+prediction", "llma+prediction")  # ar first: the reference
 KEEP_TARGET = 0.8
+# The answer is the edited file: by default each case generates as many tokens as plain decoding
+# (``ar``, greedy, untimed) takes to close the code block that holds it, and every method, the
+# peers included, generates exactly that many. A small model rambles on after the block (the
+# embedded one loops), and that text is no part of the edit the prediction is for.
+ANSWER_END = "\n```"
 
 
 @dataclass(frozen=True)
@@ -65,6 +74,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--cases", type=int, default=12, help="editing cases (benchmarks/editset.py order)")
     p.add_argument("--max-new-tokens", type=int, default=512)
+    p.add_argument("--whole-output", action="store_true",
+                   help="let every method run to --max-new-tokens (or EOS); by default each case's answer ends "
+                        "with the code block that holds the edited file (see ANSWER_END)")
     p.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated subset of {', '.join(METHODS)}")
     p.add_argument("--model", default=None, help="model (default: the embedded SmolLM2-135M-Instruct)")
     p.add_argument("--threads", type=int, default=None)
@@ -116,7 +128,8 @@ def summarize(rows: list[Row], methods: list[str]) -> dict:
 
 def markdown(summary: dict, info: dict) -> str:
     lines = [f"Predicted Outputs on code editing: {info['cases']} cases, {info['max_new_tokens']} new tokens at most, "
-             f"greedy; {info['machine']}; torch {info['torch']}, {info['threads']} threads.", ""]
+             f"answer {info.get('answer', 'whole output')}, greedy; {info['machine']}; torch {info['torch']}, "
+             f"{info['threads']} threads.", ""]
     for subset, per in summary.items():
         if not per:
             lines += [f"**{subset}**: no case", ""]
@@ -162,10 +175,15 @@ def main(argv=None) -> int:
     mismatches = []
     for i, case in enumerate(cases):
         prompt_ids = dec.encode(case.messages())
+        budget = args.max_new_tokens
+        if not args.whole_output:
+            answer = dec.generate(list(prompt_ids), method="ar", max_new_tokens=budget, chat_template=False,
+                                  stop=[ANSWER_END], remember=False)
+            budget = max(1, answer.new_tokens)
         ref = None
         for m in args.methods:
             t0 = time.perf_counter()
-            ids, secs, steps, acc = run_one(m, dec, peer, prompt_ids, case, args.max_new_tokens)
+            ids, secs, steps, acc = run_one(m, dec, peer, prompt_ids, case, budget)
             secs = secs if secs is not None else time.perf_counter() - t0
             ids = strip(ids)
             if m == "ar":
@@ -183,6 +201,7 @@ def main(argv=None) -> int:
               file=sys.stderr)
     summary = summarize(rows, args.methods)
     info = {"cases": len(cases), "max_new_tokens": args.max_new_tokens, "torch": torch.__version__,
+            "answer": "whole output" if args.whole_output else f"up to the code block's end ({ANSWER_END!r})",
             "threads": torch.get_num_threads(), "machine": f"{platform.machine()} {platform.processor()}".strip(),
             "model": dec.loaded.name, "python": platform.python_version(), "command": " ".join(sys.argv)}
     out = Path(args.out)

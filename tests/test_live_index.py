@@ -5,6 +5,7 @@ import sys
 import numpy as np
 import pytest
 
+from lookupdec.drafters.pld import lookup_tree
 from lookupdec.index.live import LiveIndex, LiveMatch
 from lookupdec.tree import DraftTree
 from tests.oracles.live import PyLiveIndex, continuation_reference, match_reference
@@ -59,6 +60,10 @@ def test_draft_trie_equals_merging_and_pruning_the_oracles_continuations(seed):
         d = idx.draft(k, depth, width)
         got = (d.length, d.tokens.tolist(), d.parents.tolist(), d.counts.tolist())
         assert got == draft_reference(py, k, depth, width), (seed, k, depth, width)
+        # PLD wraps the native trie without the constructor's checks: it must pass them.
+        tree = lookup_tree(idx, depth, width, k).tree
+        assert tree.check() == "" and (tree.tokens.dtype, tree.parents.dtype, tree.scores.dtype) == \
+            (np.int64, np.int32, np.float64)
         if max_n > min_n:  # a narrower query (the PLD fallback's)
             lo = hi = min_n
             d = idx.draft(k, depth, width, max_n=hi, min_n=lo)

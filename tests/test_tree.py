@@ -73,6 +73,33 @@ def test_prune_keeps_a_valid_tree_of_the_best_nodes():
             assert ps[dropped].max() <= ps[kept].min()
 
 
+def _valid_as_constructed(t: DraftTree) -> bool:
+    """What the constructor would have checked and converted, for trees built without it."""
+    return (t.check() == "" and t.tokens.dtype == np.int64 and t.parents.dtype == np.int32
+            and t.scores.dtype == np.float64 and t.sources.dtype == np.int16)
+
+
+def test_merges_and_cuts_built_without_the_constructors_checks_are_valid_trees():
+    """merge_trees and subset skip the constructor's checks on a hot path: what they build must pass them."""
+    rng = np.random.default_rng(7)
+    for _ in range(30):
+        trees = []
+        for s in range(int(rng.integers(1, 4))):
+            n = int(rng.integers(0, 20))
+            parents = np.array([int(rng.integers(-1, i)) for i in range(n)], np.int32)
+            trees.append(DraftTree(rng.integers(0, 6, n), parents, rng.random(n), np.full(n, s, np.int16)))
+        m = merge_trees(trees).tree
+        assert _valid_as_constructed(m)
+        # Every input path is a merged path with the same tokens.
+        for tree, where in zip(trees, merge_trees(trees).maps):
+            for i in range(len(tree)):
+                assert m.tokens[m.path(int(where[i]))].tolist() == tree.tokens[tree.path(i)].tolist()
+        if len(m):
+            cut = m.subset(m.best(int(rng.integers(1, len(m) + 1))))
+            assert _valid_as_constructed(cut) and cut.ids is not None and cut.ids.dtype == np.int64
+            assert _valid_as_constructed(cut.subset(np.arange(len(cut) // 2)))
+
+
 def test_best_respects_max_depth_and_path_scores_never_exceed_the_parent():
     # A child scored above its parent is capped at the parent's score.
     t = DraftTree(np.array([1, 2, 3]), np.array([-1, 0, 1]), np.array([0.5, 0.9, 0.1]))

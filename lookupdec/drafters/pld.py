@@ -25,6 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+import numpy as np
+
 from lookupdec.drafters.base import SOURCES, DraftRequest, Drafter, StepOutcome
 from lookupdec.drafters.calibrate import Calibration, NodeScorer, conditional
 from lookupdec.index.live import LiveIndex
@@ -128,7 +130,9 @@ def lookup_tree(index: LiveIndex, depth: int, width: int, max_occurrences: int,
     if not d.length:
         return _NO_DRAFT
     # Most recent first: on equal counts the earlier-inserted (more recent) nodes rank first.
-    return ContextDraft(d.length, DraftTree(d.tokens, d.parents, d.counts / d.occurrences))
+    # The native trie is valid by construction (tests/test_live_index.py checks it against an oracle).
+    return ContextDraft(d.length, DraftTree.trusted(np.asarray(d.tokens, np.int64), np.asarray(d.parents, np.int32),
+                                                    np.asarray(d.counts, np.float64) / d.occurrences))
 
 
 _NO_DRAFT = ContextDraft(0, DraftTree.empty())

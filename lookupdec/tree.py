@@ -18,6 +18,7 @@ tree with ``q=None`` holds deterministic drafts (a function of the context).
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -164,12 +165,13 @@ class DraftTree:
     def __len__(self) -> int:
         return int(self.tokens.shape[0])
 
-    @property
+    @functools.cached_property
     def depth(self) -> np.ndarray:
-        """int32 ``(n,)``: 1 for children of the root, 2 for their children, ..."""
+        """int32 ``(n,)``: 1 for children of the root, 2 for their children, ... (read-only, computed once)."""
         d = np.zeros(len(self), np.int32)
         for i, p in enumerate(self.parents.tolist()):
             d[i] = 1 if p < 0 else d[p] + 1
+        d.setflags(write=False)
         return d
 
     def path(self, i: int) -> list[int]:
@@ -210,11 +212,20 @@ class DraftTree:
         return mask
 
     def path_scores(self) -> np.ndarray:
-        """``scores`` made monotone: each node's score capped by its parent's (so a child never outranks it)."""
+        """``scores`` made monotone: each node's score capped by its parent's (so a child never outranks it).
+
+        Read-only, computed once per tree: a step asks for it several times (selection, the
+        batch's pricing, the cut), and a tree's arrays do not change.
+        """
+        return self._path_scores
+
+    @functools.cached_property
+    def _path_scores(self) -> np.ndarray:
         s = self.scores.copy()
         for i, p in enumerate(self.parents.tolist()):
             if p >= 0 and s[i] > s[p]:
                 s[i] = s[p]
+        s.setflags(write=False)
         return s
 
     # -------------------------------------------------------------- reshape

@@ -18,7 +18,8 @@ configuration alike; ``--fresh-prompts`` gives every (round, concurrency) pass i
 no request repeats one the server has learnt from. Reported per (configuration, concurrency,
 round): output tokens/s over the run's wall time, p50/p99 time to first token, p50/p99 time per
 output token (after the first), tau (tokens committed per sequence per verify forward, from the
-server's /metrics), and whether every output equals ``ar``'s first output for the same prompt
+server's /metrics), the server's batched steps (count, mean step and forward time, and the share
+of the wall time inside steps: the rest is prefill, admission and HTTP), and whether every output equals ``ar``'s first output for the same prompt
 (reported; a batch's wider forward carries the same float-rounding caveat as a tree, see README);
 then each configuration's tokens/s over ``ar``'s in the same pass.
 
@@ -87,6 +88,10 @@ class Row:
     tpot_p99_ms: float
     tau: float
     exact: bool | None
+    steps: int = 0            # batched steps (verify forwards) the server ran for this pass
+    step_ms: float = 0.0      # their mean wall time (plans, forward, acceptance)
+    forward_ms: float = 0.0   # their mean forward time
+    in_steps: float = 0.0     # share of the pass's wall time inside steps (the rest: prefill, admission, HTTP)
 
 
 class Server:
@@ -170,8 +175,10 @@ def one_request(client, k: int, prompt: str, max_tokens: int) -> Sample:
     return Sample(k, total if first is None else first, total, tokens or chunks, "".join(parts))
 
 
-def run_load(server: Server, prompts: list[str], concurrency: int, max_tokens: int) -> tuple[list[Sample], float, float]:
-    """Every prompt once through ``concurrency`` workers: the samples, the wall time and tau."""
+def run_load(server: Server, prompts: list[str], concurrency: int,
+             max_tokens: int) -> tuple[list[Sample], float, float, dict[str, float]]:
+    """Every prompt once through ``concurrency`` workers: the samples, the wall time, tau and the
+    server's step counters over the pass (``steps``, ``step_s``, ``forward_s``; empty for a peer)."""
     import openai
 
     client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=3600)
@@ -182,20 +189,28 @@ def run_load(server: Server, prompts: list[str], concurrency: int, max_tokens: i
     wall = time.perf_counter() - t0
     after = server.counters()
     if not after:  # a peer server without our metrics: tau unknown
-        return samples, wall, 0.0
-    steps = after["lookupdec_sequence_steps_total"] - before["lookupdec_sequence_steps_total"]
-    toks = after["lookupdec_decode_tokens_total"] - before["lookupdec_decode_tokens_total"]
-    return samples, wall, toks / steps if steps else 0.0
+        return samples, wall, 0.0, {}
+    d = {k: after[k] - before.get(k, 0.0) for k in after}
+    steps = d["lookupdec_sequence_steps_total"]
+    toks = d["lookupdec_decode_tokens_total"]
+    counters = {"steps": d["lookupdec_step_seconds_count"], "step_s": d["lookupdec_step_seconds_sum"],
+                "forward_s": d["lookupdec_forward_seconds_sum"]}
+    return samples, wall, toks / steps if steps else 0.0, counters
 
 
 def summarise(config: str, c: int, rnd: int, samples: list[Sample], wall: float, tau: float,
-              exact: bool | None) -> Row:
+              exact: bool | None, counters: dict[str, float] | None = None) -> Row:
     tokens = sum(s.tokens for s in samples)
     tpot = [(s.total_s - s.ttft_s) / (s.tokens - 1) for s in samples if s.tokens > 1]
+    k = counters or {}
+    steps = int(k.get("steps", 0))
     return Row(config, c, rnd, len(samples), tokens, round(wall, 3), round(tokens / wall, 2),
                round(percentile([s.ttft_s for s in samples], 50) * 1e3, 1),
                round(percentile([s.ttft_s for s in samples], 99) * 1e3, 1),
-               round(percentile(tpot, 50) * 1e3, 2), round(percentile(tpot, 99) * 1e3, 2), round(tau, 3), exact)
+               round(percentile(tpot, 50) * 1e3, 2), round(percentile(tpot, 99) * 1e3, 2), round(tau, 3), exact,
+               steps, round(k["step_s"] / steps * 1e3, 2) if steps else 0.0,
+               round(k["forward_s"] / steps * 1e3, 2) if steps else 0.0,
+               round(k["step_s"] / wall, 3) if steps and wall > 0 else 0.0)
 
 
 def ratios(rows: list[Row]) -> dict[tuple[str, int], list[float]]:
@@ -212,12 +227,16 @@ def ratios(rows: list[Row]) -> dict[tuple[str, int], list[float]]:
 def markdown(rows: list[Row], meta: dict) -> str:
     lines = [f"Serving load: {meta['prompts']} Spec-Bench prompts, {meta['max_new_tokens']} new tokens max, greedy; "
              f"{meta['cpu']}, {meta['threads']}; {meta['rounds']} round(s), the configurations interleaved.", "",
-             "| config | concurrency | round | tokens/s | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | TPOT p99 ms | tau | exact |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "| config | concurrency | round | tokens/s | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | TPOT p99 ms | tau "
+             "| steps | step ms | forward ms | in steps | exact |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in sorted(rows, key=lambda r: (r.config, r.concurrency, r.round)):
+        ours = r.config != "llama_cpp"
         lines.append(f"| {r.config} | {r.concurrency} | {r.round} | {r.tokens_per_s:.1f} | {r.ttft_p50_ms:.0f} "
                      f"| {r.ttft_p99_ms:.0f} | {r.tpot_p50_ms:.1f} | {r.tpot_p99_ms:.1f} | "
-                     f"{'-' if r.config == 'llama_cpp' else f'{r.tau:.2f}'} | "
+                     f"{f'{r.tau:.2f}' if ours else '-'} | {r.steps if ours else '-'} | "
+                     f"{f'{r.step_ms:.1f}' if ours else '-'} | {f'{r.forward_ms:.1f}' if ours else '-'} | "
+                     f"{f'{r.in_steps:.0%}' if ours else '-'} | "
                      f"{'-' if r.exact is None else ('yes' if r.exact else 'NO')} |")
     rat = ratios(rows)
     if rat:
@@ -356,12 +375,13 @@ def main(argv=None) -> int:
         for j, (rnd, c) in enumerate(passes):
             todo = pass_prompts[j]
             for config in (order if rnd % 2 == 0 else order[::-1]):
-                samples, wall, tau = run_load(servers[config], todo, c, args.max_new_tokens)
-                runs.append((summarise(config, c, rnd, samples, wall, tau, None),
+                samples, wall, tau, counters = run_load(servers[config], todo, c, args.max_new_tokens)
+                runs.append((summarise(config, c, rnd, samples, wall, tau, None, counters),
                              {todo[s.prompt]: s.text for s in samples}))
                 r = runs[-1][0]
                 print(f"[{config}] round {rnd} c={c}: {r.tokens_per_s:.1f} tok/s, TTFT p50 "
-                      f"{r.ttft_p50_ms:.0f} ms, tau {r.tau:.2f}", file=sys.stderr)
+                      f"{r.ttft_p50_ms:.0f} ms, tau {r.tau:.2f}, {r.steps} steps of {r.step_ms:.1f} ms "
+                      f"({r.in_steps:.0%} of the wall time)", file=sys.stderr)
     finally:
         for server in servers.values():
             server.stop()

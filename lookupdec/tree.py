@@ -88,21 +88,22 @@ class DraftTree:
     # ------------------------------------------------------------------ build
     @classmethod
     def trusted(cls, tokens: np.ndarray, parents: np.ndarray, scores: np.ndarray,
-                sources: np.ndarray | None = None) -> "DraftTree":
+                sources: np.ndarray | None = None, *, q: np.ndarray | None = None, sampled: bool = False,
+                ids: np.ndarray | None = None) -> "DraftTree":
         """Wrap arrays already known to form a valid tree, skipping conversion and checks.
 
-        For hot paths whose producer guarantees the invariants (native tries);
-        the arrays must already be int64 / int32 / float64 / int16 (``sources``
-        None: all 0). ``check()`` still tells whether they really do.
+        For hot paths whose producer guarantees the invariants (native tries, merges and cuts of
+        valid trees); the arrays must already be int64 / int32 / float64 / int16 (``sources``
+        None: all 0; ``ids`` int64). ``check()`` still tells whether they really do.
         """
         tree = object.__new__(cls)
         object.__setattr__(tree, "tokens", tokens)
         object.__setattr__(tree, "parents", parents)
         object.__setattr__(tree, "scores", scores)
         object.__setattr__(tree, "sources", np.zeros(len(tokens), np.int16) if sources is None else sources)
-        object.__setattr__(tree, "q", None)
-        object.__setattr__(tree, "sampled", False)
-        object.__setattr__(tree, "ids", None)
+        object.__setattr__(tree, "q", q)
+        object.__setattr__(tree, "sampled", sampled)
+        object.__setattr__(tree, "ids", ids)
         return tree
 
     @classmethod
@@ -272,11 +273,9 @@ class DraftTree:
         ids = keep if self.ids is None else self.ids[keep]
         # Rows of a valid tree, parents before children: valid without the constructor's checks
         # (a few microseconds each, several cuts a step).
-        tree = DraftTree.trusted(self.tokens[keep], new_parents.astype(np.int32), self.scores[keep], self.sources[keep])
-        object.__setattr__(tree, "q", None if self.q is None else self.q[keep])
-        object.__setattr__(tree, "sampled", self.sampled)
-        object.__setattr__(tree, "ids", ids)
-        return tree
+        return DraftTree.trusted(self.tokens[keep], new_parents.astype(np.int32), self.scores[keep],
+                                 self.sources[keep], q=None if self.q is None else self.q[keep],
+                                 sampled=self.sampled, ids=ids)
 
     def node_ids(self) -> np.ndarray:
         """Each node's index in the tree this one was cut from (-1: added since); see ``ids``.
@@ -304,11 +303,8 @@ class DraftTree:
     def with_scores(self, scores: np.ndarray, source: int | None = None) -> "DraftTree":
         """The same nodes with new scores (and, if given, one source id for all)."""
         sources = self.sources if source is None else np.full(len(self), source, np.int16)
-        tree = DraftTree.trusted(self.tokens, self.parents, np.asarray(scores, np.float64), sources)
-        object.__setattr__(tree, "q", self.q)
-        object.__setattr__(tree, "sampled", self.sampled)
-        object.__setattr__(tree, "ids", self.ids)
-        return tree
+        return DraftTree.trusted(self.tokens, self.parents, np.asarray(scores, np.float64), sources,
+                                 q=self.q, sampled=self.sampled, ids=self.ids)
 
     def check(self) -> str:
         """Return "" if the arrays form a valid tree, else a description of the fault."""

@@ -43,6 +43,14 @@ def masked_argmax(logits, allowed: np.ndarray) -> int:
     return int(logits.masked_fill(~mask, float("-inf")).argmax().item())
 
 
+def draw_token(logits, params: "SamplingParams", u: float, allowed: np.ndarray | None) -> int:
+    """The token at uniform ``u`` of the target distribution, renormalised over ``allowed`` when a
+    grammar gives a mask (None: ``sampling.draw``, one native call on a CPU row)."""
+    from lookupdec.sampling import draw, sample_at
+
+    return draw(logits, params, u) if allowed is None else sample_at(masked_probs(logits, params, allowed), u)
+
+
 def masked_probs(logits, params: "SamplingParams", allowed: np.ndarray):
     """The target distribution (temperature, top-p, top-k) renormalised over ``allowed`` tokens.
 
@@ -241,7 +249,7 @@ class Sequence:
         """
         import torch
 
-        from lookupdec.sampling import draw, position_uniform, sample_at, target_probs
+        from lookupdec.sampling import position_uniform, target_probs
         from lookupdec.verify import greedy_accept, sample_accept
 
         params = self.params
@@ -267,7 +275,7 @@ class Sequence:
 
                     def at(r: int) -> int:
                         u = position_uniform(self._key, base + (len(tree.path(r - 1)) if r else 0))
-                        return draw(res.row(r), params, u) if allowed is None else sample_at(probs(r), u)
+                        return draw_token(res.row(r), params, u, None if allowed is None else allowed(r))
 
                     acc = greedy_accept(tree, at)
             lazy_s = res.rows.compute_s - lazy_s
@@ -357,11 +365,9 @@ class Sequence:
         allowed = None if self.constraint is None else self.constraint.mask()
         if self.params.greedy:
             return int(logits.argmax().item()) if allowed is None else masked_argmax(logits, allowed)
-        from lookupdec.sampling import draw, position_uniform, sample_at
+        from lookupdec.sampling import position_uniform
 
-        u = position_uniform(self._key, len(self.new))
-        return draw(logits, self.params, u) if allowed is None else \
-            sample_at(masked_probs(logits, self.params, allowed), u)
+        return draw_token(logits, self.params, position_uniform(self._key, len(self.new)), allowed)
 
     def _constrain(self, tree: DraftTree, kept, budget: int, max_depth: int):
         """The checked draft cut to the paths the grammar allows, with its forced tokens joined.

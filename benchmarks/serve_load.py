@@ -199,15 +199,16 @@ def run_load(server: Server, prompts: list[str], concurrency: int,
 
 
 def summarise(config: str, c: int, rnd: int, samples: list[Sample], wall: float, tau: float,
-              exact: bool | None, counters: dict[str, float] | None = None) -> Row:
+              counters: dict[str, float]) -> Row:
+    """One pass's row; ``exact`` is filled in once every pass has run (against ``ar``'s outputs)."""
     tokens = sum(s.tokens for s in samples)
     tpot = [(s.total_s - s.ttft_s) / (s.tokens - 1) for s in samples if s.tokens > 1]
-    k = counters or {}
+    k = counters
     steps = int(k.get("steps", 0))
     return Row(config, c, rnd, len(samples), tokens, round(wall, 3), round(tokens / wall, 2),
                round(percentile([s.ttft_s for s in samples], 50) * 1e3, 1),
                round(percentile([s.ttft_s for s in samples], 99) * 1e3, 1),
-               round(percentile(tpot, 50) * 1e3, 2), round(percentile(tpot, 99) * 1e3, 2), round(tau, 3), exact,
+               round(percentile(tpot, 50) * 1e3, 2), round(percentile(tpot, 99) * 1e3, 2), round(tau, 3), None,
                steps, round(k["step_s"] / steps * 1e3, 2) if steps else 0.0,
                round(k["forward_s"] / steps * 1e3, 2) if steps else 0.0,
                round(k["step_s"] / wall, 3) if steps and wall > 0 else 0.0)
@@ -367,8 +368,7 @@ def main(argv=None) -> int:
     runs: list[tuple[Row, dict[str, str]]] = []  # each row with its outputs by prompt
     servers: dict[str, Server] = {}
     try:
-        # ar first in the first round: its outputs are the exactness reference.
-        order = sorted(configs, key=lambda c: c != "ar")
+        order = sorted(configs, key=lambda c: c != "ar")  # ar first in even rounds, last in odd ones
         for config in order:
             servers[config] = start(config, args, len(prompts))
             run_load(servers[config], prompts[:1], 1, min(16, args.max_new_tokens))  # warm-up
@@ -376,7 +376,7 @@ def main(argv=None) -> int:
             todo = pass_prompts[j]
             for config in (order if rnd % 2 == 0 else order[::-1]):
                 samples, wall, tau, counters = run_load(servers[config], todo, c, args.max_new_tokens)
-                runs.append((summarise(config, c, rnd, samples, wall, tau, None, counters),
+                runs.append((summarise(config, c, rnd, samples, wall, tau, counters),
                              {todo[s.prompt]: s.text for s in samples}))
                 r = runs[-1][0]
                 print(f"[{config}] round {rnd} c={c}: {r.tokens_per_s:.1f} tok/s, TTFT p50 "

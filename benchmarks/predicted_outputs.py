@@ -80,6 +80,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated subset of {', '.join(METHODS)}")
     p.add_argument("--model", default=None, help="model (default: the embedded SmolLM2-135M-Instruct)")
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--weights", default="auto", help="the fast forward's weight format (Decoder(weights=...))")
     p.add_argument("--out", default="benchmarks/results/predicted_outputs")
     args = p.parse_args(argv)
     args.methods = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -129,7 +130,7 @@ def summarize(rows: list[Row], methods: list[str]) -> dict:
 def markdown(summary: dict, info: dict) -> str:
     lines = [f"Predicted Outputs on code editing: {info['cases']} cases, {info['max_new_tokens']} new tokens at most, "
              f"answer {info.get('answer', 'whole output')}, greedy; {info['machine']}; torch {info['torch']}, "
-             f"{info['threads']} threads.", ""]
+             f"{info['threads']} threads, weights {info.get('weights', '?')}.", ""]
     for subset, per in summary.items():
         if not per:
             lines += [f"**{subset}**: no case", ""]
@@ -156,7 +157,7 @@ def main(argv=None) -> int:
         torch.set_num_threads(args.threads)
     from specbench.methods import HFGenerate
 
-    dec = Decoder(args.model)
+    dec = Decoder(args.model, weights=args.weights)
     peer = {}
     if any(m.startswith("hf") for m in args.methods):
         peer_loaded = load_model(args.model, dtype="float32")
@@ -203,7 +204,7 @@ def main(argv=None) -> int:
     info = {"cases": len(cases), "max_new_tokens": args.max_new_tokens, "torch": torch.__version__,
             "answer": "whole output" if args.whole_output else f"up to the code block's end ({ANSWER_END!r})",
             "threads": torch.get_num_threads(), "machine": f"{platform.machine()} {platform.processor()}".strip(),
-            "model": dec.loaded.name, "python": platform.python_version(), "command": " ".join(sys.argv)}
+            "model": dec.loaded.name, "weights": dec.weights, "python": platform.python_version(), "command": " ".join(sys.argv)}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "predicted_outputs.json").write_text(json.dumps(

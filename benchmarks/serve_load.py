@@ -300,6 +300,8 @@ def start(config: str, args, n_prompts: int) -> Server:
                   "--max-queue", str(max(n_prompts, 1))]
     if args.model:
         serve_args += ["--model", args.model]
+    if args.weights:
+        serve_args += ["--weights", args.weights]
     command = None
     if config == "llama_cpp":
         gguf = args.gguf or embedded_gguf()
@@ -328,6 +330,7 @@ def main(argv=None) -> int:
     ap.add_argument("--fresh-prompts", action="store_true",
                     help="give every (round, concurrency) pass its own questions (the next --per-category of "
                          "each category), so no request repeats one the server has already answered")
+    ap.add_argument("--weights", default=None, help="the lookupdec servers' --weights (default: theirs, auto)")
     ap.add_argument("--max-batch", type=int, default=8, help="--max-batch of the batched configurations")
     ap.add_argument("--threads", type=int, default=None, help="OMP_NUM_THREADS of the server (default: torch's choice)")
     ap.add_argument("--llama-cpp-python", type=Path, default=None, metavar="PYTHON",

@@ -9,9 +9,12 @@ from libc.stdint cimport uint8_t
 cdef extern from "qmatmul.h" nogil:
     int LK_Q4_1
     int LK_Q8_0
+    int LK_BF16
     int lk_qmatmul(int fmt, const float *x, int64_t rows, int64_t k, const uint8_t *qs, const float *dm,
                    int64_t n, float *y, int threads)
     const char *lk_qmatmul_isa()
+    int lk_qmatmul_bf16_native()
+    const char *lk_qmatmul_bf16_isa()
     int lk_qmatmul_force_isa(const char *name)
 
 
@@ -52,6 +55,7 @@ cdef extern from "qpool.h" nogil:
 
 
 QMATMUL_FORMATS = {"q4_1": 0, "q8_0": 1}
+QMATMUL_BF16 = LK_BF16  # or'ed into a format: bfloat16 products (qmatmul.h)
 
 
 def qmatmul_ptr(int fmt, size_t x, int64_t rows, int64_t k, size_t qs, size_t dm, int64_t n, size_t y,
@@ -59,19 +63,33 @@ def qmatmul_ptr(int fmt, size_t x, int64_t rows, int64_t k, size_t qs, size_t dm
     """``y = x @ W.T`` over raw addresses; the caller (lookupdec.products) owns the checks.
 
     ``x``: rows x k float32, ``y``: rows x n float32, both C-contiguous; ``qs`` and ``dm``:
-    the blocks of ``fmt`` (0 Q4_1, 1 Q8_0) as qmatmul.h lays them out; k a multiple of 32.
+    the blocks of ``fmt`` (0 Q4_1, 1 Q8_0; or'ed with ``QMATMUL_BF16``: bfloat16 products) as
+    qmatmul.h lays them out; k a multiple of 32.
     Every address must stay valid for the call (the GIL is released during it).
     """
-    if fmt not in (0, 1) or rows < 0 or n < 0 or k % 32:
+    if fmt & ~LK_BF16 not in (0, 1) or rows < 0 or n < 0 or k % 32:
         raise ValueError("qmatmul: bad format or shape")
+    cdef int rc
     with nogil:
-        lk_qmatmul(fmt, <const float *>x, rows, k, <const uint8_t *>qs, <const float *>dm, n,
+        rc = lk_qmatmul(fmt, <const float *>x, rows, k, <const uint8_t *>qs, <const float *>dm, n,
                    <float *>y, threads)
+    if rc != 0:
+        raise MemoryError("qmatmul: out of memory")
 
 
 def qmatmul_isa():
     """The instruction set the quantized products use on this CPU: "avx512", "avx2" or "c"."""
     return lk_qmatmul_isa().decode()
+
+
+def qmatmul_bf16_native():
+    """Whether this CPU runs the bfloat16 products (``QMATMUL_BF16``) natively (AVX-512 BF16); else they run in C."""
+    return bool(lk_qmatmul_bf16_native())
+
+
+def qmatmul_bf16_isa():
+    """The route the bfloat16 products take now: "avx512bf16" or "c"."""
+    return lk_qmatmul_bf16_isa().decode()
 
 
 def qmatmul_threads():

@@ -197,7 +197,10 @@ class FastForward:
         self.embed = inner.embed_tokens.weight.detach()
         self.final_norm = inner.norm.weight.detach().float().contiguous()
         w, b = _dense_linear(model.lm_head)
-        self.lm_head = make_linear(w, b, weights) if layers is None else None
+        # lm_head keeps float32 products in the bfloat16 format: a step computes few of its rows
+        # (the acceptance walk's), where bfloat16 saves nothing and its rounding would touch the logits.
+        head = "quantized" if weights == "quantized-bf16" else weights
+        self.lm_head = make_linear(w, b, head) if layers is None else None
         self.vocab = w.shape[0]
         if release and model.lm_head.weight is not inner.embed_tokens.weight:  # a tied head is the embedding
             release_linear(model.lm_head)
@@ -225,7 +228,7 @@ class FastForward:
                     release_linear(lin)
                 return_freed_memory()
         # Quantized products without biases: a step's layers run in one native call (native_layers).
-        self.layer_table = layer_table(self.layers) if weights == "quantized" else None
+        self.layer_table = layer_table(self.layers) if weights.startswith("quantized") else None
 
     def _ensure_positions(self, n: int) -> None:
         """Make the cos/sin tables cover positions ``0..n-1``.

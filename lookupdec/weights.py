@@ -199,7 +199,7 @@ def build_verifier(build: Callable, model, *, weights: str, stored: str, fast: b
     check_weights(weights)
     unsupported = "" if fast else "transformers' forward is in use (hf_kernels=True, or no fast kernels here)"
     unsupported = unsupported or fast_forward_unsupported_reason(model)
-    if weights in ("float16", "quantized"):
+    if weights not in ("auto", "float32"):
         reason = unsupported or weights_unavailable_reason(weights)
         if reason:
             raise ValueError(f"weights={weights!r} (--weights {weights}) needs lookupdec's fast forward, which this "

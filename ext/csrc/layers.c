@@ -85,8 +85,8 @@ static void add_rows(float *x, const float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] += y[i];
 }
 
-static void product(const lk_qweight *w, const float *in, int64_t R, int64_t k, float *out, int threads) {
-    lk_qmatmul((int)w->fmt, in, R, k, (const uint8_t *)(intptr_t)w->qs, (const float *)(intptr_t)w->dm, w->n, out,
+static int product(const lk_qweight *w, const float *in, int64_t R, int64_t k, float *out, int threads) {
+    return lk_qmatmul((int)w->fmt, in, R, k, (const uint8_t *)(intptr_t)w->qs, (const float *)(intptr_t)w->dm, w->n, out,
                threads);
 }
 
@@ -108,17 +108,17 @@ int lk_decode_layers(const lk_layer *layers, int n_layers, const lk_shape *sh, f
     for (int li = 0; li < n_layers && rc == LK_OK; li++) {
         const lk_layer *L = &layers[li];
         lk_rms_norm(x, R, hid, (const float *)(intptr_t)L->in_norm, sh->eps, h);
-        product(&L->qkv, h, R, hid, qkv, threads);
+        if ((rc = product(&L->qkv, h, R, hid, qkv, threads)) != LK_OK) break;
         for (int64_t r = 0; r < R; r++)
             lk_rotary(qkv + r * qkv_n, 1, H + Hk, D, cos + r * D, sin + r * D, qk + r * qk_n);
         rc = lk_attend(n_seq, meta, kv, li, qk, qkv + qk_n, qkv_n, (int)H, (int)Hk, (int)D, sh->scale, att, threads);
         if (rc != LK_OK) break;
-        product(&L->o, att, R, att_n, t, threads);
+        if ((rc = product(&L->o, att, R, att_n, t, threads)) != LK_OK) break;
         add_rows(x, t, R * hid);
         lk_rms_norm(x, R, hid, (const float *)(intptr_t)L->post_norm, sh->eps, h);
-        product(&L->gate_up, h, R, hid, gu, threads);
+        if ((rc = product(&L->gate_up, h, R, hid, gu, threads)) != LK_OK) break;
         for (int64_t r = 0; r < R; r++) act(gu + r * 2 * inter, gu + r * 2 * inter + inter, inter, h + r * inter);
-        product(&L->down, h, R, inter, t, threads);
+        if ((rc = product(&L->down, h, R, inter, t, threads)) != LK_OK) break;
         add_rows(x, t, R * hid);
     }
     free(buf);

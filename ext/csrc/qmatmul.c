@@ -21,13 +21,32 @@
 #define RB 4 /* rows per tile */
 
 typedef struct {
-    int fmt;
+    int fmt; /* LK_Q4_1 or LK_Q8_0 (the LK_BF16 flag taken off) */
     const float *x;
     int64_t rows, k, n;
     const uint8_t *qs;
     const float *dm;
     float *y;
+    const uint16_t *xb; /* the rows rounded to bfloat16 (LK_BF16 products), else NULL */
 } job;
+
+/* float32 -> bfloat16, rounded to nearest even; a subnormal becomes a signed zero and a NaN
+ * stays a NaN, as the AVX-512 BF16 conversions do. */
+static inline uint16_t bf16_of(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7f800000u) == 0) return (uint16_t)((u >> 16) & 0x8000u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static inline float float_of_bf16(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
 
 /* Bytes of qs and floats of dm per block. */
 static inline int64_t qs_per_block(int fmt) { return fmt == LK_Q4_1 ? 16 : 32; }
@@ -73,6 +92,31 @@ static void tile_c(const job *j, float *scratch, int64_t n0, int64_t nn) {
             j->y[r * j->n + n0 + c] = acc;
         }
     }
+}
+
+/* bfloat16 products in plain C: weights and rows rounded to bfloat16, one float32 accumulator per
+ * (row, output), elements in order. */
+static void tile_c_bf16(const job *j, float *scratch, int64_t n0, int64_t nn) {
+    (void)scratch;
+    int64_t nblk = j->k / LK_QK;
+    for (int64_t c = 0; c < nn; c++) {
+        const uint8_t *q = j->qs + (n0 + c) * nblk * qs_per_block(j->fmt);
+        const float *dm = j->dm + (n0 + c) * nblk * dm_per_block(j->fmt);
+        for (int64_t r = 0; r < j->rows; r++) {
+            const uint16_t *x = j->xb + r * j->k;
+            float acc = 0.0f, w[LK_QK];
+            for (int64_t b = 0; b < nblk; b++) {
+                dequant_c(j->fmt, q, dm, b, w);
+                for (int e = 0; e < LK_QK; e++)
+                    acc = fmaf(float_of_bf16(bf16_of(w[e])), float_of_bf16(x[b * LK_QK + e]), acc);
+            }
+            j->y[r * j->n + n0 + c] = acc;
+        }
+    }
+}
+
+static void rows_to_bf16_c(const float *x, int64_t n, uint16_t *out) {
+    for (int64_t i = 0; i < n; i++) out[i] = bf16_of(x[i]);
 }
 
 #ifdef LK_X86 /* the vector routes; other CPUs use the plain C one */
@@ -152,6 +196,66 @@ AVX512 static void tile512(const job *j, float *scratch, int64_t n0, int64_t nn)
             TILE_CASES(tile512_fixed, j, LK_Q8_0, NULL)
         }
     }
+}
+
+/* ---- AVX-512 BF16: per (row, output) one 16-lane accumulator; a block is one dot product of 16 pairs ---- */
+
+#define BF16 __attribute__((target("avx512f,avx512bw,avx512bf16,fma")))
+#define INLINEBF16 __attribute__((target("avx512f,avx512bw,avx512bf16,fma"), always_inline)) static inline
+
+/* A block's 32 weights as bfloat16, in element order (the low 16 from lo). */
+INLINEBF16 __m512i wblock_bf16(int fmt, const uint8_t *q, const float *dm, int64_t b) {
+    __m512 lo, hi;
+    dequant512(fmt, q, dm, b, &lo, &hi);
+    return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+}
+
+INLINEBF16 void tilebf16_fixed(const job *j, int fmt, const uint16_t *w, int64_t r0, int nr, int64_t n0, int nn) {
+    int64_t nblk = j->k / LK_QK, qb = qs_per_block(fmt), db = dm_per_block(fmt);
+    __m512 acc[RB][NB];
+    for (int r = 0; r < nr; r++)
+        for (int c = 0; c < nn; c++) acc[r][c] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nblk; b++) {
+        __m512i wv[NB];
+        for (int c = 0; c < nn; c++)
+            wv[c] = w ? _mm512_loadu_si512(w + c * j->k + b * LK_QK)
+                      : wblock_bf16(fmt, j->qs + (n0 + c) * nblk * qb, j->dm + (n0 + c) * nblk * db, b);
+        for (int r = 0; r < nr; r++) {
+            __m512bh xv = (__m512bh)_mm512_loadu_si512(j->xb + (r0 + r) * j->k + b * LK_QK);
+            for (int c = 0; c < nn; c++) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], (__m512bh)wv[c], xv);
+        }
+    }
+    for (int r = 0; r < nr; r++)
+        for (int c = 0; c < nn; c++) j->y[(r0 + r) * j->n + n0 + c] = _mm512_reduce_add_ps(acc[r][c]);
+}
+
+BF16 static void tilebf16(const job *j, float *scratch, int64_t n0, int64_t nn) {
+    int64_t nblk = j->k / LK_QK, qb = qs_per_block(j->fmt), db = dm_per_block(j->fmt);
+    const uint16_t *w = NULL;
+    if (j->rows > RB && scratch) {
+        uint16_t *ws = (uint16_t *)scratch;
+        for (int64_t c = 0; c < nn; c++)
+            for (int64_t b = 0; b < nblk; b++)
+                _mm512_storeu_si512(ws + c * j->k + b * LK_QK,
+                                    wblock_bf16(j->fmt, j->qs + (n0 + c) * nblk * qb, j->dm + (n0 + c) * nblk * db, b));
+        w = ws;
+    }
+    for (int64_t r0 = 0; r0 < j->rows; r0 += RB) {
+        int64_t nr = j->rows - r0 < RB ? j->rows - r0 : RB;
+        if (w) {
+            TILE_CASES(tilebf16_fixed, j, j->fmt, w)
+        } else if (j->fmt == LK_Q4_1) {
+            TILE_CASES(tilebf16_fixed, j, LK_Q4_1, NULL)
+        } else {
+            TILE_CASES(tilebf16_fixed, j, LK_Q8_0, NULL)
+        }
+    }
+}
+
+BF16 static void rows_to_bf16_512(const float *x, int64_t n, uint16_t *out) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm256_storeu_si256((__m256i *)(out + i), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(x + i)));
+    rows_to_bf16_c(x + i, n - i, out + i);
 }
 
 /* ---- AVX2 + FMA: per (row, output) one 8-lane accumulator; a block adds its four quarters in order ---- */
@@ -239,7 +343,9 @@ AVX2 static void tile256(const job *j, float *scratch, int64_t n0, int64_t nn) {
 /* ---- dispatch ---- */
 
 typedef void (*tile_fn)(const job *, float *, int64_t, int64_t);
-static tile_fn tile;
+typedef void (*round_fn)(const float *, int64_t, uint16_t *);
+static tile_fn tile, tile_bf16;
+static round_fn round_rows;
 static const char *isa;
 
 #ifdef LK_X86
@@ -251,24 +357,38 @@ static int has_avx2(void) {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
+static int has_avx512bf16(void) {
+    __builtin_cpu_init();
+    return has_avx512() && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512bf16");
+}
 #else
 static int has_avx512(void) { return 0; }
 static int has_avx2(void) { return 0; }
+static int has_avx512bf16(void) { return 0; }
 #define tile512 tile_c /* never picked: has_avx512() is 0 */
 #define tile256 tile_c
+#define tilebf16 tile_c_bf16
+#define rows_to_bf16_512 rows_to_bf16_c
 #endif
+
+/* The bfloat16 products follow the float ones: the BF16 instructions with AVX-512 where the CPU
+ * has them, else plain C. */
+static void set_isa(tile_fn f, const char *name) {
+    tile = f;
+    isa = name;
+    int vec = f == tile512 && has_avx512bf16();
+    tile_bf16 = vec ? tilebf16 : tile_c_bf16;
+    round_rows = vec ? rows_to_bf16_512 : rows_to_bf16_c;
+}
 
 static void pick_isa(void) {
     if (tile) return;
     if (has_avx512()) {
-        tile = tile512;
-        isa = "avx512";
+        set_isa(tile512, "avx512");
     } else if (has_avx2()) {
-        tile = tile256;
-        isa = "avx2";
+        set_isa(tile256, "avx2");
     } else {
-        tile = tile_c;
-        isa = "c";
+        set_isa(tile_c, "c");
     }
 }
 
@@ -277,16 +397,20 @@ const char *lk_qmatmul_isa(void) {
     return isa;
 }
 
+int lk_qmatmul_bf16_native(void) { return has_avx512bf16(); }
+
+const char *lk_qmatmul_bf16_isa(void) {
+    pick_isa();
+    return tile_bf16 == tile_c_bf16 ? "c" : "avx512bf16";
+}
+
 int lk_qmatmul_force_isa(const char *name) {
     if (!strcmp(name, "c")) {
-        tile = tile_c;
-        isa = "c";
+        set_isa(tile_c, "c");
     } else if (!strcmp(name, "avx2") && has_avx2()) {
-        tile = tile256;
-        isa = "avx2";
+        set_isa(tile256, "avx2");
     } else if (!strcmp(name, "avx512") && has_avx512()) {
-        tile = tile512;
-        isa = "avx512";
+        set_isa(tile512, "avx512");
     } else {
         return 0;
     }
@@ -309,11 +433,12 @@ static void run_part(void *ctx, int part, int parts) {
     for (int64_t r0 = 0; r0 < j->rows; r0 += ROW_CHUNK) {
         job c = *j;
         c.x = j->x + r0 * j->k;
+        c.xb = j->xb ? j->xb + r0 * j->k : NULL;
         c.y = j->y + r0 * j->n;
         c.rows = j->rows - r0 < ROW_CHUNK ? j->rows - r0 : ROW_CHUNK;
         for (int64_t t = t0; t < t1; t++) {
             int64_t n0 = t * NB;
-            tile(&c, scratch, n0, j->n - n0 < NB ? j->n - n0 : NB);
+            (j->xb ? tile_bf16 : tile)(&c, scratch, n0, j->n - n0 < NB ? j->n - n0 : NB);
         }
     }
     free(scratch);
@@ -322,10 +447,19 @@ static void run_part(void *ctx, int part, int parts) {
 int lk_qmatmul(int fmt, const float *x, int64_t rows, int64_t k, const uint8_t *qs, const float *dm, int64_t n,
                float *y, int threads) {
     pick_isa();
-    job j = {fmt, x, rows, k, n, qs, dm, y};
+    job j = {fmt & ~LK_BF16, x, rows, k, n, qs, dm, y, NULL};
     if (rows <= 0 || n <= 0) return LK_OK;
+    uint16_t *xb = NULL;
+    if (fmt & LK_BF16) {
+        xb = malloc(sizeof(uint16_t) * (size_t)(rows * k));
+        if (!xb) return LK_ENOMEM;
+        round_rows(x, rows * k, xb);
+        j.xb = xb;
+    }
     int64_t tiles = (n + NB - 1) / NB;
     int parts = threads < 1 ? 1 : threads;
     if (parts > tiles) parts = (int)tiles;
-    return lk_pool_run(run_part, &j, parts);
+    lk_pool_run(run_part, &j, parts); /* complete even where no worker started */
+    free(xb);
+    return LK_OK;
 }

@@ -23,13 +23,25 @@
 #define LK_QK 32 /* weights per block */
 #define LK_Q4_1 0
 #define LK_Q8_0 1
+/* Or'ed into the format: bfloat16 products. Each weight (formed as above) and each input
+ * element is rounded to bfloat16 (to nearest even; subnormals to zero), and the products are
+ * summed in float32 (AVX-512 BF16's dot products of pairs where the CPU has them). A row's
+ * output is still independent of the other rows. */
+#define LK_BF16 16
 
-/* Returns LK_OK (also when some threads could not start: the product is still complete). */
+/* Returns LK_OK (also when some threads could not start: the product is still complete), or LK_ENOMEM
+ * when the bfloat16 rows could not be allocated (y is then undefined). */
 int lk_qmatmul(int fmt, const float *x, int64_t rows, int64_t k, const uint8_t *qs, const float *dm,
                int64_t n, float *y, int threads);
 
 /* The instruction set in use: "avx512", "avx2" or "c". */
 const char *lk_qmatmul_isa(void);
+
+/* Whether this CPU runs the bfloat16 products natively (AVX-512 BF16); else they run in plain C. */
+int lk_qmatmul_bf16_native(void);
+
+/* The route the bfloat16 products take now: "avx512bf16" or "c" (forcing "c" or "avx2" takes "c"). */
+const char *lk_qmatmul_bf16_isa(void);
 
 /* Forces an instruction set ("avx512", "avx2", "c") if the CPU has it (tests); returns 1 if set. */
 int lk_qmatmul_force_isa(const char *name);

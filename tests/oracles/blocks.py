@@ -59,3 +59,22 @@ def blockified_model(model, fmt: str = "q4_1"):
             if isinstance(mod, torch.nn.Linear):
                 mod.weight.copy_(torch.from_numpy(quant(mod.weight.detach().float().numpy())))
     return m
+
+
+def bf16_reference(a: np.ndarray) -> np.ndarray:
+    """``a`` rounded to bfloat16, one value at a time with Python integers (returned as float32):
+    to nearest, ties to the even significand; a subnormal becomes a zero of its sign (what the
+    bfloat16 products do to each weight and input)."""
+    flat = np.ascontiguousarray(a, np.float32).ravel()
+    out = np.empty(flat.shape, np.float32)
+    for i, bits in enumerate(flat.view(np.uint32).tolist()):
+        sign, exponent = bits & 0x80000000, (bits >> 23) & 0xFF
+        if exponent == 0:
+            rounded = sign
+        else:
+            upper, rest = bits >> 16, bits & 0xFFFF
+            if rest > 0x8000 or (rest == 0x8000 and upper & 1):
+                upper += 1
+            rounded = upper << 16
+        out[i] = np.array([rounded], np.uint32).view(np.float32)[0]
+    return out.reshape(np.shape(a))

@@ -1,0 +1,174 @@
+"""The "quantized-bf16" weight format: the GGUF's blocks with bfloat16 products (ext/csrc/qmatmul.c, LK_BF16).
+
+On a CPU without AVX-512 BF16 the format is refused (``weights_unavailable_reason``); its plain-C route
+still runs here when a test forces it (``native_or_c``), so every test below runs on every machine:
+the vector route where the CPU has it, the C route otherwise.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from lookupdec import _native
+from lookupdec.decoder import Decoder
+from lookupdec.models import LoadedModel
+from lookupdec.products import _LinearQuantBF16, make_linear, weights_unavailable_reason
+from tests.conftest import TINY_VOCAB, tiny_loaded
+from tests.oracles.blocks import bf16_reference, blockified_model, product_reference
+from tests.test_decoder_exact import OracleDrafter, RandomDrafter
+from tests.test_quantized import _matrix
+
+pytestmark = pytest.mark.cpu
+
+
+@pytest.fixture
+def native_or_c(monkeypatch):
+    """Let the format be built here: on a CPU without AVX-512 BF16 its products take the plain-C route."""
+    import lookupdec.products as products
+
+    monkeypatch.setattr(products, "qmatmul_bf16_native", lambda: True)
+    return _native.qmatmul_bf16_isa()
+
+
+def _product(lin, x):
+    return lin(torch.from_numpy(np.ascontiguousarray(x))).numpy()
+
+
+@pytest.mark.parametrize("fmt", ["q4_1", "q8_0"])
+def test_bf16_products_equal_the_float64_product_of_the_weights_and_inputs_rounded_to_bfloat16(isa, fmt):
+    rng = np.random.default_rng(5)
+    for n, k, rows in ((1, 32, 1), (5, 64, 3), (13, 96, 4), (37, 64, 33), (9, 64, 130), (6, 576, 3)):
+        w = _matrix(rng, n, k, fmt)
+        x = rng.standard_normal((rows, k)).astype(np.float32)
+        x[0, :3] = (1e-39, -1e-40, 1.0 + 2.0 ** -8)  # subnormals (to zero) and a tie (to even: 1.0)
+        lin = _LinearQuantBF16(torch.from_numpy(w), None)
+        got, want = _product(lin, x), product_reference(bf16_reference(x), bf16_reference(w))
+        scale = np.abs(x).astype(np.float64) @ np.abs(w).astype(np.float64).T
+        assert np.all(np.abs(got - want) <= 1e-6 * scale + 1e-30), (isa, _native.qmatmul_bf16_isa(), n, k, rows)
+    # ... and not the float32 product: the rounding is there (the largest difference is far above float32's)
+    assert np.max(np.abs(got - product_reference(x, w)) / (scale + 1e-30)) > 1e-4
+
+
+def test_rounding_to_bfloat16_goes_to_the_even_significand_on_ties_and_zeroes_subnormals(isa):
+    """One weight of 127/128 (a Q8_0 block's d = 2^-7 times 127: exact in bfloat16) picks one input, so each
+    output is 127/128 times that input as the route rounded it (the product is exact in float32)."""
+    from tests.oracles.blocks import q8_0_reference
+
+    w = np.zeros((1, 32), np.float32)
+    w[0, 0] = 127 / 128
+    w = q8_0_reference(w)
+    assert w[0, 0] == 127 / 128
+    lin = _LinearQuantBF16(torch.from_numpy(w), None)
+    assert lin.fmt & _native.QMATMUL_BF16
+    values = [1.0 + 2.0 ** -8, 1.0 + 3 * 2.0 ** -8, 1.0 + 2.0 ** -8 + 2.0 ** -20, -(1.0 + 2.0 ** -8), 3e-39, -3e-39,
+              2.0 ** -125, 65504.0, 1.0 / 3.0]
+    rounded = [1.0, 1.0 + 2.0 ** -6, 1.0 + 2.0 ** -7, -1.0, 0.0, 0.0, 2.0 ** -125, 65536.0, 0.333984375]
+    x = np.zeros((len(values), 32), np.float32)
+    x[:, 0] = values
+    assert bf16_reference(x[:, 0]).tolist() == rounded  # the oracle agrees with the values written out
+    got = _product(lin, x)[:, 0]
+    assert got.tolist() == [float(np.float32(r * 127 / 128)) for r in rounded], (isa, _native.qmatmul_bf16_isa())
+
+
+def test_each_row_of_a_bf16_product_is_independent_of_its_batch_bit_for_bit(isa):
+    """The same property as the float products': a row alone equals that row in any wider product, on both
+    routes (weights rounded in registers for few rows, into a scratch tile for many), at any thread count."""
+    rng = np.random.default_rng(6)
+    for fmt in ("q4_1", "q8_0"):
+        lin = _LinearQuantBF16(torch.from_numpy(_matrix(rng, 45, 96, fmt)), None)
+        x = rng.standard_normal((101, 96)).astype(np.float32)
+        full = _product(lin, x)
+        for lo, hi in ((0, 1), (5, 6), (100, 101), (0, 2), (3, 7), (10, 19), (40, 93)):
+            assert np.array_equal(_product(lin, x[lo:hi]), full[lo:hi]), (fmt, lo, hi)
+        other = x.copy()
+        other[1:] = rng.standard_normal((100, 96))
+        assert np.array_equal(_product(lin, other)[0], full[0])
+        before = torch.get_num_threads()
+        try:
+            for threads in (1, 3):
+                torch.set_num_threads(threads)
+                assert np.array_equal(_product(lin, x), full)
+        finally:
+            torch.set_num_threads(before)
+
+
+def test_the_bf16_routes_agree_with_each_other_to_float_rounding():
+    rng = np.random.default_rng(7)
+    lin = _LinearQuantBF16(torch.from_numpy(_matrix(rng, 21, 128, "q4_1")), None)
+    x = rng.standard_normal((6, 128)).astype(np.float32)
+    first = _native.qmatmul_isa()
+    outs = {}
+    try:
+        for name in ("c", first):
+            _native.qmatmul_force_isa(name)
+            outs[_native.qmatmul_bf16_isa()] = _product(lin, x)
+    finally:
+        _native.qmatmul_force_isa(first)
+    assert set(outs) == ({"c", "avx512bf16"} if _native.qmatmul_bf16_native() else {"c"})
+    for out in outs.values():
+        np.testing.assert_allclose(out, outs["c"], rtol=1e-5, atol=1e-5)
+
+
+def _blockified(seed):
+    lm = tiny_loaded(seed)
+    return LoadedModel(blockified_model(lm.model), lm.tokenizer, lm.name, lm.eos_ids, lm.max_context, "quantized")
+
+
+def test_the_format_rounds_the_layers_products_and_keeps_lm_head_in_float32_products(native_or_c):
+    dec = Decoder(_blockified(0), weights="quantized-bf16")
+    fast = dec.verifier.fast
+    assert dec.weights == fast.weights == "quantized-bf16" and fast.layer_table is not None
+    assert all(p.weights == "quantized-bf16" for layer in fast.layers
+               for p in (layer.qkv, layer.o, layer.gate_up, layer.down))
+    assert fast.lm_head.weights == "quantized"
+    assert dec.cost_curve().key != Decoder(_blockified(0), weights="quantized").cost_curve().key
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_bf16_trees_equal_bf16_ar_for_every_method_alone_and_batched(native_or_c, seed):
+    dec = Decoder(_blockified(seed), weights="quantized-bf16", draft_budget=24)
+    prompt = np.random.default_rng(seed).integers(3, TINY_VOCAB, 30).tolist()
+    ar = dec.generate(prompt, method="ar", max_new_tokens=64)
+    for depth in (2, 6):
+        out = dec.generate(prompt, max_new_tokens=64, drafter=OracleDrafter(list(ar.token_ids), depth, seed))
+        assert out.token_ids == ar.token_ids and out.steps < ar.steps
+    assert dec.generate(prompt, max_new_tokens=64, drafter=RandomDrafter(seed, size=24)).token_ids == ar.token_ids
+    for method in ("pld", "recycle", "lookahead", "auto"):
+        assert dec.generate(prompt, method=method, max_new_tokens=64).token_ids == ar.token_ids, method
+    together = dec.generate_batch([prompt, prompt[:11]], method="auto", max_new_tokens=40, batch_size=2)
+    assert together[0].token_ids == ar.token_ids[:40]
+    assert together[1].token_ids == dec.generate(prompt[:11], method="ar", max_new_tokens=40).token_ids
+
+
+def test_every_bf16_tree_row_is_the_bits_of_one_token_at_a_time_decoding(native_or_c):
+    from lookupdec.verify import TreeVerifier
+    from tests.test_fast_forward import verified_trees
+
+    verifier = TreeVerifier(_blockified(0).model, fast=True, weights="quantized-bf16")
+    for prompt, root, tree, res in verified_trees(verifier, sizes=(2, 9, 20)):
+        for i in range(len(tree)):
+            chain = verifier.new_cache(64)
+            verifier.prefill(chain, prompt)
+            for j, token in enumerate([root] + tree.path_tokens(i)):
+                logits = verifier.fast.forward(chain, torch.tensor([token]), torch.tensor([len(prompt) + j]), None,
+                                               [0])
+            assert torch.equal(res.logits[1 + i], logits[0]), (len(tree), i)
+
+
+def test_auto_never_picks_the_bf16_format(tmp_path, monkeypatch, native_or_c):
+    """Rounding weights to bfloat16 changes the model, so ``auto`` does not time it (as float16 from float32)."""
+    monkeypatch.setenv("LOOKUPDEC_CACHE", str(tmp_path))
+    dec = Decoder(_blockified(0))
+    assert "quantized-bf16" not in dec.weights_choice.ms and dec.weights != "quantized-bf16"
+
+
+def test_a_cpu_without_bf16_instructions_refuses_the_format_naming_the_fix(tmp_path, monkeypatch):
+    import lookupdec.products as products
+
+    monkeypatch.setattr(products, "qmatmul_bf16_native", lambda: False)
+    assert "AVX-512 BF16" in weights_unavailable_reason("quantized-bf16")
+    with pytest.raises(ValueError, match="AVX-512 BF16.*use --weights"):
+        Decoder(_blockified(0), weights="quantized-bf16")
+    with pytest.raises(ValueError, match="AVX-512 BF16"):
+        make_linear(torch.zeros(4, 32), None, "quantized-bf16")

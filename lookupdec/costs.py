@@ -176,7 +176,7 @@ def device_description(device) -> str:
 def curve_key(model, backend: str, threads: int, weights: str = "float32") -> str:
     """What a measured curve is valid for: model (config and size), dtype, weight format, device, backend, threads, versions.
 
-    ``weights`` is the fast forward's weight format ("float32", "float16", "quantized"): each format has its own curve.
+    ``weights`` is the fast forward's weight format (``WEIGHT_FORMATS``): each format has its own curve.
     """
     import torch
 

@@ -81,7 +81,9 @@ class Decoder:
         weights: the fast forward's weight format (CLI ``--weights``): "float32" (the
             model's values), "float16" (rounded once, fbgemm kernels, float32 activations:
             half the bytes per forward), "quantized" (a GGUF's own Q4_1 / Q8_0 blocks,
-            the same values as float32 at 6-9 bits each; native kernels), or "auto"
+            the same values as float32 at 6-9 bits each; native kernels), "quantized-bf16"
+            (those blocks with the layers' products in bfloat16: cheaper wide forwards on
+            CPUs with AVX-512 BF16, a slightly different model; never picked by auto), or "auto"
             (default): for a GGUF file whose matrices are quantized or float16, the
             format that measured fastest on this machine (cached), else float32; see
             ``lookupdec.weights``. Greedy output

@@ -151,8 +151,10 @@ class FastForward:
             (rounded to float16 once, fbgemm kernels: half the bytes read per forward;
             activations and accumulation stay float32) or "quantized" (the GGML blocks
             the float32 values were dequantized from, lookupdec's native products;
-            ``lookupdec.blocks``). Every product is in this
-            format: q/k/v, o, gate/up, down and ``lm_head``. Norms, the embedding
+            ``lookupdec.blocks``) or "quantized-bf16" (those blocks, each weight and input
+            rounded to bfloat16 in the products, float32 sums). Every product is in this
+            format: q/k/v, o, gate/up, down and ``lm_head`` (which "quantized-bf16" keeps in
+            "quantized": a step computes few of its rows). Norms, the embedding
             table, rotary tables and the KV cache stay float32.
         layers: build only the first ``layers`` decoder layers and no ``lm_head`` (for timing
             a format without a second full copy of the weights, ``lookupdec.weights``: such a

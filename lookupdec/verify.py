@@ -190,7 +190,7 @@ class TreeVerifier:
             model qualifies; otherwise (and when False) transformers' forward.
         release: let the fast forward free the model's own linear weights once
             packed (only for a model nothing else uses; see ``FastForward``).
-        weights: the fast forward's weight format ("float32", "float16" or "quantized"; see
+        weights: the fast forward's weight format (``WEIGHT_FORMATS``; see
             ``FastForward``); transformers' forward ignores it.
 
     Attributes:

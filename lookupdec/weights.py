@@ -17,6 +17,10 @@ with:
   passed in): ``auto`` is float32. float16 is offered (``weights="float16"``,
   ``--weights float16``), never chosen silently.
 
+"quantized-bf16" (those blocks, the layers' products rounded to bfloat16) changes the
+model as float16 does a float32 one: offered (``--weights quantized-bf16``, CPUs with
+AVX-512 BF16), never timed or chosen by ``auto``.
+
 Models that run transformers' forward (not Llama-family, not float32 on a CPU,
 ``hf_kernels=True``) have no weight format: ``auto`` leaves them alone, and an
 explicit "float16" or "quantized" is an error that says why.
@@ -55,7 +59,7 @@ class WeightsChoice:
     """The weight format a Decoder uses, and why.
 
     Attributes:
-        weights: "float32", "float16" or "quantized"; "" when the model runs transformers' forward.
+        weights: one of ``WEIGHT_FORMATS``; "" when the model runs transformers' forward.
         reason: why, in words (asked for / measured faster / stored as ...).
         ms: milliseconds of a forward over the first ``MEASURE_LAYERS`` layers (no ``lm_head``),
             per format, at ``MEASURE_WIDTHS`` rows (empty: not measured).

@@ -3,7 +3,12 @@
  * A tile is up to RB rows x NB outputs. With few rows the weights are dequantized in
  * registers; with more, a tile's weights are dequantized once into a scratch buffer and
  * every row tile reads them from there. Both routes add the same values in the same
- * order to each (row, output) accumulator, so they agree bit for bit. */
+ * order to each (row, output) accumulator, so they agree bit for bit.
+ *
+ * The bfloat16 products (LK_BF16) have the same two routes: a block's 32 weights rounded to
+ * bfloat16 in registers, or once into the scratch tile (half the bytes), and one vdpbf16ps a
+ * block per (row, output) where float32 needs two fused multiply-adds. The rows are rounded
+ * once per call, before the parts start. */
 #include "qmatmul.h"
 
 #if (defined(__x86_64__) || defined(__i386__)) && !defined(LK_NO_X86) /* LK_NO_X86: build as for other CPUs */
@@ -444,14 +449,17 @@ static void run_part(void *ctx, int part, int parts) {
     free(scratch);
 }
 
+/* Rounded rows up to this many elements live on the stack (a decode step's: no allocation a product). */
+#define SMALL_ROWS_BF16 8192
+
 int lk_qmatmul(int fmt, const float *x, int64_t rows, int64_t k, const uint8_t *qs, const float *dm, int64_t n,
                float *y, int threads) {
     pick_isa();
     job j = {fmt & ~LK_BF16, x, rows, k, n, qs, dm, y, NULL};
     if (rows <= 0 || n <= 0) return LK_OK;
-    uint16_t *xb = NULL;
+    uint16_t small[SMALL_ROWS_BF16], *xb = NULL;
     if (fmt & LK_BF16) {
-        xb = malloc(sizeof(uint16_t) * (size_t)(rows * k));
+        xb = rows * k <= SMALL_ROWS_BF16 ? small : malloc(sizeof(uint16_t) * (size_t)(rows * k));
         if (!xb) return LK_ENOMEM;
         round_rows(x, rows * k, xb);
         j.xb = xb;
@@ -460,6 +468,6 @@ int lk_qmatmul(int fmt, const float *x, int64_t rows, int64_t k, const uint8_t *
     int parts = threads < 1 ? 1 : threads;
     if (parts > tiles) parts = (int)tiles;
     lk_pool_run(run_part, &j, parts); /* complete even where no worker started */
-    free(xb);
+    if (xb != small) free(xb);
     return LK_OK;
 }

@@ -15,7 +15,7 @@ from lookupdec.decoder import Decoder
 from lookupdec.models import LoadedModel
 from lookupdec.products import _LinearQuantBF16, make_linear, weights_unavailable_reason
 from tests.conftest import TINY_VOCAB, tiny_loaded
-from tests.oracles.blocks import bf16_reference, blockified_model, product_reference
+from tests.oracles.blocks import bf16_reference, blockified_model, product_reference, q4_1_reference, q8_0_reference
 from tests.test_decoder_exact import OracleDrafter, RandomDrafter
 from tests.test_quantized import _matrix
 
@@ -53,8 +53,6 @@ def test_bf16_products_equal_the_float64_product_of_the_weights_and_inputs_round
 def test_rounding_to_bfloat16_goes_to_the_even_significand_on_ties_and_zeroes_subnormals(isa):
     """One weight of 127/128 (a Q8_0 block's d = 2^-7 times 127: exact in bfloat16) picks one input, so each
     output is 127/128 times that input as the route rounded it (the product is exact in float32)."""
-    from tests.oracles.blocks import q8_0_reference
-
     w = np.zeros((1, 32), np.float32)
     w[0, 0] = 127 / 128
     w = q8_0_reference(w)
@@ -69,6 +67,27 @@ def test_rounding_to_bfloat16_goes_to_the_even_significand_on_ties_and_zeroes_su
     assert bf16_reference(x[:, 0]).tolist() == rounded  # the oracle agrees with the values written out
     got = _product(lin, x)[:, 0]
     assert got.tolist() == [float(np.float32(r * 127 / 128)) for r in rounded], (isa, _native.qmatmul_bf16_isa())
+
+
+@pytest.mark.parametrize("fmt", ["q4_1", "q8_0"])
+def test_each_weight_is_its_value_rounded_to_bfloat16(isa, fmt):
+    """Rows of the identity pick single weights: the outputs are the weights as the route rounded them, which
+    must be the oracle's rounding exactly (to nearest even), whichever way the route forms the bfloat16 values."""
+    rng = np.random.default_rng(8)
+    w = _matrix(rng, 37, 64, fmt)
+    # A block whose values sit on ties of bfloat16 (9 significant bits, the last one set): Q4_1 with d = 2^-8,
+    # m = 1 (1 + q / 256, odd q), Q8_0 with d = 3 * 2^-10 (odd q from 127 down: 3q has 9 bits from q = 86).
+    if fmt == "q4_1":
+        w[2, 32:] = 1 + (np.arange(32) % 16) * 2.0 ** -8
+    else:
+        w[2, 32:] = (127 - 2 * np.arange(32)) * 3 * 2.0 ** -10
+    w = (q4_1_reference if fmt == "q4_1" else q8_0_reference)(w)
+    ties = bf16_reference(w[2, 32:]) != w[2, 32:]
+    assert ties.sum() >= 8
+    lin = _LinearQuantBF16(torch.from_numpy(w), None)
+    got = _product(lin, np.eye(64, dtype=np.float32))  # row i: every output's weight i
+    assert np.array_equal(got, bf16_reference(w).T), (isa, _native.qmatmul_bf16_isa())
+    assert not np.array_equal(got, w.T)
 
 
 def test_each_row_of_a_bf16_product_is_independent_of_its_batch_bit_for_bit(isa):

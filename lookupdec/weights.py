@@ -204,10 +204,14 @@ def build_verifier(build: Callable, model, *, weights: str, stored: str, fast: b
     unsupported = "" if fast else "transformers' forward is in use (hf_kernels=True, or no fast kernels here)"
     unsupported = unsupported or fast_forward_unsupported_reason(model)
     if weights not in ("auto", "float32"):
-        reason = unsupported or weights_unavailable_reason(weights)
-        if reason:
+        if unsupported:
             raise ValueError(f"weights={weights!r} (--weights {weights}) needs lookupdec's fast forward, which this "
-                             f"model cannot use: {reason}; use --weights float32 (or auto)")
+                             f"model cannot use: {unsupported}; use --weights float32 (or auto)")
+        reason = weights_unavailable_reason(weights)
+        if reason:
+            instead = "quantized" if weights == "quantized-bf16" else "float32"
+            raise ValueError(f"weights={weights!r} (--weights {weights}) cannot run here: {reason}; "
+                             f"use --weights {instead} (or auto)")
         return build(weights), WeightsChoice(weights, "asked for")
     if weights == "float32" or unsupported:
         verifier = build("float32")

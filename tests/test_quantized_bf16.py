@@ -14,7 +14,7 @@ from lookupdec import _native
 from lookupdec.decoder import Decoder
 from lookupdec.models import LoadedModel
 from lookupdec.products import _LinearQuantBF16, make_linear, weights_unavailable_reason
-from tests.conftest import TINY_VOCAB, tiny_loaded
+from tests.conftest import TINY_VOCAB, save_tiny, tiny_loaded
 from tests.oracles.blocks import bf16_reference, blockified_model, product_reference, q4_1_reference, q8_0_reference
 from tests.test_decoder_exact import OracleDrafter, RandomDrafter
 from tests.test_quantized import _matrix
@@ -187,7 +187,15 @@ def test_a_cpu_without_bf16_instructions_refuses_the_format_naming_the_fix(tmp_p
 
     monkeypatch.setattr(products, "qmatmul_bf16_native", lambda: False)
     assert "AVX-512 BF16" in weights_unavailable_reason("quantized-bf16")
-    with pytest.raises(ValueError, match="AVX-512 BF16.*use --weights"):
+    with pytest.raises(ValueError, match="AVX-512 BF16.*use --weights quantized "):
         Decoder(_blockified(0), weights="quantized-bf16")
     with pytest.raises(ValueError, match="AVX-512 BF16"):
         make_linear(torch.zeros(4, 32), None, "quantized-bf16")
+    from click.testing import CliRunner
+
+    from lookupdec.cli import main
+
+    bad = CliRunner().invoke(main, ["generate", "--model", save_tiny(tmp_path, 0), "--prompt", "hello",
+                                    "--weights", "quantized-bf16"])
+    assert bad.exit_code == 1 and "AVX-512 BF16" in bad.output and "--weights quantized" in bad.output
+    assert "Traceback" not in bad.output

@@ -7,8 +7,8 @@ to float16 once for fbgemm, activations and accumulation staying float32
 (``_LinearF16``); "quantized" keeps the GGML blocks the values were
 dequantized from and multiplies with lookupdec's native kernel
 (``_LinearQuant``, ext/csrc/qmatmul.c); "quantized-bf16" rounds those weights and the
-inputs to bfloat16 in the product (``_LinearQuantBF16``). ``WEIGHT_FORMATS`` lists the formats; ``weights_unavailable_reason``
-says why this torch cannot run one.
+inputs to bfloat16 in the product (``_LinearQuantBF16``). ``WEIGHT_FORMATS`` lists the formats;
+``weights_unavailable_reason`` says why this torch or CPU cannot run one.
 """
 from __future__ import annotations
 

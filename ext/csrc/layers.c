@@ -86,8 +86,8 @@ static void add_rows(float *x, const float *y, int64_t n) {
 }
 
 static int product(const lk_qweight *w, const float *in, int64_t R, int64_t k, float *out, int threads) {
-    return lk_qmatmul((int)w->fmt, in, R, k, (const uint8_t *)(intptr_t)w->qs, (const float *)(intptr_t)w->dm, w->n, out,
-               threads);
+    return lk_qmatmul((int)w->fmt, in, R, k, (const uint8_t *)(intptr_t)w->qs, (const float *)(intptr_t)w->dm, w->n,
+                      out, threads);
 }
 
 int lk_decode_layers(const lk_layer *layers, int n_layers, const lk_shape *sh, float *x, int64_t R,

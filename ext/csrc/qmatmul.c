@@ -259,7 +259,8 @@ BF16 static void tilebf16(const job *j, float *scratch, int64_t n0, int64_t nn) 
 
 BF16 static void rows_to_bf16_512(const float *x, int64_t n, uint16_t *out) {
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16) _mm256_storeu_si256((__m256i *)(out + i), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(x + i)));
+    for (; i + 16 <= n; i += 16)
+        _mm256_storeu_si256((__m256i *)(out + i), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(x + i)));
     rows_to_bf16_c(x + i, n - i, out + i);
 }
 

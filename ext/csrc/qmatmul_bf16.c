@@ -1,0 +1,119 @@
+/* See qmatmul.h (LK_BF16) and qmatmul_tile.h. The bfloat16 products: each weight (formed from its
+ * block as the float32 products form it) and each input element rounded to bfloat16, the products
+ * summed in float32, one fixed order per (row, output).
+ *
+ * The AVX-512 BF16 tile has the float32 tiles' two routes: a block's 32 weights rounded in
+ * registers for few rows, or once into the scratch tile (half the bytes) for more; one vdpbf16ps a
+ * block per (row, output) where float32 needs two fused multiply-adds. The rows are rounded once
+ * per call, before the parts start (qmatmul.c). */
+#include "qmatmul_tile.h"
+
+#include <string.h>
+
+/* float32 -> bfloat16, rounded to nearest even; a subnormal becomes a signed zero and a NaN
+ * stays a NaN, as the AVX-512 BF16 conversions do. */
+static inline uint16_t bf16_of(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7f800000u) == 0) return (uint16_t)((u >> 16) & 0x8000u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static inline float float_of_bf16(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* bfloat16 products in plain C: weights and rows rounded to bfloat16, one float32 accumulator per
+ * (row, output), elements in order. */
+void lk_tile_bf16_c(const job *j, float *scratch, int64_t n0, int64_t nn) {
+    (void)scratch;
+    int64_t nblk = j->k / LK_QK;
+    for (int64_t c = 0; c < nn; c++) {
+        const uint8_t *q = j->qs + (n0 + c) * nblk * qs_per_block(j->fmt);
+        const float *dm = j->dm + (n0 + c) * nblk * dm_per_block(j->fmt);
+        for (int64_t r = 0; r < j->rows; r++) {
+            const uint16_t *x = j->xb + r * j->k;
+            float acc = 0.0f, w[LK_QK];
+            for (int64_t b = 0; b < nblk; b++) {
+                dequant_c(j->fmt, q, dm, b, w);
+                for (int e = 0; e < LK_QK; e++)
+                    acc = fmaf(float_of_bf16(bf16_of(w[e])), float_of_bf16(x[b * LK_QK + e]), acc);
+            }
+            j->y[r * j->n + n0 + c] = acc;
+        }
+    }
+}
+
+void lk_rows_to_bf16_c(const float *x, int64_t n, uint16_t *out) {
+    for (int64_t i = 0; i < n; i++) out[i] = bf16_of(x[i]);
+}
+
+#ifdef LK_X86
+
+/* ---- AVX-512 BF16: per (row, output) one 16-lane accumulator; a block is one dot product of 16 pairs ---- */
+
+#define BF16 __attribute__((target("avx512f,avx512bw,avx512bf16,fma")))
+#define INLINEBF16 __attribute__((target("avx512f,avx512bw,avx512bf16,fma"), always_inline)) static inline
+
+/* A block's 32 weights as bfloat16, in element order (the low 16 from lo). */
+INLINEBF16 __m512i wblock_bf16(int fmt, const uint8_t *q, const float *dm, int64_t b) {
+    __m512 lo, hi;
+    dequant512(fmt, q, dm, b, &lo, &hi);
+    return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+}
+
+INLINEBF16 void tilebf16_fixed(const job *j, int fmt, const uint16_t *w, int64_t r0, int nr, int64_t n0, int nn) {
+    int64_t nblk = j->k / LK_QK, qb = qs_per_block(fmt), db = dm_per_block(fmt);
+    __m512 acc[RB][NB];
+    for (int r = 0; r < nr; r++)
+        for (int c = 0; c < nn; c++) acc[r][c] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nblk; b++) {
+        __m512i wv[NB];
+        for (int c = 0; c < nn; c++)
+            wv[c] = w ? _mm512_loadu_si512(w + c * j->k + b * LK_QK)
+                      : wblock_bf16(fmt, j->qs + (n0 + c) * nblk * qb, j->dm + (n0 + c) * nblk * db, b);
+        for (int r = 0; r < nr; r++) {
+            __m512bh xv = (__m512bh)_mm512_loadu_si512(j->xb + (r0 + r) * j->k + b * LK_QK);
+            for (int c = 0; c < nn; c++) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], (__m512bh)wv[c], xv);
+        }
+    }
+    for (int r = 0; r < nr; r++)
+        for (int c = 0; c < nn; c++) j->y[(r0 + r) * j->n + n0 + c] = _mm512_reduce_add_ps(acc[r][c]);
+}
+
+BF16 void lk_tile_bf16_512(const job *j, float *scratch, int64_t n0, int64_t nn) {
+    int64_t nblk = j->k / LK_QK, qb = qs_per_block(j->fmt), db = dm_per_block(j->fmt);
+    const uint16_t *w = NULL;
+    if (j->rows > RB && scratch) {
+        uint16_t *ws = (uint16_t *)scratch;
+        for (int64_t c = 0; c < nn; c++)
+            for (int64_t b = 0; b < nblk; b++)
+                _mm512_storeu_si512(ws + c * j->k + b * LK_QK,
+                                    wblock_bf16(j->fmt, j->qs + (n0 + c) * nblk * qb, j->dm + (n0 + c) * nblk * db, b));
+        w = ws;
+    }
+    for (int64_t r0 = 0; r0 < j->rows; r0 += RB) {
+        int64_t nr = j->rows - r0 < RB ? j->rows - r0 : RB;
+        if (w) {
+            TILE_CASES(tilebf16_fixed, j, j->fmt, w)
+        } else if (j->fmt == LK_Q4_1) {
+            TILE_CASES(tilebf16_fixed, j, LK_Q4_1, NULL)
+        } else {
+            TILE_CASES(tilebf16_fixed, j, LK_Q8_0, NULL)
+        }
+    }
+}
+
+BF16 void lk_rows_to_bf16_512(const float *x, int64_t n, uint16_t *out) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm256_storeu_si256((__m256i *)(out + i), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(x + i)));
+    lk_rows_to_bf16_c(x + i, n - i, out + i);
+}
+
+#endif /* LK_X86 */

@@ -1,0 +1,87 @@
+/* Internal to the quantized products (qmatmul.c: float32; qmatmul_bf16.c: bfloat16): what a
+ * product's parts share (the job), the tile sizes, the block layouts and the dequantization both
+ * files use. The public interface is qmatmul.h. */
+#ifndef LK_QMATMUL_TILE_H
+#define LK_QMATMUL_TILE_H
+
+#include "qmatmul.h"
+
+#if (defined(__x86_64__) || defined(__i386__)) && !defined(LK_NO_X86) /* LK_NO_X86: build as for other CPUs */
+#define LK_X86 1
+#include <immintrin.h>
+#endif
+#include <math.h>
+#include <stdint.h>
+
+#define NB 4 /* outputs per tile */
+#define RB 4 /* rows per tile */
+
+typedef struct {
+    int fmt; /* LK_Q4_1 or LK_Q8_0 (the LK_BF16 flag taken off) */
+    const float *x;
+    int64_t rows, k, n;
+    const uint8_t *qs;
+    const float *dm;
+    float *y;
+    const uint16_t *xb; /* the rows rounded to bfloat16 (LK_BF16 products), else NULL */
+} job;
+
+/* Bytes of qs and floats of dm per block. */
+static inline int64_t qs_per_block(int fmt) { return fmt == LK_Q4_1 ? 16 : 32; }
+static inline int64_t dm_per_block(int fmt) { return fmt == LK_Q4_1 ? 2 : 1; }
+
+/* Calls FN(ARGS..., r0, nr, n0, nn) with constant sizes for full tiles, one output at a time otherwise. */
+#define TILE_CASES(FN, ...)                                              \
+    switch (nr * 8 + nn) {                                               \
+    case 1 * 8 + 4: FN(__VA_ARGS__, r0, 1, n0, 4); break;                \
+    case 2 * 8 + 4: FN(__VA_ARGS__, r0, 2, n0, 4); break;                \
+    case 3 * 8 + 4: FN(__VA_ARGS__, r0, 3, n0, 4); break;                \
+    case 4 * 8 + 4: FN(__VA_ARGS__, r0, 4, n0, 4); break;                \
+    default:                                                             \
+        for (int c = 0; c < nn; c++) FN(__VA_ARGS__, r0, nr, n0 + c, 1); \
+    }
+
+static inline void dequant_c(int fmt, const uint8_t *q, const float *dm, int64_t b, float *w) {
+    if (fmt == LK_Q4_1) {
+        for (int e = 0; e < 16; e++) {
+            w[e] = fmaf(dm[2 * b], (float)(q[16 * b + e] & 15), dm[2 * b + 1]);
+            w[e + 16] = fmaf(dm[2 * b], (float)(q[16 * b + e] >> 4), dm[2 * b + 1]);
+        }
+    } else {
+        for (int e = 0; e < LK_QK; e++) w[e] = dm[b] * (float)(int8_t)q[32 * b + e];
+    }
+}
+
+#ifdef LK_X86
+#define AVX512 __attribute__((target("avx512f,fma")))
+#define INLINE512 __attribute__((target("avx512f,fma"), always_inline)) static inline
+
+/* Q4_1: the block's 16 possible values d * q + m form a table that vpermps indexes with the nibbles. */
+INLINE512 void dequant512(int fmt, const uint8_t *q, const float *dm, int64_t b, __m512 *lo, __m512 *hi) {
+    if (fmt == LK_Q4_1) {
+        const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        __m512 table = _mm512_fmadd_ps(_mm512_set1_ps(dm[2 * b]), iota, _mm512_set1_ps(dm[2 * b + 1]));
+        __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + 16 * b)));
+        *lo = _mm512_permutexvar_ps(v, table); /* reads the index's low 4 bits only */
+        *hi = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table);
+    } else {
+        __m512 d = _mm512_set1_ps(dm[b]);
+        __m512i v0 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + 32 * b)));
+        __m512i v1 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + 32 * b + 16)));
+        *lo = _mm512_mul_ps(d, _mm512_cvtepi32_ps(v0));
+        *hi = _mm512_mul_ps(d, _mm512_cvtepi32_ps(v1));
+    }
+}
+
+#endif
+
+/* The bfloat16 tiles (qmatmul_bf16.c): plain C, and AVX-512 BF16 where LK_X86 (the dispatch in
+ * qmatmul.c uses it only where the CPU has the instructions); and the rows rounded to bfloat16. */
+void lk_tile_bf16_c(const job *j, float *scratch, int64_t n0, int64_t nn);
+void lk_rows_to_bf16_c(const float *x, int64_t n, uint16_t *out);
+#ifdef LK_X86
+void lk_tile_bf16_512(const job *j, float *scratch, int64_t n0, int64_t nn);
+void lk_rows_to_bf16_512(const float *x, int64_t n, uint16_t *out);
+#endif
+
+#endif

@@ -78,34 +78,37 @@ def test_quantized_products_equal_the_float64_product_of_the_dequantized_weights
     np.testing.assert_allclose(_product(lin, x), product_reference(x, w) + bias, rtol=1e-5, atol=1e-5)
 
 
+def assert_rows_independent(make, rng):
+    """Products built by ``make(weight)`` give each row the same bits alone and in any wider product."""
+    for fmt in ("q4_1", "q8_0"):
+        lin = make(torch.from_numpy(_matrix(rng, 45, 96, fmt)))  # 45 outputs: full tiles of 4 and a remainder
+        x = rng.standard_normal((101, 96)).astype(np.float32)  # two passes of rows: 64, then 37
+        full = _product(lin, x)
+        for r in (0, 5, 36, 47, 48, 100):
+            assert np.array_equal(_product(lin, x[r:r + 1]), full[r:r + 1]), (fmt, r)
+        for lo, hi in ((0, 2), (3, 7), (10, 19), (40, 93)):
+            assert np.array_equal(_product(lin, x[lo:hi]), full[lo:hi]), (fmt, lo, hi)
+        other = x.copy()
+        other[1:] = rng.standard_normal((100, 96))
+        assert np.array_equal(_product(lin, other)[0], full[0])
+        before = torch.get_num_threads()
+        try:
+            for threads in (1, 3):
+                torch.set_num_threads(threads)
+                assert np.array_equal(_product(lin, x), full)
+        finally:
+            torch.set_num_threads(before)
+
+
 @pytest.mark.parametrize("own_threads", [False, True])
 def test_each_row_of_a_quantized_product_is_independent_of_its_batch_bit_for_bit(isa, own_threads):
     """A row computed alone (plain decoding) equals the same row inside a wider product (a verify tree,
     other sequences of a batch, a prefill), on both routes (weights dequantized in
     registers for a few rows, into a scratch tile for many), for any thread count and with the other rows
     changed."""
-    rng = np.random.default_rng(3)
     _native.qmatmul_force_own_threads(own_threads)
     try:
-        for fmt in ("q4_1", "q8_0"):
-            w = _matrix(rng, 45, 96, fmt)  # 45 outputs: full tiles of 4 and a remainder
-            lin = make_linear(torch.from_numpy(w), None, "quantized")
-            x = rng.standard_normal((101, 96)).astype(np.float32)  # two passes of rows: 64, then 37
-            full = _product(lin, x)
-            for r in (0, 5, 36, 47, 48, 100):
-                assert np.array_equal(_product(lin, x[r:r + 1]), full[r:r + 1])
-            for lo, hi in ((0, 2), (3, 7), (10, 19), (40, 93)):
-                assert np.array_equal(_product(lin, x[lo:hi]), full[lo:hi])
-            other = x.copy()
-            other[1:] = rng.standard_normal((100, 96))
-            assert np.array_equal(_product(lin, other)[0], full[0])
-            before = torch.get_num_threads()
-            try:
-                for threads in (1, 3):
-                    torch.set_num_threads(threads)
-                    assert np.array_equal(_product(lin, x), full)
-            finally:
-                torch.set_num_threads(before)
+        assert_rows_independent(lambda w: make_linear(w, None, "quantized"), np.random.default_rng(3))
     finally:
         _native.qmatmul_force_own_threads(False)
 
@@ -152,11 +155,18 @@ def _blockified(seed, scale=1.0, stored="quantized"):
     return LoadedModel(blockified_model(lm.model), lm.tokenizer, lm.name, lm.eos_ids, lm.max_context, stored)
 
 
+@pytest.mark.parametrize("weights", ["quantized", "quantized-bf16"])
 @pytest.mark.parametrize("seed", [0, 1])
-def test_quantized_trees_equal_quantized_ar_on_unscaled_weights_with_near_ties(seed):
+def test_quantized_trees_equal_quantized_ar_on_unscaled_weights_with_near_ties(seed, weights, monkeypatch):
+    """In both formats on the GGUF's blocks (quantized-bf16 on its plain-C route where the CPU lacks
+    AVX-512 BF16), every method, alone and batched, equals ``ar`` in the same format."""
+    if weights == "quantized-bf16":
+        import lookupdec.products as products
+
+        monkeypatch.setattr(products, "qmatmul_bf16_native", lambda: True)
     lm = _blockified(seed)
-    dec = Decoder(lm, weights="quantized", draft_budget=24)
-    assert dec.weights == "quantized" and dec.verifier.fast.weights == "quantized"
+    dec = Decoder(lm, weights=weights, draft_budget=24)
+    assert dec.weights == weights and dec.verifier.fast.weights == weights
     prompt = np.random.default_rng(seed).integers(3, TINY_VOCAB, 30).tolist()
     ar = dec.generate(prompt, method="ar", max_new_tokens=64)
     with torch.no_grad():
@@ -169,9 +179,10 @@ def test_quantized_trees_equal_quantized_ar_on_unscaled_weights_with_near_ties(s
     assert dec.generate(prompt, max_new_tokens=64, drafter=RandomDrafter(seed, size=24)).token_ids == ar.token_ids
     for method in ("pld", "recycle", "lookahead", "auto"):
         assert dec.generate(prompt, method=method, max_new_tokens=64).token_ids == ar.token_ids, method
-    together = dec.generate_batch([prompt, prompt[:11]], method="pld", max_new_tokens=40, batch_size=2)
-    assert together[0].token_ids == ar.token_ids[:40]
-    assert together[1].token_ids == dec.generate(prompt[:11], method="ar", max_new_tokens=40).token_ids
+    short = dec.generate(prompt[:11], method="ar", max_new_tokens=40).token_ids
+    for method in ("pld", "auto"):
+        together = dec.generate_batch([prompt, prompt[:11]], method=method, max_new_tokens=40, batch_size=2)
+        assert together[0].token_ids == ar.token_ids[:40] and together[1].token_ids == short, method
 
 
 def test_auto_times_the_quantized_format_where_the_weights_are_blocks(tmp_path, monkeypatch):
@@ -210,14 +221,17 @@ def test_embedded_model_quantized_equals_its_float32_weights_and_methods_equal_a
             assert dec.generate(ids, method=method, max_new_tokens=40).token_ids == ar.token_ids, method
 
 
-def test_every_tree_row_is_the_bits_of_one_token_at_a_time_decoding(isa):
-    """With quantized weights every step of the fast forward treats rows alone (the products, the norms and the
-    native attention), so a verified tree node's logits are exactly those of feeding its root-to-node chain one
-    token per forward, as ``ar`` does: not merely close."""
+@pytest.mark.parametrize("weights", ["quantized", "quantized-bf16"])
+def test_every_tree_row_is_the_bits_of_one_token_at_a_time_decoding(isa, weights, monkeypatch):
+    """With quantized weights (either format) every step of the fast forward treats rows alone (the products,
+    the norms and the native attention), so a verified tree node's logits are exactly those of feeding its
+    root-to-node chain one token per forward, as ``ar`` does: not merely close."""
+    import lookupdec.products as products
     from lookupdec.verify import TreeVerifier
     from tests.test_fast_forward import verified_trees
 
-    verifier = TreeVerifier(_blockified(0).model, fast=True, weights="quantized")
+    monkeypatch.setattr(products, "qmatmul_bf16_native", lambda: True)  # quantized-bf16: the C route where needed
+    verifier = TreeVerifier(_blockified(0).model, fast=True, weights=weights)
     for prompt, root, tree, res in verified_trees(verifier, sizes=(2, 9, 20, 40)):
         for i in range(len(tree)):
             chain = verifier.new_cache(64)

@@ -2,7 +2,9 @@
 
 On a CPU without AVX-512 BF16 the format is refused (``weights_unavailable_reason``); its plain-C route
 still runs here when a test forces it (``native_or_c``), so every test below runs on every machine:
-the vector route where the CPU has it, the C route otherwise.
+the vector route where the CPU has it, the C route otherwise. Every method equals ``ar`` in this
+format on near-tie models, and a tree row's logits are one-token-at-a-time decoding's bit for bit:
+``tests/test_quantized.py``, whose tests of those run in both block formats.
 """
 from __future__ import annotations
 
@@ -16,8 +18,7 @@ from lookupdec.models import LoadedModel
 from lookupdec.products import _LinearQuantBF16, make_linear, weights_unavailable_reason
 from tests.conftest import TINY_VOCAB, save_tiny, tiny_loaded
 from tests.oracles.blocks import bf16_reference, blockified_model, product_reference, q4_1_reference, q8_0_reference
-from tests.test_decoder_exact import OracleDrafter, RandomDrafter
-from tests.test_quantized import _matrix
+from tests.test_quantized import _matrix, assert_rows_independent
 
 pytestmark = pytest.mark.cpu
 
@@ -93,23 +94,7 @@ def test_each_weight_is_its_value_rounded_to_bfloat16(isa, fmt):
 def test_each_row_of_a_bf16_product_is_independent_of_its_batch_bit_for_bit(isa):
     """The same property as the float products': a row alone equals that row in any wider product, on both
     routes (weights rounded in registers for few rows, into a scratch tile for many), at any thread count."""
-    rng = np.random.default_rng(6)
-    for fmt in ("q4_1", "q8_0"):
-        lin = _LinearQuantBF16(torch.from_numpy(_matrix(rng, 45, 96, fmt)), None)
-        x = rng.standard_normal((101, 96)).astype(np.float32)
-        full = _product(lin, x)
-        for lo, hi in ((0, 1), (5, 6), (100, 101), (0, 2), (3, 7), (10, 19), (40, 93)):
-            assert np.array_equal(_product(lin, x[lo:hi]), full[lo:hi]), (fmt, lo, hi)
-        other = x.copy()
-        other[1:] = rng.standard_normal((100, 96))
-        assert np.array_equal(_product(lin, other)[0], full[0])
-        before = torch.get_num_threads()
-        try:
-            for threads in (1, 3):
-                torch.set_num_threads(threads)
-                assert np.array_equal(_product(lin, x), full)
-        finally:
-            torch.set_num_threads(before)
+    assert_rows_independent(lambda w: _LinearQuantBF16(w, None), np.random.default_rng(6))
 
 
 def test_the_bf16_routes_agree_with_each_other_to_float_rounding():
@@ -142,37 +127,6 @@ def test_the_format_rounds_the_layers_products_and_keeps_lm_head_in_float32_prod
                for p in (layer.qkv, layer.o, layer.gate_up, layer.down))
     assert fast.lm_head.weights == "quantized"
     assert dec.cost_curve().key != Decoder(_blockified(0), weights="quantized").cost_curve().key
-
-
-@pytest.mark.parametrize("seed", [0, 1])
-def test_bf16_trees_equal_bf16_ar_for_every_method_alone_and_batched(native_or_c, seed):
-    dec = Decoder(_blockified(seed), weights="quantized-bf16", draft_budget=24)
-    prompt = np.random.default_rng(seed).integers(3, TINY_VOCAB, 30).tolist()
-    ar = dec.generate(prompt, method="ar", max_new_tokens=64)
-    for depth in (2, 6):
-        out = dec.generate(prompt, max_new_tokens=64, drafter=OracleDrafter(list(ar.token_ids), depth, seed))
-        assert out.token_ids == ar.token_ids and out.steps < ar.steps
-    assert dec.generate(prompt, max_new_tokens=64, drafter=RandomDrafter(seed, size=24)).token_ids == ar.token_ids
-    for method in ("pld", "recycle", "lookahead", "auto"):
-        assert dec.generate(prompt, method=method, max_new_tokens=64).token_ids == ar.token_ids, method
-    together = dec.generate_batch([prompt, prompt[:11]], method="auto", max_new_tokens=40, batch_size=2)
-    assert together[0].token_ids == ar.token_ids[:40]
-    assert together[1].token_ids == dec.generate(prompt[:11], method="ar", max_new_tokens=40).token_ids
-
-
-def test_every_bf16_tree_row_is_the_bits_of_one_token_at_a_time_decoding(native_or_c):
-    from lookupdec.verify import TreeVerifier
-    from tests.test_fast_forward import verified_trees
-
-    verifier = TreeVerifier(_blockified(0).model, fast=True, weights="quantized-bf16")
-    for prompt, root, tree, res in verified_trees(verifier, sizes=(2, 9, 20)):
-        for i in range(len(tree)):
-            chain = verifier.new_cache(64)
-            verifier.prefill(chain, prompt)
-            for j, token in enumerate([root] + tree.path_tokens(i)):
-                logits = verifier.fast.forward(chain, torch.tensor([token]), torch.tensor([len(prompt) + j]), None,
-                                               [0])
-            assert torch.equal(res.logits[1 + i], logits[0]), (len(tree), i)
 
 
 def test_auto_never_picks_the_bf16_format(tmp_path, monkeypatch, native_or_c):

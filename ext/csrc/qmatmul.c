@@ -15,6 +15,7 @@
 
 /* ---- plain C: one float accumulator per (row, output), blocks in order, elements in order ---- */
 
+/* Both kinds of product: a bfloat16 one (j->xb set) reads the rounded rows and rounds each weight. */
 static void tile_c(const job *j, float *scratch, int64_t n0, int64_t nn) {
     (void)scratch;
     int64_t nblk = j->k / LK_QK;
@@ -22,11 +23,15 @@ static void tile_c(const job *j, float *scratch, int64_t n0, int64_t nn) {
         const uint8_t *q = j->qs + (n0 + c) * nblk * qs_per_block(j->fmt);
         const float *dm = j->dm + (n0 + c) * nblk * dm_per_block(j->fmt);
         for (int64_t r = 0; r < j->rows; r++) {
-            const float *x = j->x + r * j->k;
-            float acc = 0.0f, w[LK_QK];
+            float acc = 0.0f, w[LK_QK], x[LK_QK];
             for (int64_t b = 0; b < nblk; b++) {
                 dequant_c(j->fmt, q, dm, b, w);
-                for (int e = 0; e < LK_QK; e++) acc = fmaf(w[e], x[b * LK_QK + e], acc);
+                for (int e = 0; e < LK_QK; e++) {
+                    int64_t i = r * j->k + b * LK_QK + e;
+                    x[e] = j->xb ? float_of_bf16(j->xb[i]) : j->x[i];
+                    w[e] = j->xb ? float_of_bf16(bf16_of(w[e])) : w[e];
+                }
+                for (int e = 0; e < LK_QK; e++) acc = fmaf(w[e], x[e], acc);
             }
             j->y[r * j->n + n0 + c] = acc;
         }
@@ -201,7 +206,7 @@ static int has_avx2(void) { return 0; }
 static int has_avx512bf16(void) { return 0; }
 #define tile512 tile_c /* never picked: has_avx512() is 0 */
 #define tile256 tile_c
-#define lk_tile_bf16_512 lk_tile_bf16_c
+#define lk_tile_bf16_512 tile_c
 #define lk_rows_to_bf16_512 lk_rows_to_bf16_c
 #endif
 
@@ -211,7 +216,7 @@ static void set_isa(tile_fn f, const char *name) {
     tile = f;
     isa = name;
     int vec = f == tile512 && has_avx512bf16();
-    tile_bf16 = vec ? lk_tile_bf16_512 : lk_tile_bf16_c;
+    tile_bf16 = vec ? lk_tile_bf16_512 : tile_c;
     round_rows = vec ? lk_rows_to_bf16_512 : lk_rows_to_bf16_c;
 }
 
@@ -235,7 +240,7 @@ int lk_qmatmul_bf16_native(void) { return has_avx512bf16(); }
 
 const char *lk_qmatmul_bf16_isa(void) {
     pick_isa();
-    return tile_bf16 == lk_tile_bf16_c ? "c" : "avx512bf16";
+    return tile_bf16 == tile_c ? "c" : "avx512bf16";
 }
 
 int lk_qmatmul_force_isa(const char *name) {

@@ -1,53 +1,12 @@
 /* See qmatmul.h (LK_BF16) and qmatmul_tile.h. The bfloat16 products: each weight (formed from its
  * block as the float32 products form it) and each input element rounded to bfloat16, the products
- * summed in float32, one fixed order per (row, output).
+ * summed in float32, one fixed order per (row, output). (Their plain-C route is qmatmul.c's tile_c.)
  *
  * The AVX-512 BF16 tile has the float32 tiles' two routes: a block's 32 weights rounded in
  * registers for few rows, or once into the scratch tile (half the bytes) for more; one vdpbf16ps a
  * block per (row, output) where float32 needs two fused multiply-adds. The rows are rounded once
  * per call, before the parts start (qmatmul.c). */
 #include "qmatmul_tile.h"
-
-#include <string.h>
-
-/* float32 -> bfloat16, rounded to nearest even; a subnormal becomes a signed zero and a NaN
- * stays a NaN, as the AVX-512 BF16 conversions do. */
-static inline uint16_t bf16_of(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7f800000u) == 0) return (uint16_t)((u >> 16) & 0x8000u);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-static inline float float_of_bf16(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-/* bfloat16 products in plain C: weights and rows rounded to bfloat16, one float32 accumulator per
- * (row, output), elements in order. */
-void lk_tile_bf16_c(const job *j, float *scratch, int64_t n0, int64_t nn) {
-    (void)scratch;
-    int64_t nblk = j->k / LK_QK;
-    for (int64_t c = 0; c < nn; c++) {
-        const uint8_t *q = j->qs + (n0 + c) * nblk * qs_per_block(j->fmt);
-        const float *dm = j->dm + (n0 + c) * nblk * dm_per_block(j->fmt);
-        for (int64_t r = 0; r < j->rows; r++) {
-            const uint16_t *x = j->xb + r * j->k;
-            float acc = 0.0f, w[LK_QK];
-            for (int64_t b = 0; b < nblk; b++) {
-                dequant_c(j->fmt, q, dm, b, w);
-                for (int e = 0; e < LK_QK; e++)
-                    acc = fmaf(float_of_bf16(bf16_of(w[e])), float_of_bf16(x[b * LK_QK + e]), acc);
-            }
-            j->y[r * j->n + n0 + c] = acc;
-        }
-    }
-}
 
 void lk_rows_to_bf16_c(const float *x, int64_t n, uint16_t *out) {
     for (int64_t i = 0; i < n; i++) out[i] = bf16_of(x[i]);

@@ -12,6 +12,7 @@
 #endif
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #define NB 4 /* outputs per tile */
 #define RB 4 /* rows per tile */
@@ -52,6 +53,24 @@ static inline void dequant_c(int fmt, const uint8_t *q, const float *dm, int64_t
     }
 }
 
+/* float32 -> bfloat16, rounded to nearest even; a subnormal becomes a signed zero and a NaN
+ * stays a NaN, as the AVX-512 BF16 conversions do. */
+static inline uint16_t bf16_of(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7f800000u) == 0) return (uint16_t)((u >> 16) & 0x8000u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static inline float float_of_bf16(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
 #ifdef LK_X86
 #define AVX512 __attribute__((target("avx512f,fma")))
 #define INLINE512 __attribute__((target("avx512f,fma"), always_inline)) static inline
@@ -75,9 +94,8 @@ INLINE512 void dequant512(int fmt, const uint8_t *q, const float *dm, int64_t b,
 
 #endif
 
-/* The bfloat16 tiles (qmatmul_bf16.c): plain C, and AVX-512 BF16 where LK_X86 (the dispatch in
- * qmatmul.c uses it only where the CPU has the instructions); and the rows rounded to bfloat16. */
-void lk_tile_bf16_c(const job *j, float *scratch, int64_t n0, int64_t nn);
+/* The bfloat16 tile with AVX-512 BF16 (qmatmul_bf16.c; the dispatch in qmatmul.c uses it only where
+ * the CPU has the instructions), and the rows rounded to bfloat16. */
 void lk_rows_to_bf16_c(const float *x, int64_t n, uint16_t *out);
 #ifdef LK_X86
 void lk_tile_bf16_512(const job *j, float *scratch, int64_t n0, int64_t nn);

@@ -63,3 +63,12 @@ def test_method_help_names_every_registered_method():
     text = " ".join(r.output.split())
     for name in METHODS:
         assert f"{name}:" in text, name
+
+
+def test_every_weights_option_offers_exactly_the_librarys_weight_formats():
+    """The CLI spells the formats out (no torch at import); each --weights must offer what the library takes."""
+    from lookupdec.weights import WEIGHTS_CHOICES
+
+    for name in ("generate", "cost-curve", "serve"):
+        option = next(p for p in main.commands[name].params if p.name == "weights")
+        assert tuple(option.type.choices) == WEIGHTS_CHOICES, name

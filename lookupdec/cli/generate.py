@@ -9,6 +9,10 @@ import click
 
 from lookupdec.methods import METHODS  # a plain dict; torch is imported lazily
 
+# --weights of generate, cost-curve and serve: lookupdec.weights.WEIGHTS_CHOICES, spelled out so the
+# CLI imports no torch (tests/test_cli_generate.py keeps the two equal).
+WEIGHTS = ["auto", "float32", "float16", "quantized", "quantized-bf16"]
+
 
 @dataclass(frozen=True)
 class Request:
@@ -151,7 +155,7 @@ def read_grammar(json_schema, regex, grammar, choices):
                    "token for token; slower on CPU).")
 @click.option("--no-chat-template", is_flag=True, help="Use the prompt text as-is.")
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32", show_default=True)
-@click.option("--weights", type=click.Choice(["auto", "float32", "float16", "quantized", "quantized-bf16"]),
+@click.option("--weights", type=click.Choice(WEIGHTS),
               default="auto", show_default=True,
               help="Weight format of the fast CPU forward: quantized keeps a GGUF's Q4_1/Q8_0 blocks (the float32 "
                    "values from 6-9 bits each), float16 halves float32's bytes (activations stay float32); "
@@ -262,7 +266,7 @@ def _print_result(res, as_json: bool, streamed: bool) -> None:
 @click.option("--device", default=None, help="torch device [default: $LOOKUPDEC_DEVICE, else CUDA if available].")
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32", show_default=True)
 @click.option("--hf-kernels", is_flag=True, help="The curve of transformers' own forward.")
-@click.option("--weights", type=click.Choice(["auto", "float32", "float16", "quantized", "quantized-bf16"]),
+@click.option("--weights", type=click.Choice(WEIGHTS),
               default="auto", show_default=True,
               help="The weight format whose curve to show (each format has its own).")
 @click.option("--remeasure", is_flag=True, help="Measure again and replace the cached curve.")

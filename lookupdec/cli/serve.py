@@ -5,6 +5,7 @@ import sys
 
 import click
 
+from lookupdec.cli.generate import WEIGHTS
 from lookupdec.methods import METHODS  # a plain dict; torch is imported lazily
 
 
@@ -28,7 +29,7 @@ from lookupdec.methods import METHODS  # a plain dict; torch is imported lazily
 @click.option("--model-id", default=None, help="The id /v1/models reports [default: the --model name].")
 @click.option("--device", default=None, help="torch device [default: $LOOKUPDEC_DEVICE, else CUDA if available].")
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32", show_default=True)
-@click.option("--weights", type=click.Choice(["auto", "float32", "float16", "quantized", "quantized-bf16"]),
+@click.option("--weights", type=click.Choice(WEIGHTS),
               default="auto", show_default=True,
               help="The fast forward's weight format, as for generate (auto: measured per machine).")
 @click.option("--draft-budget", type=click.IntRange(min=0, max=1024), default=None,

@@ -2,9 +2,10 @@
 
 Its linear weights are stored in one of ``lookupdec.products.WEIGHT_FORMATS``: "float32" (the
 model's own values), "float16" (rounded once; half the bytes read per forward,
-which is what bounds a CPU forward) or "quantized" (the Q4_1 / Q8_0 blocks a GGUF
-model was dequantized from: float32's values from 6-9 bits each); activations,
-accumulation, norms, attention and the KV cache are float32 in all three.
+which is what bounds a CPU forward), "quantized" (the Q4_1 / Q8_0 blocks a GGUF
+model was dequantized from: float32's values from 6-9 bits each) or "quantized-bf16"
+(those blocks, the layers' products rounded to bfloat16 and summed in float32);
+accumulation, norms, attention and the KV cache are float32 in all four.
 
 transformers' forward spends as much time in per-module Python, mask
 building and layout conversions as in the matrix products on a small model
@@ -229,8 +230,9 @@ class FastForward:
                 for lin in (a.q_proj, a.k_proj, a.v_proj, a.o_proj, m.gate_proj, m.up_proj, m.down_proj):
                     release_linear(lin)
                 return_freed_memory()
-        # Quantized products without biases: a step's layers run in one native call (native_layers).
-        self.layer_table = layer_table(self.layers) if weights.startswith("quantized") else None
+        # Quantized products without biases: a step's layers run in one native call (native_layers;
+        # None for any other product).
+        self.layer_table = layer_table(self.layers)
 
     def _ensure_positions(self, n: int) -> None:
         """Make the cos/sin tables cover positions ``0..n-1``.

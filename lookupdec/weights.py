@@ -23,7 +23,7 @@ AVX-512 BF16), never timed or chosen by ``auto``.
 
 Models that run transformers' forward (not Llama-family, not float32 on a CPU,
 ``hf_kernels=True``) have no weight format: ``auto`` leaves them alone, and an
-explicit "float16" or "quantized" is an error that says why.
+explicit "float16", "quantized" or "quantized-bf16" is an error that says why.
 
 Exactness is per format: every method equals ``ar`` run in the same format.
 """

@@ -85,16 +85,7 @@ AVX512 static void tile512(const job *j, float *scratch, int64_t n0, int64_t nn)
             }
         w = scratch;
     }
-    for (int64_t r0 = 0; r0 < j->rows; r0 += RB) {
-        int64_t nr = j->rows - r0 < RB ? j->rows - r0 : RB;
-        if (w) {
-            TILE_CASES(tile512_fixed, j, j->fmt, w)  /* fmt does not matter: the weights are in w */
-        } else if (j->fmt == LK_Q4_1) {
-            TILE_CASES(tile512_fixed, j, LK_Q4_1, NULL)
-        } else {
-            TILE_CASES(tile512_fixed, j, LK_Q8_0, NULL)
-        }
-    }
+    ROW_TILES(tile512_fixed, j, w)
 }
 
 /* ---- AVX2 + FMA: per (row, output) one 8-lane accumulator; a block adds its four quarters in order ---- */
@@ -165,16 +156,7 @@ AVX2 static void tile256(const job *j, float *scratch, int64_t n0, int64_t nn) {
             }
         w = scratch;
     }
-    for (int64_t r0 = 0; r0 < j->rows; r0 += RB) {
-        int64_t nr = j->rows - r0 < RB ? j->rows - r0 : RB;
-        if (w) {
-            TILE_CASES(tile256_fixed, j, j->fmt, w)
-        } else if (j->fmt == LK_Q4_1) {
-            TILE_CASES(tile256_fixed, j, LK_Q4_1, NULL)
-        } else {
-            TILE_CASES(tile256_fixed, j, LK_Q8_0, NULL)
-        }
-    }
+    ROW_TILES(tile256_fixed, j, w)
 }
 
 #endif /* LK_X86 */

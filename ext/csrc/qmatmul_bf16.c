@@ -56,16 +56,7 @@ BF16 void lk_tile_bf16_512(const job *j, float *scratch, int64_t n0, int64_t nn)
                                     wblock_bf16(j->fmt, j->qs + (n0 + c) * nblk * qb, j->dm + (n0 + c) * nblk * db, b));
         w = ws;
     }
-    for (int64_t r0 = 0; r0 < j->rows; r0 += RB) {
-        int64_t nr = j->rows - r0 < RB ? j->rows - r0 : RB;
-        if (w) {
-            TILE_CASES(tilebf16_fixed, j, j->fmt, w)
-        } else if (j->fmt == LK_Q4_1) {
-            TILE_CASES(tilebf16_fixed, j, LK_Q4_1, NULL)
-        } else {
-            TILE_CASES(tilebf16_fixed, j, LK_Q8_0, NULL)
-        }
-    }
+    ROW_TILES(tilebf16_fixed, j, w)
 }
 
 BF16 void lk_rows_to_bf16_512(const float *x, int64_t n, uint16_t *out) {

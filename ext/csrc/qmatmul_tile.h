@@ -42,6 +42,22 @@ static inline int64_t dm_per_block(int fmt) { return fmt == LK_Q4_1 ? 2 : 1; }
         for (int c = 0; c < nn; c++) FN(__VA_ARGS__, r0, nr, n0 + c, 1); \
     }
 
+/* Every row tile of a job against outputs n0 .. n0 + nn - 1 through FIXED(j, fmt, w, r0, nr, n0, nn):
+ * on the tile's prepared weights w when there are some (the format then does not matter), else
+ * with the weights unpacked in registers, the format a constant so each one's loop is compiled
+ * on its own. Each instruction set's tile routine ends with it. */
+#define ROW_TILES(FIXED, j, w)                                                 \
+    for (int64_t r0 = 0; r0 < (j)->rows; r0 += RB) {                           \
+        int64_t nr = (j)->rows - r0 < RB ? (j)->rows - r0 : RB;                \
+        if (w) {                                                               \
+            TILE_CASES(FIXED, j, (j)->fmt, w)                                  \
+        } else if ((j)->fmt == LK_Q4_1) {                                      \
+            TILE_CASES(FIXED, j, LK_Q4_1, NULL)                                \
+        } else {                                                               \
+            TILE_CASES(FIXED, j, LK_Q8_0, NULL)                                \
+        }                                                                      \
+    }
+
 static inline void dequant_c(int fmt, const uint8_t *q, const float *dm, int64_t b, float *w) {
     if (fmt == LK_Q4_1) {
         for (int e = 0; e < 16; e++) {

@@ -203,15 +203,14 @@ def summarise(config: str, c: int, rnd: int, samples: list[Sample], wall: float,
     """One pass's row; ``exact`` is filled in once every pass has run (against ``ar``'s outputs)."""
     tokens = sum(s.tokens for s in samples)
     tpot = [(s.total_s - s.ttft_s) / (s.tokens - 1) for s in samples if s.tokens > 1]
-    k = counters
-    steps = int(k.get("steps", 0))
+    steps = int(counters.get("steps", 0))
     return Row(config, c, rnd, len(samples), tokens, round(wall, 3), round(tokens / wall, 2),
                round(percentile([s.ttft_s for s in samples], 50) * 1e3, 1),
                round(percentile([s.ttft_s for s in samples], 99) * 1e3, 1),
                round(percentile(tpot, 50) * 1e3, 2), round(percentile(tpot, 99) * 1e3, 2), round(tau, 3), None,
-               steps, round(k["step_s"] / steps * 1e3, 2) if steps else 0.0,
-               round(k["forward_s"] / steps * 1e3, 2) if steps else 0.0,
-               round(k["step_s"] / wall, 3) if steps and wall > 0 else 0.0)
+               steps, round(counters["step_s"] / steps * 1e3, 2) if steps else 0.0,
+               round(counters["forward_s"] / steps * 1e3, 2) if steps else 0.0,
+               round(counters["step_s"] / wall, 3) if steps and wall > 0 else 0.0)
 
 
 def ratios(rows: list[Row]) -> dict[tuple[str, int], list[float]]:

@@ -384,10 +384,25 @@ def test_a_source_kept_on_is_never_switched_off_and_comes_back_on_when_marked():
     assert led.account("dear").switches >= 1 and led.account("useless").switches >= 1
 
 
-def test_auto_never_switches_its_context_source_off():
+def test_auto_never_switches_its_context_source_off(monkeypatch):
     """A prompt of tokens that never repeat: the context source drafts nothing that pays, which would
     switch it off after ``min_steps`` (no cost exemption here); ``auto`` keeps it on, so that it still
-    drafts where the text turns to copying, as ``pld`` would."""
+    drafts where the text turns to copying, as ``pld`` would.
+
+    Drafting is timed on a clock that advances 0.1 ms a reading: the ledger's accounts then follow
+    from the run alone. On the wall clock another source's switch could land on any step (each
+    restarts the others' tallies, the context source's included), so the context source's steps
+    since the last switch, asserted below, varied from run to run (1 in one CI run)."""
+    import itertools
+    import types
+
+    import lookupdec.drafters.auto as auto_module
+    import lookupdec.sequence as sequence_module
+
+    ticks = itertools.count()
+    clock = types.SimpleNamespace(perf_counter=lambda: next(ticks) * 1e-4)
+    monkeypatch.setattr(auto_module, "time", clock)
+    monkeypatch.setattr(sequence_module, "time", clock)
     lm = tiny_loaded(0)
     dec = Decoder(lm, cost_curve=SLOPED)
     prompt = np.random.default_rng(0).permutation(np.arange(3, TINY_VOCAB))[:60].tolist()

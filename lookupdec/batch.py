@@ -151,8 +151,9 @@ class BatchGate:
     (served at concurrency 1, 1.03x batched ``ar`` against 1.10x, same run; no change at 2-8).
     A gate made with ``min_size=1`` judges a single sequence's steps the same way, with pauses of
     at most ``max_pause`` steps and a milder idle rule (a lone sequence's step that keeps nothing
-    costs only its drafting, so after ``IDLE_STEPS`` of them only every ``LONE_IDLE_SKIP + 1``-th
-    step drafts until one keeps a draft): ``Decoder.generate`` keeps one per temperature band for
+    costs only its drafting, so after ``IDLE_STEPS`` of them ``LONE_IDLE_SKIP`` plain steps follow
+    each re-try, doubling while the re-tries keep nothing, up to ``LONE_MAX_SKIP``, until one keeps
+    a draft): ``Decoder.generate`` keeps one per temperature band for
     ``auto`` (the server's engine uses the same one for a lone ``auto`` request, ``step_together``'s
     ``lone_gate``), whose pricing otherwise trusts the acceptance rates and the cost curve alone
     (measured on a 2-core AMD EPYC with AVX-512 at temperature 1.0: `auto` 0.94x `ar` at tau
@@ -162,6 +163,7 @@ class BatchGate:
 
     IDLE_STEPS = 4
     LONE_IDLE_SKIP = 2
+    LONE_MAX_SKIP = 8
     FIRST_PAUSE = 8
     MAX_PAUSE = 128
     JUDGE_STEPS = 8
@@ -199,13 +201,14 @@ class BatchGate:
         if not kept:
             self.idle += 1
             if size < 2:
-                # A lone sequence's idle step costs only its drafting, but that is ~0.45 ms of a
-                # ~11 ms step (sources, merge, selection, their commits): after IDLE_STEPS of them
-                # in a row, only every (LONE_IDLE_SKIP + 1)th step drafts until one keeps a draft.
-                # A draft that starts to pay (a copy in the context) is found at most LONE_IDLE_SKIP
+                # A lone sequence's idle step costs only its drafting, but that is ~0.65 ms of a
+                # ~8 ms step (the sources catching up, proposing, merge, selection, their commits):
+                # after IDLE_STEPS of them in a row, LONE_IDLE_SKIP plain steps follow each, doubling
+                # while the re-tries keep nothing, up to LONE_MAX_SKIP, until one keeps a draft. A
+                # draft that starts to pay (a copy in the context) is found at most LONE_MAX_SKIP
                 # steps late.
                 if self.idle >= self.IDLE_STEPS:
-                    self.skip = self.LONE_IDLE_SKIP
+                    self.skip = min(self.LONE_IDLE_SKIP << min(self.idle - self.IDLE_STEPS, 8), self.LONE_MAX_SKIP)
                 return
             if self.idle >= self.IDLE_STEPS:
                 self._pause()

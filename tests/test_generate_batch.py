@@ -263,22 +263,30 @@ def test_batch_gate_judges_each_batch_size_on_its_own_tally_as_sizes_alternate()
     assert g.skip == BatchGate.FIRST_PAUSE         # size 2's verdict: it does not, a pause
 
 
-def test_a_single_sequence_gate_thins_idle_steps_until_one_keeps_a_draft():
-    """``BatchGate(min_size=1)``: after ``IDLE_STEPS`` steps in a row that keep nothing, only every
-    ``LONE_IDLE_SKIP + 1``-th step drafts, until one keeps a draft; the thinned steps are plain."""
+def test_a_single_sequence_gate_thins_idle_steps_more_while_re_tries_keep_nothing():
+    """``BatchGate(min_size=1)``: after ``IDLE_STEPS`` steps in a row that keep nothing, each re-try is
+    followed by ``LONE_IDLE_SKIP`` plain steps, doubling while the re-tries keep nothing up to
+    ``LONE_MAX_SKIP``; a kept draft makes every step draft again; the thinned steps are plain."""
     from lookupdec.batch import BatchGate
 
     g = BatchGate(min_size=1, max_pause=16)
-    I, S = BatchGate.IDLE_STEPS, BatchGate.LONE_IDLE_SKIP
+    I, S, M = BatchGate.IDLE_STEPS, BatchGate.LONE_IDLE_SKIP, BatchGate.LONE_MAX_SKIP
+    assert S < M
+    skips = [S, 2 * S, 4 * S, 8 * S, 16 * S, 32 * S]
+    skips = [min(k, M) for k in skips]
+    assert skips[-1] == M and skips[-2] == M  # the schedule reaches the cap and stays there
     budgets = []
-    for _ in range(I + 3 * (S + 1)):
+    for _ in range(I + sum(skips) + len(skips)):
         b = g.budget(1, 16)
         budgets.append(b)
         g.record(1, b != 0, False, 1, 0.01)   # nothing kept (or a thinned step: plain)
-    assert budgets == [16] * I + ([0] * S + [16]) * 3
+    assert budgets == [16] * I + [b for k in skips for b in [0] * k + [16]]
+    assert [g.budget(1, 16) for _ in range(M + 1)] == [0] * M + [16]  # the last re-try's plain steps
+    g.record(1, True, True, 1, 0.01)          # that re-try kept a draft: every step drafts again
+    assert [g.budget(1, 16) for _ in range(I + M)] == [16] * (I + M)
+    for _ in range(I):
+        g.record(1, True, False, 1, 0.01)     # idle again: the thinning starts over from S
     assert [g.budget(1, 16) for _ in range(S + 1)] == [0] * S + [16]
-    g.record(1, True, True, 1, 0.01)          # a kept draft: every step drafts again
-    assert [g.budget(1, 16) for _ in range(I + S)] == [16] * (I + S)
     assert 1 in g._plain                      # the thinned steps were timed as plain ones
 
 

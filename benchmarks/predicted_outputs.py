@@ -17,8 +17,10 @@ run on to ``--max-new-tokens``, through whatever a small model writes after the 
 
 It reports per method tokens/s, tau (new tokens per forward, the prefill counted) and the ratio to ``ar`` and to
 ``auto`` without the prediction, over every case and over the cases whose output keeps at
-least 80% of the file (``editset.kept_share``: the issue's target applies there). Every
-lookupdec method's tokens must equal ``ar``'s (exit 1 on a mismatch).
+least 80% of the file (``editset.kept_share``: the issue's target applies there). Beside the
+whole call's rate it splits off the prefill, which gives the first token and which no draft
+shortens: each lookupdec method's decode rate, and ``ar``'s ceiling (its time over its prefill's).
+Every lookupdec method's tokens must equal ``ar``'s (exit 1 on a mismatch).
 
 Usage (from the repository root)::
 
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import platform
 import statistics
 import sys
@@ -64,6 +67,7 @@ class Row:
     edit_made: bool      # the output contains the expected edited file
     exact: bool          # tokens equal ar's (the peers use transformers' kernels: reported, not required)
     accepted_prediction: int
+    first_s: float = math.nan  # the prefill, which gives the first token (not timed for the peers)
 
     @property
     def tokens_per_s(self) -> float:
@@ -93,20 +97,29 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def run_one(name: str, dec, peer, prompt_ids, case, max_new: int):
-    """(new token ids, seconds, steps, accepted prediction tokens) of one method on one case."""
+    """(new token ids, seconds, steps, accepted prediction tokens, seconds to the first token) of one method
+    on one case."""
     if name in ("hf", "hf_pld"):
         out = peer[name].generate(prompt_ids, max_new)
-        return out.token_ids, None, out.steps, 0
+        return out.token_ids, None, out.steps, 0, math.nan
     method, _, pred = name.partition("+")
     t0 = time.perf_counter()
     res = dec.generate(list(prompt_ids), method=method, max_new_tokens=max_new, chat_template=False,
                        prediction=case.prediction() if pred else None, remember=False)
     secs = time.perf_counter() - t0
-    return tuple(res.token_ids), secs, res.steps, int(res.accepted_by_source.get("prediction", 0))
+    first = res.step_stats[0]  # the prefill: the drafter's begin, the forward, the first token
+    first_s = (first.draft_ms + first.verify_ms + first.other_ms) / 1e3
+    return tuple(res.token_ids), secs, res.steps, int(res.accepted_by_source.get("prediction", 0)), first_s
 
 
 def summarize(rows: list[Row], methods: list[str]) -> dict:
-    """Per method: tokens/s (total tokens / total seconds), tau, and ratios, over all cases and the kept ones."""
+    """Per method: tokens/s (total tokens / total seconds), tau, and ratios, over all cases and the kept ones.
+
+    Each answer's first token comes from the prefill of the prompt (the file and the request), which
+    no draft shortens; so beside the whole call's tokens/s each method has its decode rate (the
+    tokens after the first over the time after the prefill) and ``ar`` its ceiling: its seconds
+    over its prefill's, the most any method that prefills the same prompt can gain on it.
+    """
     out = {}
     kept_cases = {r.case for r in rows if r.method == "ar" and r.kept >= KEEP_TARGET}
     for subset, cases in (("all", {r.case for r in rows}), ("kept>=80%", kept_cases)):
@@ -119,10 +132,18 @@ def summarize(rows: list[Row], methods: list[str]) -> dict:
             per[m] = {"cases": len(rs), "tokens": toks, "tokens_per_s": toks / secs if secs else 0.0,
                       "tau": toks / max(1, steps), "exact": all(r.exact for r in rs),
                       "accepted_prediction": sum(r.accepted_prediction for r in rs)}
+            first = sum(r.first_s for r in rs)
+            if not math.isnan(first) and secs > first:
+                per[m] |= {"first_token_s": first, "decode_tokens_per_s": (toks - len(rs)) / (secs - first)}
         for m, d in per.items():
             for base in ("ar", "auto", "hf"):
                 if base in per and per[base]["tokens_per_s"]:
                     d[f"x_{base}"] = d["tokens_per_s"] / per[base]["tokens_per_s"]
+            if "decode_tokens_per_s" in d and "decode_tokens_per_s" in per.get("ar", {}):
+                d["decode_x_ar"] = d["decode_tokens_per_s"] / per["ar"]["decode_tokens_per_s"]
+        if "first_token_s" in per.get("ar", {}):
+            ar = per["ar"]
+            ar["ceiling_x_ar"] = ar["tokens"] / ar["tokens_per_s"] / ar["first_token_s"]
         out[subset] = per
     return out
 
@@ -136,12 +157,17 @@ def markdown(summary: dict, info: dict) -> str:
             lines += [f"**{subset}**: no case", ""]
             continue
         lines += [f"**{subset}** ({next(iter(per.values()))['cases'] if per else 0} cases)", "",
-                  "| method | tokens/s | x ar | x auto (no prediction) | x hf | tau | accepted from prediction | exact |",
-                  "|---|---:|---:|---:|---:|---:|---:|---|"]
+                  "| method | tokens/s | x ar | x auto (no prediction) | x hf | tau | accepted from prediction | "
+                  "prefill s | decode tokens/s | decode x ar | exact |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
         for m, d in per.items():
-            f = lambda k: f"{d[k]:.2f}" if k in d else "-"  # noqa: E731
+            f = lambda k, p=2: f"{d[k]:.{p}f}" if k in d else "-"  # noqa: E731
             lines.append(f"| {m} | {d['tokens_per_s']:.1f} | {f('x_ar')} | {f('x_auto')} | {f('x_hf')} | "
-                         f"{d['tau']:.2f} | {d['accepted_prediction']} | {'yes' if d['exact'] else 'NO'} |")
+                         f"{d['tau']:.2f} | {d['accepted_prediction']} | {f('first_token_s')} | "
+                         f"{f('decode_tokens_per_s', 1)} | {f('decode_x_ar')} | {'yes' if d['exact'] else 'NO'} |")
+        if "ceiling_x_ar" in per.get("ar", {}):
+            lines += ["", f"Ceiling with the prefill counted: `ar`'s seconds over its prefill's, "
+                          f"{per['ar']['ceiling_x_ar']:.2f}x."]
         lines.append("")
     return "\n".join(lines)
 
@@ -184,7 +210,7 @@ def main(argv=None) -> int:
         ref = None
         for m in args.methods:
             t0 = time.perf_counter()
-            ids, secs, steps, acc = run_one(m, dec, peer, prompt_ids, case, budget)
+            ids, secs, steps, acc, first_s = run_one(m, dec, peer, prompt_ids, case, budget)
             secs = secs if secs is not None else time.perf_counter() - t0
             ids = strip(ids)
             if m == "ar":
@@ -194,7 +220,7 @@ def main(argv=None) -> int:
             if not exact and m not in ("hf", "hf_pld"):
                 mismatches.append((case.name, m))
             rows.append(Row(case.name, m, len(ids), secs, steps, kept_share(case.source, text),
-                            case.edited.strip() in text, exact, acc))
+                            case.edited.strip() in text, exact, acc, first_s))
         ar_row = next((r for r in rows if r.case == case.name and r.method == "ar"), rows[-1])
         print(f"[{i + 1}/{len(cases)}] {case.name}: {ar_row.new_tokens} tokens, kept {ar_row.kept:.0%}, "
               f"edit {'made' if ar_row.edit_made else 'not made'}; "

@@ -52,3 +52,30 @@ def test_methods_must_start_with_the_reference():
     with pytest.raises(SystemExit):
         predicted_outputs.parse_args(["--methods", "ar,magic"])
     assert predicted_outputs.parse_args(["--methods", "ar,auto+prediction"]).methods == ["ar", "auto+prediction"]
+
+
+def test_summary_splits_the_prefill_off_and_bounds_ar_by_it():
+    Row = predicted_outputs.Row
+    # Two cases; ar: 100 + 50 tokens in 2.0 + 1.0 s, of which prefill 0.5 + 0.25 s. auto+prediction:
+    # the same tokens in 0.8 + 0.45 s after the same prefills. The peer has no prefill timing.
+    rows = [Row("a", "ar", 100, 2.0, 100, 0.9, False, True, 0, 0.5),
+            Row("a", "auto+prediction", 100, 0.8, 20, 0.9, False, True, 60, 0.5),
+            Row("a", "hf", 100, 8.0, 100, 0.9, False, True, 0),
+            Row("b", "ar", 50, 1.0, 50, 0.5, False, True, 0, 0.25),
+            Row("b", "auto+prediction", 50, 0.45, 10, 0.5, False, True, 30, 0.25),
+            Row("b", "hf", 50, 4.0, 50, 0.5, False, True, 0)]
+    s = predicted_outputs.summarize(rows, ["ar", "auto+prediction", "hf"])
+    ar, pred, hf = (s["all"][m] for m in ("ar", "auto+prediction", "hf"))
+    assert ar["first_token_s"] == pytest.approx(0.75)
+    assert ar["decode_tokens_per_s"] == pytest.approx(148 / 2.25)
+    assert pred["decode_tokens_per_s"] == pytest.approx(148 / 0.5)
+    assert pred["decode_x_ar"] == pytest.approx(2.25 / 0.5)
+    assert pred["x_ar"] == pytest.approx(3.0 / 1.25)
+    assert ar["ceiling_x_ar"] == pytest.approx(3.0 / 0.75)
+    assert "decode_tokens_per_s" not in hf and "decode_x_ar" not in hf
+    # Only case "a" keeps >= 80% of its file: the subset is summarised from its rows alone.
+    kept = s["kept>=80%"]
+    assert kept["ar"]["cases"] == 1 and kept["ar"]["ceiling_x_ar"] == pytest.approx(2.0 / 0.5)
+    md = predicted_outputs.markdown(s, {"cases": 2, "max_new_tokens": 100, "machine": "x", "torch": "t",
+                                        "threads": 2})
+    assert "Ceiling with the prefill counted" in md and "| hf | 12.5 |" in md

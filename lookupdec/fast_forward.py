@@ -46,8 +46,8 @@ The result equals the model's forward up to float rounding (tests compare
 logits within 1e-4); greedy exactness is stated against decoding with this
 same forward (``ar`` runs through it too).
 
-``supports_fast_forward`` decides whether a model qualifies; everything else
-(CUDA, other dtypes, other architectures, rope types whose frequencies depend
+``lookupdec.fast_forward_support.supports_fast_forward`` decides whether a model qualifies;
+everything else (CUDA, other dtypes, other architectures, rope types whose frequencies depend
 on the sequence length, sliding windows) keeps transformers' forward.
 """
 from __future__ import annotations
@@ -58,66 +58,18 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
-from lookupdec.kvcache import FlatKVCache, all_full_attention
+from lookupdec.fast_forward_support import fast_forward_unsupported_reason
+from lookupdec.kvcache import FlatKVCache
 from lookupdec._native import attend_ptr, rms_norm_ptr
 from lookupdec.native_layers import layer_table, run_layers
 from lookupdec.products import Product, make_linear, weights_unavailable_reason
 from lookupdec.release import release_linear, return_freed_memory
-
-# model_type values whose decoder layer is: RMSNorm, attention (q/k/v/o
-# projections, rotary, GQA), residual, RMSNorm, SiLU-gated MLP, residual.
-SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral")
-# Rope types whose inverse frequencies do not depend on the sequence length,
-# so one cos/sin table serves every position.
-SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
-
 
 def _dense_linear(module) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Weight and bias of an ``nn.Linear`` or of a ``PackedLinear`` (packed by ``fast_kernels``)."""
     if hasattr(module, "packed_weight"):
         return module.packed_weight.to_dense(), module._dense_bias
     return module.weight.detach(), None if module.bias is None else module.bias.detach()
-
-
-def fast_forward_unsupported_reason(model) -> str:
-    """Why ``model`` cannot use ``FastForward`` ("" when it can).
-
-    Example:
-        >>> fast_forward_unsupported_reason(tiny_llama)     # doctest: +SKIP
-        ''
-    """
-    cfg = model.config
-    if getattr(cfg, "model_type", None) not in SUPPORTED_MODEL_TYPES:
-        return f"model_type {getattr(cfg, 'model_type', None)!r} is not one of {SUPPORTED_MODEL_TYPES}"
-    param = next(model.parameters())
-    if param.device.type != "cpu" or param.dtype != torch.float32:
-        return f"needs a float32 CPU model, got {param.dtype} on {param.device}"
-    if not torch.backends.mkldnn.is_available():
-        return "torch is built without oneDNN"
-    if not all_full_attention(cfg):
-        return "sliding-window or non-full attention layers"
-    if getattr(cfg, "hidden_act", "silu") != "silu":
-        return f"hidden_act {cfg.hidden_act!r} is not silu"
-    inner = getattr(model, "model", None)
-    rotary = getattr(inner, "rotary_emb", None)
-    if rotary is None or getattr(rotary, "rope_type", None) not in SUPPORTED_ROPE_TYPES:
-        return f"rope type {getattr(rotary, 'rope_type', None)!r} is not one of {SUPPORTED_ROPE_TYPES}"
-    layer = inner.layers[0]
-    attn, mlp = layer.self_attn, layer.mlp
-    for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
-        if not hasattr(attn, name):
-            return f"attention has no {name}"
-    for name in ("gate_proj", "up_proj", "down_proj"):
-        if not hasattr(mlp, name):
-            return f"MLP has no {name}"
-    if any(hasattr(attn, n) for n in ("q_norm", "k_norm")):
-        return "q/k norms are not supported"
-    return ""
-
-
-def supports_fast_forward(model) -> bool:
-    """True when ``FastForward(model)`` computes the model's forward (see the module docstring)."""
-    return fast_forward_unsupported_reason(model) == ""
 
 
 def _cat_bias(biases: Sequence[torch.Tensor | None], sizes: Sequence[int]) -> torch.Tensor | None:
@@ -443,9 +395,3 @@ class FastForward:
         one on a CPU), so callers compute only the rows they need.
         """
         return self.lm_head(h.contiguous())
-
-
-def reference_forward(model, ids: list[int]) -> torch.Tensor:
-    """The model's own causal forward over ``ids`` (all rows' logits): the slow reference for tests."""
-    with torch.inference_mode():
-        return model(torch.tensor([ids])).logits[0]

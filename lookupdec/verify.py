@@ -202,7 +202,8 @@ class TreeVerifier:
         self.model = model
         self.fast = None
         if fast:
-            from lookupdec.fast_forward import FastForward, supports_fast_forward
+            from lookupdec.fast_forward import FastForward
+            from lookupdec.fast_forward_support import supports_fast_forward
 
             if supports_fast_forward(model):
                 self.fast = FastForward(model, release=release, weights=weights)

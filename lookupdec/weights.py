@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from lookupdec.fast_forward import fast_forward_unsupported_reason
+from lookupdec.fast_forward_support import fast_forward_unsupported_reason
 from lookupdec.products import WEIGHT_FORMATS, weights_unavailable_reason
 
 WEIGHTS_CHOICES = ("auto",) + WEIGHT_FORMATS

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from lookupdec.decoder import Decoder
-from lookupdec.fast_forward import FastForward, fast_forward_unsupported_reason, supports_fast_forward
+from lookupdec.fast_forward import FastForward
+from lookupdec.fast_forward_support import fast_forward_unsupported_reason, supports_fast_forward
 from lookupdec.kvcache import FlatKVCache, keep_rows
 from lookupdec.models import LoadedModel
 from lookupdec.tree import DraftTree

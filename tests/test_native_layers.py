@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from lookupdec import _native
-from lookupdec.fast_forward import FastForward, reference_forward
+from lookupdec.fast_forward import FastForward
+from tests.oracles.forward import reference_forward
 from tests.conftest import TINY_VOCAB, tiny_loaded
 from tests.oracles.blocks import blockified_model
 

@@ -10,7 +10,8 @@ import torch
 from lookupdec import _native
 from lookupdec.blocks import dequantize, find_blocks
 from lookupdec.decoder import Decoder
-from lookupdec.fast_forward import FastForward, reference_forward
+from lookupdec.fast_forward import FastForward
+from tests.oracles.forward import reference_forward
 from lookupdec.models import LoadedModel
 from lookupdec.products import make_linear
 from lookupdec.weights import pick_faster

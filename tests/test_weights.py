@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from lookupdec.decoder import Decoder
-from lookupdec.fast_forward import FastForward, reference_forward
+from lookupdec.fast_forward import FastForward
+from tests.oracles.forward import reference_forward
 from lookupdec.products import MIN_PRODUCT_ROWS, _LinearF16, make_linear
 from lookupdec.models import LoadedModel
 from lookupdec.weights import WeightsChoice, auto_candidates, pick_faster

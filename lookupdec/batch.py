@@ -201,14 +201,15 @@ class BatchGate:
         if not kept:
             self.idle += 1
             if size < 2:
-                # A lone sequence's idle step costs only its drafting, but that is ~0.65 ms of a
-                # ~8 ms step (the sources catching up, proposing, merge, selection, their commits):
+                # A lone sequence's idle step costs only its drafting, but that is ~0.55-0.67 ms of
+                # a ~8 ms step (the sources catching up, proposing, merge, selection, their commits):
                 # after IDLE_STEPS of them in a row, LONE_IDLE_SKIP plain steps follow each, doubling
                 # while the re-tries keep nothing, up to LONE_MAX_SKIP, until one keeps a draft. A
                 # draft that starts to pay (a copy in the context) is found at most LONE_MAX_SKIP
                 # steps late.
                 if self.idle >= self.IDLE_STEPS:
-                    self.skip = min(self.LONE_IDLE_SKIP << min(self.idle - self.IDLE_STEPS, 8), self.LONE_MAX_SKIP)
+                    doublings = min(self.idle - self.IDLE_STEPS, 8)  # bounded: an idle run can be long
+                    self.skip = min(self.LONE_IDLE_SKIP << doublings, self.LONE_MAX_SKIP)
                 return
             if self.idle >= self.IDLE_STEPS:
                 self._pause()

@@ -42,10 +42,44 @@ def test_only_nodes_under_a_confirmed_parent_are_observed():
     s.score(tree, np.ones(4), match_len=2, source_id=1)
     s.learn((5, 9))   # 5 right, 6 wrong (9 followed), 7 wrong; 8 is under a wrong node: not observed
     assert cal.observations("pld") == 3
-    # A node deeper than the new tokens reach is not observed either.
+    # A node deeper than the step's new tokens waits for the steps after it.
     s.score(DraftTree.chain([1, 2, 3]), np.ones(3), match_len=2, source_id=1)
     s.learn((1,))
     assert cal.observations("pld") == 4
+    s.learn((2, 4))  # 2 followed, 3 did not
+    assert cal.observations("pld") == 6
+    # Once a node fails, nothing under it is ever observed, however many tokens follow.
+    s.score(DraftTree.chain([1, 2, 3]), np.ones(3), match_len=2, source_id=1)
+    s.learn((7,))
+    s.learn((2, 3))
+    assert cal.observations("pld") == 7
+
+
+def test_deep_nodes_are_decided_by_later_steps_and_their_rates_learned():
+    """A source verified a few tokens deep still learns how its deep nodes fare.
+
+    Each step checks only the first node (a one-token step), but the copy runs on: the
+    later steps decide the deep nodes, and their depth buckets learn the copy's rate.
+    Deciding only with each step's own tokens would leave them at the prior.
+    """
+    cal = Calibration()
+    s = NodeScorer("pld", cal, prior=lambda raw, m, d: 0.3)
+    text = list(range(100, 400))
+    for at in range(200):
+        # Every other proposal starts wrong; a copy that starts right runs on to depth 12.
+        chain = text[at:at + 12] if at % 2 else [0] + text[at + 1:at + 12]
+        s.score(DraftTree.chain(chain), np.ones(12), match_len=4, source_id=1)
+        s.learn(text[at:at + 1])
+    first = cal.rate(("pld", 5, 3, 0), 0.3)  # raw 1.0, match 4, depth 1
+    deep = cal.rate(("pld", 5, 3, 6), 0.3)   # the same, depth 12 and beyond
+    assert 0.4 < first < 0.6 and deep > 0.95
+    assert cal.observations("pld") > 100 * 11
+    # A scorer restarted for a new sequence drops what waits: the next tokens do not follow it.
+    s.score(DraftTree.chain([1, 2, 3]), np.ones(3), match_len=2, source_id=1)
+    s.restart()
+    before = cal.observations("pld")
+    s.learn((1, 2, 3))
+    assert cal.observations("pld") == before
 
 
 def test_shrinkage_toward_the_coarse_rate_then_the_prior():
@@ -74,8 +108,11 @@ def test_merged_calibration_observes_whole_paths_and_learns_a_source_s_overconfi
         mc.learn((5, 8))  # 5 right, 6 wrong, 7 wrong
     after = mc.apply(merge_trees([a, b]))
     assert after.scores[0] > 0.9 and after.scores[1] < 0.1 and after.scores[2] < 0.1
-    # Unknown outcomes are not observed: a step whose new tokens stop before a node says nothing of it.
+    # A path deeper than a step's new tokens is decided by the steps after it: a miss below a miss.
+    mc = MergedCalibration(cal)
     before = cal.observations("auto")
-    mc.apply(merge_trees([DraftTree.chain([5, 6, 9])]))
-    mc.learn((5,))  # node 5 confirmed... as the bonus token only; 6 and 9 lie beyond
+    mc.apply(merge_trees([DraftTree.from_sequences([[5, 6, 9], [5, 7]])]))
+    mc.learn((5,))  # node 5 decided (followed, as the bonus token); 6, 7 and 9 lie beyond
     assert cal.observations("auto") == before + 1
+    mc.learn((7, 1))  # 7 followed, 6 did not, so 9 (under 6) is a miss too
+    assert cal.observations("auto") == before + 4

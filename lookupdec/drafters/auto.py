@@ -31,17 +31,21 @@ from lookupdec.tree import DraftTree, Merged, merge_trees
 
 # Most nodes each source proposes: candidates for the selection, which keeps far fewer.
 SOURCE_BUDGET = 48
+# Longest match the context source measures (the calibration's longest match bucket).
+CONTEXT_MAX_N = 32
 
 
 def context_source(calibration: Calibration | None) -> Drafter:
     """The live-context source as ``auto`` runs it: PLD with a fixed deep draft and a wide fallback.
 
-    Scores, not PLD's adaptive depth, decide how much of it is verified.
+    Scores, not PLD's adaptive depth, decide how much of it is verified. Matches are
+    measured up to ``CONTEXT_MAX_N`` tokens: how long a match runs is what its score is
+    keyed by (``NodeScorer``'s ``grow``).
     """
     from lookupdec.drafters.pld import PLDConfig, PLDDrafter
 
-    cfg = PLDConfig(max_width=SOURCE_BUDGET, max_occurrences=8, min_depth=16, init_depth=16, max_depth=16, grow=0,
-                    fallback_width=8, fallback_depth=6)
+    cfg = PLDConfig(max_width=SOURCE_BUDGET, max_occurrences=8, max_n=CONTEXT_MAX_N, min_depth=16, init_depth=16,
+                    max_depth=16, grow=0, fallback_width=8, fallback_depth=6)
     return PLDDrafter(cfg, calibration=calibration)
 
 
@@ -207,6 +211,7 @@ class AutoDrafter(Drafter):
             s.begin(prompt_ids)
         self._past = len(prompt_ids)
         self._unseen = []
+        self._merged_calibration.restart()
         self._last = None
         self._step = None
         self._active = self.ledger.drafting(self._names) if self.ledger is not None else [True] * len(self.sources)

@@ -69,12 +69,12 @@ class IndexDrafter(Drafter):
         self.indexes = list(indexes)
         self.settings = settings or LookupSettings()
         self._source_id = SOURCES[source]
-        self._scorer = NodeScorer(source, calibration)
+        self._scorer = NodeScorer(source, calibration, grow=True)
         self._seq: list[int] = []
 
     def begin(self, prompt_ids: Sequence[int]) -> None:
         self._seq = [int(t) for t in prompt_ids]
-        self._scorer.learn(())
+        self._scorer.restart()
 
     def propose(self, request: DraftRequest) -> DraftTree:
         s = self.settings

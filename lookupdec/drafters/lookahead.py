@@ -226,6 +226,7 @@ class LookaheadDrafter(Drafter):
 
     def begin(self, prompt_ids: Sequence[int]) -> None:
         self._seq = [int(t) for t in prompt_ids]
+        self._scorer.restart()
         self.shape = self._size(len(self._seq))
         self.pool = NgramPool(self.shape.guess)
         n = self.shape.ngram

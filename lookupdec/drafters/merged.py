@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lookupdec.drafters.calibrate import DEPTH_EDGES, Calibration, bucket
+from lookupdec.drafters.calibrate import DEPTH_EDGES, Calibration, Outcomes, bucket
 from lookupdec.tree import DraftTree, Merged
 
 
@@ -24,13 +24,12 @@ class MergedCalibration:
 
     def __init__(self, calibration: Calibration) -> None:
         self.calibration = calibration
-        self._pending: tuple[list[int], list[int], list[int], list[tuple]] | None = None
+        self._outcomes = Outcomes(calibration, conditional=False)
 
     def apply(self, merged: Merged) -> DraftTree:
         tree = merged.tree
         n = len(tree)
         if n == 0:
-            self._pending = None
             return tree
         agree = np.zeros(n, np.int64)
         for where in merged.maps:
@@ -40,20 +39,13 @@ class MergedCalibration:
         keys = [("auto", int(min(s, 0.999) * 20), int(min(a, 3)), bucket(DEPTH_EDGES, d))
                 for s, a, d in zip(scores.tolist(), agree.tolist(), depth)]
         rated = np.array([self.calibration.rate(k, float(s)) for k, s in zip(keys, scores.tolist())])
-        self._pending = (tree.tokens.tolist(), tree.parents.tolist(), depth, keys)
+        self._outcomes.add(tree.tokens.tolist(), tree.parents.tolist(), keys, depth)
         return DraftTree.trusted(tree.tokens, tree.parents, rated, tree.sources)
 
     def learn(self, new_tokens) -> None:
-        pend, self._pending = self._pending, None
-        if pend is None:
-            return
-        tokens, parents, depth, keys = pend
-        new = list(new_tokens)
-        state: list[bool | None] = [None] * len(tokens)  # path accepted / not / unknown
-        for i, (tok, p, d) in enumerate(zip(tokens, parents, depth)):
-            if p >= 0 and state[p] is not True:
-                state[i] = state[p]  # under a rejected node: rejected; under an unknown one: unknown
-            elif d <= len(new):
-                state[i] = tok == new[d - 1]
-            if state[i] is not None:
-                self.calibration.observe(keys[i], state[i])
+        """Observe what the tokens that followed decide of the merged trees still waiting."""
+        self._outcomes.learn(new_tokens)
+
+    def restart(self) -> None:
+        """Forget the merged trees still waiting (a new sequence begins)."""
+        self._outcomes.clear()

@@ -163,7 +163,7 @@ class PLDDrafter(Drafter):
         if config is not None and settings:
             raise TypeError("pass either a PLDConfig or keyword settings, not both")
         self.config = config if config is not None else PLDConfig(**settings)
-        self._scorer = NodeScorer(self.name, calibration)
+        self._scorer = NodeScorer(self.name, calibration, grow=True)
         c = self.config
         # The fallback needs the 1-token matches indexed too.
         self._index = LiveIndex(max_n=c.max_n, min_n=1 if c.fallback_width else c.min_n)
@@ -179,6 +179,7 @@ class PLDDrafter(Drafter):
         self._index.reset(prompt_ids)
         self._depth = self.config.init_depth
         self._drafted = 0
+        self._scorer.restart()
 
     def propose(self, request: DraftRequest) -> DraftTree:
         """A tree of at most ``min(request.budget, max_width)`` nodes, scored; empty when nothing matched."""

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 import numpy as np
 
 from lookupdec.drafters.base import SOURCES, DraftRequest, Drafter, StepOutcome
-from lookupdec.drafters.calibrate import DEPTH_EDGES, RAW_EDGES, Calibration, bucket
+from lookupdec.drafters.calibrate import DEPTH_EDGES, RAW_EDGES, Calibration, Outcomes, bucket
 from lookupdec.tree import DraftTree
 
 if TYPE_CHECKING:
@@ -237,7 +237,7 @@ class RecycleDrafter(Drafter):
         # One table for every temperature band (the top-k is of the raw logits, whatever the sampling).
         self.table = state.recycle_table(self.config.topk, table_key)
         self._last = -1
-        self._pending: tuple[list[int], list[int], list[int], list[tuple]] | None = None
+        self._outcomes = Outcomes(self.calibration)
 
     @property
     def topk(self) -> int:
@@ -252,38 +252,23 @@ class RecycleDrafter(Drafter):
     def begin(self, prompt_ids: Sequence[int]) -> None:
         # The table is kept: what the target predicted after a token stays a good guess.
         self._last = int(prompt_ids[-1]) if len(prompt_ids) else -1
-        self._pending = None
+        self._outcomes.clear()
 
     def propose(self, request: DraftRequest) -> DraftTree:
         """The expansion under the last token, at most ``min(budget, max_nodes)`` nodes."""
         c = self.config
         budget = min(int(request.budget), c.max_nodes)
         if self._last < 0 or budget <= 0 or request.max_depth <= 0:
-            self._pending = None
             return DraftTree.empty()
         e = expand(self.table, self._last, c.breadth, budget, self._rate, request.max_depth)
         tree = e.tree
         depth = tree.depth.tolist()
         keys = [self._key(r, p, d) for r, p, d in zip(e.ranks.tolist(), e.probs.tolist(), depth)]
-        self._pending = (tree.tokens.tolist(), tree.parents.tolist(), depth, keys)
+        self._outcomes.add(tree.tokens.tolist(), tree.parents.tolist(), keys, depth)
         return tree
 
-    def _learn(self, new_tokens: Sequence[int]) -> None:
-        """Each proposed node whose parent's path the new tokens confirm is a hit or a miss of its key."""
-        pend, self._pending = self._pending, None
-        if pend is None or not new_tokens:
-            return
-        tokens, parents, depth, keys = pend
-        new = list(new_tokens)
-        confirmed = [False] * len(tokens)
-        for i, (tok, p, d) in enumerate(zip(tokens, parents, depth)):
-            if d > len(new) or (p >= 0 and not confirmed[p]):
-                continue
-            confirmed[i] = tok == new[d - 1]
-            self.calibration.observe(keys[i], confirmed[i])
-
     def commit(self, outcome: StepOutcome) -> None:
-        self._learn(outcome.new_tokens)
+        self._outcomes.learn(outcome.new_tokens)  # each proposed node, once the tokens decide it
         if len(outcome.row_tokens):
             self.table.update(outcome.row_tokens, outcome.topk_ids, outcome.topk_probs)
         if outcome.new_tokens:

@@ -207,6 +207,7 @@ class SmallLMDrafter(Drafter):
 
     def begin(self, prompt_ids: Sequence[int]) -> None:
         self._ids = [int(t) for t in prompt_ids]
+        self.scorer.restart()
         self._cache = None
         self._cached = 0
         self._chain = []

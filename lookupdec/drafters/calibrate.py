@@ -13,10 +13,13 @@ this model. ``Calibration`` learns that from what the verifier accepts:
   the coarser key ``(source, raw bucket, match-length bucket)``, which is in
   turn shrunk toward the source's prior guess. A few dozen outcomes move a
   bucket; the prior only matters at the start.
-- After a step, every proposed node whose parent path was confirmed by the new
-  tokens is an observation: a hit if its token is the one that followed. This
+- Every proposed node whose parent path was confirmed by the tokens that
+  followed is an observation: a hit if its token is the one that followed. This
   uses nodes that were pruned before verification too (greedy decoding
-  reveals what the target chose at each confirmed position).
+  reveals what the target chose at each confirmed position), and nodes deeper
+  than their step's new tokens, decided by later steps (``Outcomes``).
+- A lookup source's match length grows with depth (``NodeScorer``'s ``grow``):
+  how long a match runs predicts best whether a copy goes on.
 
 A Decoder keeps one Calibration for all its generations, so the rates carry
 over from one request to the next, as a server would learn them.

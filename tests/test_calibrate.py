@@ -116,3 +116,28 @@ def test_merged_calibration_observes_whole_paths_and_learns_a_source_s_overconfi
     assert cal.observations("auto") == before + 1
     mc.learn((7, 1))  # 7 followed, 6 did not, so 9 (under 6) is a miss too
     assert cal.observations("auto") == before + 4
+
+
+def test_dropping_tokens_no_proposal_waits_on_changes_no_outcome():
+    """``Outcomes`` keeps one token list for its waiting proposals and drops its decided head
+    (``TRIM``): the rates learned equal those of a list that is never cut."""
+    from lookupdec.drafters.calibrate import Outcomes
+
+    rng = np.random.default_rng(3)
+    text = rng.integers(0, 3, 600).tolist()
+    rates = []
+    for trim in (5, 10**9):
+        cal = Calibration()
+        out = Outcomes(cal, conditional=False)
+        out.TRIM = trim
+        at = 0
+        while at < 580:
+            tree = DraftTree.from_sequences([text[at:at + 6], [text[at], 2 - text[at + 1]]])
+            depth = tree.depth.tolist()
+            out.add(tree.tokens.tolist(), tree.parents.tolist(), depth,
+                    [("s", 0, 0, d) for d in depth])
+            step = 1 + at % 3  # steps of 1-3 tokens
+            out.learn(text[at:at + step])
+            at += step
+        rates.append(dict(cal._fine))
+    assert rates[0] == rates[1] and sum(t for _, t in rates[0].values()) > 1000

@@ -22,7 +22,7 @@ import numpy as np
 
 from lookupdec.costs import CostCurve
 from lookupdec.drafters.base import DraftRequest, Drafter, ExtraRows, StepOutcome, as_drafter
-from lookupdec.drafters.calibrate import Calibration
+from lookupdec.drafters.calibrate import MATCH_EDGES, Calibration
 from lookupdec.drafters.ledger import SourceLedger
 from lookupdec.drafters.merged import MergedCalibration
 from lookupdec.drafters.select import DEFAULT_MARGIN, select_nodes
@@ -31,8 +31,8 @@ from lookupdec.tree import DraftTree, Merged, merge_trees
 
 # Most nodes each source proposes: candidates for the selection, which keeps far fewer.
 SOURCE_BUDGET = 48
-# Longest match the context source measures (the calibration's longest match bucket).
-CONTEXT_MAX_N = 32
+# Longest match the context source measures: the calibration's longest match bucket.
+CONTEXT_MAX_N = MATCH_EDGES[-1]
 
 
 def context_source(calibration: Calibration | None) -> Drafter:

@@ -151,16 +151,16 @@ def lookup_prior(raw: float, match_len: int, depth: int) -> float:
 class _Proposal:
     """One scored tree waiting for the tokens that decide its nodes (``Outcomes``)."""
 
-    __slots__ = ("tokens", "parents", "depth", "keys", "order", "at", "state", "got", "age", "deepest")
+    __slots__ = ("tokens", "parents", "depth", "keys", "order", "at", "state", "start", "deepest")
 
-    def __init__(self, tokens: list[int], parents: list[int], depth: list[int], keys: list[tuple]) -> None:
+    def __init__(self, tokens: list[int], parents: list[int], depth: list[int], keys: list[tuple],
+                 start: int) -> None:
         self.tokens, self.parents, self.depth, self.keys = tokens, parents, depth, keys
         # Nodes by depth (stable: parents come before their children at every depth).
         self.order = sorted(range(len(tokens)), key=depth.__getitem__)
-        self.at = 0
+        self.at = 0  # nodes of ``order`` decided so far
         self.state: list[bool | None] = [None] * len(tokens)  # its path followed / not / not known yet
-        self.got: list[int] = []  # the tokens that followed the proposal so far
-        self.age = 0
+        self.start = start  # where the tokens that follow it begin in ``Outcomes``' token list
         self.deepest = 0  # the depth of the deepest node decided as followed
 
 
@@ -176,19 +176,20 @@ class Outcomes:
     ``auto`` mostly verified 3 nodes: the context source's depth buckets 8-11 held 8 outcomes
     and 12+ none, so their rates were borrowed from shallow nodes). Greedy decoding reveals exactly
     whether a node would have been accepted; under sampling a node is a hit when its token
-    is the one sampled, the same rule as for the step's own tokens.
+    is the one sampled, the same rule as for the step's own tokens. A proposal is decided
+    within as many tokens as it is deep, so at most ``horizon`` wait (the oldest are dropped).
 
     Args:
         calibration: where the outcomes go.
         conditional: observe a node only when its parent's path followed (a conditional
             rate, ``NodeScorer``); otherwise a node under a path that did not follow is a
             miss as well (a whole path's rate, ``MergedCalibration``).
-        horizon: the most steps a proposal waits; older ones are dropped undecided.
+        horizon: the most proposals that wait.
 
     Example:
         >>> cal = Calibration()
         >>> out = Outcomes(cal)
-        >>> out.add([5, 6, 7], [-1, 0, 1], [("s", 0, 0, 1), ("s", 0, 0, 2), ("s", 0, 0, 3)])
+        >>> out.add([5, 6, 7], [-1, 0, 1], [1, 2, 3], [("s", 0, 0, 1), ("s", 0, 0, 2), ("s", 0, 0, 3)])
         >>> out.learn([5])        # node 5 is decided; 6 and 7 wait
         >>> cal.observations("s")
         1
@@ -197,43 +198,41 @@ class Outcomes:
         (3, True)
     """
 
+    TRIM = 4096  # tokens no proposal waits on are dropped from the list once this many gather
+
     def __init__(self, calibration: Calibration, conditional: bool = True, horizon: int = 16) -> None:
         self.calibration = calibration
         self.conditional = conditional
         self.horizon = int(horizon)
         self._waiting: list[_Proposal] = []
+        self._seen: list[int] = []  # the tokens that followed the waiting proposals, in order
 
-    def add(self, tokens: list[int], parents: list[int], keys: list[tuple], depth: list[int] | None = None) -> None:
-        """A proposal's nodes (parents before children) and their keys; ``depth`` is computed when None."""
-        if not tokens:
-            return
-        if depth is None:
-            depth = []
-            for p in parents:
-                depth.append(1 if p < 0 else depth[p] + 1)
-        self._waiting.append(_Proposal(tokens, parents, depth, keys))
+    def add(self, tokens: list[int], parents: list[int], depth: list[int], keys: list[tuple]) -> None:
+        """A proposal's nodes (parents before children), their depths and keys."""
+        if tokens:
+            self._waiting.append(_Proposal(tokens, parents, depth, keys, len(self._seen)))
 
     def clear(self) -> None:
         """Drop every waiting proposal (a new sequence starts: later tokens do not follow them)."""
-        self._waiting = []
+        self._waiting, self._seen = [], []
 
     def learn(self, new_tokens: Sequence[int]) -> None:
         """Decide what the tokens that followed reveal, on every waiting proposal."""
         if not self._waiting or not len(new_tokens):
             return
-        new = [int(t) for t in new_tokens]
+        seen = self._seen
+        seen.extend(int(t) for t in new_tokens)
         observe, conditional = self.calibration.observe, self.conditional
         keep = []
         for w in self._waiting:
-            w.got.extend(new)
-            w.age += 1
-            got, order, n = w.got, w.order, len(w.order)
+            order, n, base = w.order, len(w.order), w.start
             tokens, parents, depth, keys, state = w.tokens, w.parents, w.depth, w.keys, w.state
+            have = len(seen) - base
             at = w.at
             while at < n:
                 i = order[at]
                 d = depth[i]
-                if d > len(got):
+                if d > have:
                     break
                 at += 1
                 p = parents[i]
@@ -242,20 +241,27 @@ class Outcomes:
                         state[i] = False
                         observe(keys[i], False)
                     continue
-                hit = state[i] = tokens[i] == got[d - 1]
+                hit = state[i] = tokens[i] == seen[base + d - 1]
                 if hit:
                     w.deepest = d
                 observe(keys[i], hit)
             w.at = at
             # Kept while a node waits whose ancestor one level up followed (under a conditional
             # rate nothing else is ever observed; under a path rate the rest are misses).
-            if at < n and w.age < self.horizon:
+            if at < n:
                 if depth[order[at]] - 1 <= w.deepest:
                     keep.append(w)
                 elif not conditional:
                     for i in order[at:]:
                         observe(keys[i], False)
-        self._waiting = keep[-self.horizon:]
+        self._waiting = keep = keep[-self.horizon:]
+        if not keep:
+            self._seen = []
+        elif keep[0].start >= self.TRIM:
+            cut = keep[0].start
+            del seen[:cut]
+            for w in keep:
+                w.start -= cut
 
 
 class NodeScorer:
@@ -318,7 +324,7 @@ class NodeScorer:
             keys[i] = key
             c = cal.rate(key, prior(r, m, d))
             scores[i] = c if p < 0 else scores[p] * c
-        self._outcomes.add(tokens, parents, keys, depth)
+        self._outcomes.add(tokens, parents, depth, keys)
         return DraftTree.trusted(tree.tokens, tree.parents, scores, np.full(n, source_id, np.int16))
 
     def learn(self, new_tokens: Sequence[int]) -> None:

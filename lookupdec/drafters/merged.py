@@ -39,7 +39,7 @@ class MergedCalibration:
         keys = [("auto", int(min(s, 0.999) * 20), int(min(a, 3)), bucket(DEPTH_EDGES, d))
                 for s, a, d in zip(scores.tolist(), agree.tolist(), depth)]
         rated = np.array([self.calibration.rate(k, float(s)) for k, s in zip(keys, scores.tolist())])
-        self._outcomes.add(tree.tokens.tolist(), tree.parents.tolist(), keys, depth)
+        self._outcomes.add(tree.tokens.tolist(), tree.parents.tolist(), depth, keys)
         return DraftTree.trusted(tree.tokens, tree.parents, rated, tree.sources)
 
     def learn(self, new_tokens) -> None:

@@ -264,7 +264,7 @@ class RecycleDrafter(Drafter):
         tree = e.tree
         depth = tree.depth.tolist()
         keys = [self._key(r, p, d) for r, p, d in zip(e.ranks.tolist(), e.probs.tolist(), depth)]
-        self._outcomes.add(tree.tokens.tolist(), tree.parents.tolist(), keys, depth)
+        self._outcomes.add(tree.tokens.tolist(), tree.parents.tolist(), depth, keys)
         return tree
 
     def commit(self, outcome: StepOutcome) -> None:

@@ -250,6 +250,7 @@ class Sequence:
         import torch
 
         from lookupdec.sampling import position_uniform, target_probs
+        from lookupdec.tree_rows import argmax_row
         from lookupdec.verify import greedy_accept, sample_accept
 
         params = self.params
@@ -260,7 +261,7 @@ class Sequence:
             lazy_s = res.rows.compute_s
             allowed = None if self.constraint is None else self.constraint.row_masks(res.tree)
             if params.greedy:
-                acc = greedy_accept(res.tree, lambda r: int(res.row(r).argmax()) if allowed is None
+                acc = greedy_accept(res.tree, lambda r: argmax_row(res.row(r)) if allowed is None
                                     else masked_argmax(res.row(r), allowed(r)))
             else:
                 probs = (lambda r: target_probs(res.row(r), params)) if allowed is None else \
@@ -362,9 +363,11 @@ class Sequence:
                                       st.draft_ms, st.other_ms))
 
     def _choose(self, logits) -> int:
+        from lookupdec.tree_rows import argmax_row
+
         allowed = None if self.constraint is None else self.constraint.mask()
         if self.params.greedy:
-            return int(logits.argmax().item()) if allowed is None else masked_argmax(logits, allowed)
+            return argmax_row(logits) if allowed is None else masked_argmax(logits, allowed)
         from lookupdec.sampling import position_uniform
 
         return draw_token(logits, self.params, position_uniform(self._key, len(self.new)), allowed)

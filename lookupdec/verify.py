@@ -59,7 +59,7 @@ from lookupdec.accept import Acceptance, greedy_accept, main_path, sample_accept
 from lookupdec.logit_rows import LazyLogits, subtree  # noqa: F401  (re-exported)
 from lookupdec.kvcache import all_full_attention, keep_rows, new_cache, with_cache
 from lookupdec.tree import DraftTree
-from lookupdec.tree_rows import (best_path_nodes, clip_depth, longest_path, longest_path_nodes,  # noqa: F401
+from lookupdec.tree_rows import (argmax_rows, best_path_nodes, clip_depth, longest_path, longest_path_nodes,  # noqa: F401
                                  topk_rows, tree_attention_bias, tree_inputs)  # (re-exported)
 from lookupdec.drafters.base import VerifierSignals
 
@@ -298,7 +298,7 @@ class TreeVerifier:
         """A VerifyResult with the extra rows' argmax; the top-k asked for is deferred (``topk_of``)."""
         res = VerifyResult(rows, tree, topk=max(int(topk), 0), root=int(root))
         if extra_logits is not None:
-            res = replace(res, extra_argmax=extra_logits.argmax(-1).cpu().numpy().astype(np.int64))
+            res = replace(res, extra_argmax=argmax_rows(extra_logits))
         return res
 
     def _fast_forward(self, cache, past: int, root: int, tree: DraftTree, extra: "ExtraRows | None",

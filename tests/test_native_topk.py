@@ -59,3 +59,20 @@ def test_the_logit_rows_benchmark_runs_and_reports_both_routes():
     out = subprocess.run([sys.executable, str(script), "--vocab", "300", "--repeats", "3", "--threads", "1"],
                          capture_output=True, text=True, check=True).stdout
     assert out.count("native") == 4 and out.count("torch") == 4 and "sampled token" in out
+
+
+def test_argmax_rows_picks_what_torch_argmax_picks_on_ties_nan_and_strided_rows():
+    """``argmax_rows`` (numpy on a CPU) against torch's own argmax, the slow oracle it replaced:
+    the first of equal maxima, the first NaN, -inf rows, a strided view, one row and many."""
+    from lookupdec.tree_rows import argmax_row, argmax_rows
+
+    rng = np.random.default_rng(3)
+    x = _rows(rng, 3, 49152)
+    nan = (rng.standard_normal((2, 300)) * 4).astype(np.float32)
+    nan[0, [17, 40]] = np.nan
+    nan[1] = -np.inf
+    for rows in (torch.from_numpy(x), torch.from_numpy(nan), torch.from_numpy(x)[:, ::3], torch.from_numpy(x).T[:50]):
+        want = torch.argmax(rows, dim=-1).tolist()
+        assert argmax_rows(rows).tolist() == want
+        assert [argmax_row(r) for r in rows] == want
+    assert argmax_rows(torch.from_numpy(x).double()).tolist() == torch.argmax(torch.from_numpy(x), -1).tolist()

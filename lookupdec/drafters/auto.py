@@ -419,7 +419,7 @@ class AutoDrafter(Drafter):
         verified_merged = np.where(verified >= 0, chosen[np.maximum(verified, 0)] if len(chosen) else -1, -1)
         n_merged = len(merged.tree)
         for i, (s, where) in enumerate(zip(self.sources, merged.maps)):
-            if not len(where):  # proposed nothing (or was off): nothing of its own to map
+            if not len(where) or not len(chosen):  # proposed nothing (or was off), or none of it was verified
                 tell(i, s, StepOutcome((), new, outcome.tree, np.full(len(outcome.tree), -1, np.int64)))
                 continue
             # Merged node -> this source's node (its first), by one inverse table.

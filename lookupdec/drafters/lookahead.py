@@ -254,7 +254,8 @@ class LookaheadDrafter(Drafter):
         if not self._seq or request.budget <= 0 or request.max_depth <= 0:
             return self._scorer.score(DraftTree.empty(), np.zeros(0), 1, SOURCES[self.name])
         cands = [c[: request.max_depth] for c in self.pool.get(self._seq[-1])]
-        tree = DraftTree.from_sequences([c for c in cands if c]).prune(request.budget)
+        cands = [c for c in cands if c]
+        tree = DraftTree.from_sequences(cands).prune(request.budget) if cands else DraftTree.empty()
         return self._scorer.score(tree, conditional(tree), 1, SOURCES[self.name])
 
     def commit(self, outcome: StepOutcome) -> None:

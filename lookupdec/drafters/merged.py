@@ -33,7 +33,10 @@ class MergedCalibration:
             return tree
         agree = np.zeros(n, np.int64)
         for where in merged.maps:
-            agree[np.unique(where)] += 1
+            if len(where):
+                seen = np.zeros(n, bool)  # a source's nodes may share a merged node: counted once
+                seen[where] = True
+                agree += seen
         depth = tree.depth.tolist()
         scores = tree.path_scores()
         keys = [("auto", int(min(s, 0.999) * 20), int(min(a, 3)), bucket(DEPTH_EDGES, d))

@@ -7,7 +7,7 @@ node ``i``, then a drafter's extra rows, then padding; row ``r`` sits at positio
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 import torch
@@ -178,3 +178,28 @@ def topk_rows(logits: torch.Tensor, k: int) -> tuple[np.ndarray, np.ndarray]:
     vals, ids = torch.topk(logits.float(), k, dim=-1)
     probs = torch.exp(vals - torch.logsumexp(logits.float(), dim=-1, keepdim=True))
     return ids.cpu().numpy().astype(np.int64), probs.cpu().numpy().astype(np.float32)
+
+
+def topk_of_rows(rows: Sequence[torch.Tensor], k: int) -> tuple[np.ndarray, np.ndarray]:
+    """``topk_rows`` of separate ``(vocab,)`` rows, as if stacked.
+
+    CPU float32 rows are read where they lie, one native call each: stacking them first copied
+    every row once more (~60 us a step for Token Recycling's few rows, 2-core AMD EPYC VM).
+
+    Example:
+        >>> ids, _ = topk_of_rows([torch.tensor([0.0, 2.0, 1.0]), torch.tensor([5.0, 0.0, 1.0])], 1)
+        >>> ids.tolist()
+        [[1], [0]]
+    """
+    if not rows:
+        return np.zeros((0, max(int(k), 0)), np.int64), np.zeros((0, max(int(k), 0)), np.float32)
+    k = min(int(k), rows[0].shape[-1])
+    if all(r.device.type == "cpu" and r.dtype == torch.float32 and r.dim() == 1 and r.is_contiguous() for r in rows) \
+            and 1 <= k <= TOPK_MAX and len({r.shape[0] for r in rows}) == 1:
+        ids = np.empty((len(rows), k), np.int64)
+        probs = np.empty((len(rows), k), np.float32)
+        n = rows[0].shape[0]
+        for j, r in enumerate(rows):
+            topk_rows_ptr(r.data_ptr(), 1, n, k, ids[j].ctypes.data, probs[j].ctypes.data)
+        return ids, probs
+    return topk_rows(torch.stack(list(rows)), k)

@@ -60,7 +60,7 @@ from lookupdec.logit_rows import LazyLogits, subtree  # noqa: F401  (re-exported
 from lookupdec.kvcache import all_full_attention, keep_rows, new_cache, with_cache
 from lookupdec.tree import DraftTree
 from lookupdec.tree_rows import (argmax_rows, best_path_nodes, clip_depth, longest_path, longest_path_nodes,  # noqa: F401
-                                 topk_rows, tree_attention_bias, tree_inputs)  # (re-exported)
+                                 topk_of_rows, topk_rows, tree_attention_bias, tree_inputs)  # (re-exported)
 from lookupdec.drafters.base import VerifierSignals
 
 if TYPE_CHECKING:
@@ -135,14 +135,11 @@ class VerifyResult(VerifierSignals):
         k = self.topk if k is None else int(k)
         if k <= 0:
             return np.zeros(0, np.int64), np.zeros((0, 0), np.int64), np.zeros((0, 0), np.float32)
-        if rows is None:
-            rows = self.rows.computed_rows()
-        rows = sorted(int(r) for r in rows)
+        rows = self.rows.computed_rows() if rows is None else sorted(int(r) for r in rows)
         self.rows.prefetch(rows)
-        logits = torch.stack([self.rows.row(r) for r in rows]) if rows else torch.zeros((0, 1))
-        ids, probs = topk_rows(logits, k)
-        tokens = np.concatenate([[int(self.root)], self.tree.tokens]).astype(np.int64)[rows] if rows else \
-            np.zeros(0, np.int64)
+        ids, probs = topk_of_rows([self.rows.row(r) for r in rows], k)
+        node_tokens = self.tree.tokens
+        tokens = np.array([int(self.root) if r == 0 else int(node_tokens[r - 1]) for r in rows], np.int64)
         return tokens, ids, probs
 
     @property

@@ -23,7 +23,7 @@ import numpy as np
 from lookupdec.costs import CostCurve
 from lookupdec.drafters.base import DraftRequest, Drafter, ExtraRows, StepOutcome, as_drafter
 from lookupdec.drafters.calibrate import MATCH_EDGES, Calibration
-from lookupdec.drafters.ledger import SourceLedger
+from lookupdec.drafters.ledger import SourceLedger, StepShares, step_shares
 from lookupdec.drafters.merged import MergedCalibration
 from lookupdec.drafters.select import DEFAULT_MARGIN, select_nodes
 from lookupdec.drafters.state import DrafterState
@@ -141,7 +141,7 @@ class AutoDrafter(Drafter):
         self._active = [True] * len(self.sources)
         self._draft_ms = np.zeros(len(self.sources))
         # This step's accounting: (unique rows' ms per source, modelled step ms without drafting).
-        self._step: tuple[np.ndarray, float, np.ndarray, np.ndarray] | None = None
+        self._step: StepShares | None = None
         self._cost = cost
         self._table: np.ndarray | None = None
         self._table_past = -1
@@ -331,33 +331,11 @@ class AutoDrafter(Drafter):
 
     def _account(self, merged: Merged, chosen: np.ndarray, costs: np.ndarray, budget: int,
                  windows: list[int]) -> None:
-        """Each source's marginal rows this step and what they cost (``lookupdec.drafters.ledger``).
-
-        A node several sources proposed is owned by the cheapest of them this step (drafting
-        ms plus its window rows' ms): the sources are added in order of cost, and each is
-        credited with the rows and accepted tokens that the cheaper ones did not bring. So of
-        two sources drafting the same tokens the dear one has nothing of its own to show for
-        its cost, and the cheap one keeps them.
-        """
-        n = len(merged.tree)
-        k = len(chosen)
-        rows_ms = np.zeros(len(self.sources))
-        extra = sum(windows)
-        for i, m in enumerate(windows):
-            if m:  # the step without this source's window rows
-                rows_ms[i] += float(costs[1 + k] - self._costs(budget, extra - m)[1 + k])
-        owner = np.full(n, -1, np.int64)
-        for i in np.argsort(self._draft_ms + rows_ms, kind="stable").tolist():
-            where = merged.maps[i]
-            if len(where):
-                free = where[owner[where] < 0]
-                owner[free] = i
-        if k:
-            mine = np.bincount(owner[chosen][owner[chosen] >= 0], minlength=len(self.sources))
-            for i, u in enumerate(mine.tolist()):
-                if u:
-                    rows_ms[i] += float(costs[1 + k] - costs[1 + k - u])
-        self._step = (rows_ms, float(costs[1 + k]), owner, chosen)
+        """Each source's marginal rows this step and what they cost (``ledger.step_shares``)."""
+        k, extra = len(chosen), sum(windows)
+        # A window's rows: the step without them (the tree chosen as it is).
+        window_ms = [float(costs[1 + k] - self._costs(budget, extra - m)[1 + k]) if m else 0.0 for m in windows]
+        self._step = step_shares(merged.maps, self._draft_ms, chosen, costs, window_ms, len(merged.tree))
 
     def _catch_up(self) -> None:
         """Tell the sources the tokens of the steps that proposed nothing, in one call each.
@@ -437,9 +415,5 @@ class AutoDrafter(Drafter):
             spent[i] += outcome.topk_ms / len(asked)
         step, self._step = self._step, None
         if self.ledger is not None and step is not None:
-            rows_ms, forward_ms, owner, _ = step
-            mine = owner[accepted_merged]
-            unique = np.bincount(mine[mine >= 0], minlength=len(self.sources)).astype(np.float64)
             host = float(getattr(self.cost, "host_ms", 0.0) or 0.0)
-            self.ledger.record(forward_ms + float(spent.sum()) + host, len(new), self._names, unique.tolist(),
-                               (rows_ms + spent).tolist())
+            self.ledger.settle(step, accepted_merged, spent, host, len(new), self._names)

@@ -42,7 +42,64 @@ import logging
 from dataclasses import dataclass
 from typing import Sequence
 
+import numpy as np
+
 log = logging.getLogger("lookupdec.auto")
+
+
+@dataclass(frozen=True)
+class StepShares:
+    """What each source put into one drafted step's forward (``step_shares``), settled at its commit.
+
+    Attributes:
+        rows_ms: per source, the ms of the tree rows it alone brought and of its window rows.
+        forward_ms: the modelled forward of the chosen tree (and window).
+        owner: per merged node, the source credited with it (-1: none).
+    """
+
+    rows_ms: np.ndarray
+    forward_ms: float
+    owner: np.ndarray
+
+
+def step_shares(maps: Sequence[np.ndarray], draft_ms: np.ndarray, chosen: np.ndarray, costs: np.ndarray,
+                window_ms: Sequence[float], n_merged: int) -> StepShares:
+    """Each source's marginal rows this step and what they cost.
+
+    A node several sources proposed is owned by the cheapest of them this step (drafting
+    ms plus its window rows' ms): the sources are added in order of cost, and each is
+    credited with the rows and accepted tokens that the cheaper ones did not bring. So of
+    two sources drafting the same tokens the dear one has nothing of its own to show for
+    its cost, and the cheap one keeps them.
+
+    Args:
+        maps: per source, the merged node of each of its nodes (``Merged.maps``).
+        draft_ms: per source, its drafting ms this step.
+        chosen: the merged nodes chosen for verification.
+        costs: ``costs[w]``, the modelled forward of ``w`` tree rows beside the step's window.
+        window_ms: per source, what its window rows add to the step.
+        n_merged: nodes in the merged tree.
+
+    Example:
+        >>> sh = step_shares([np.array([0, 1]), np.array([0])], np.array([0.5, 0.1]), np.array([0, 1]),
+        ...                  np.array([np.inf, 10.0, 12.0, 14.0]), [0.0, 0.0], 2)
+        >>> sh.owner.tolist(), sh.rows_ms.tolist()      # the cheap second source owns node 0
+        ([1, 0], [2.0, 2.0])
+    """
+    k = len(chosen)
+    rows_ms = np.asarray(window_ms, np.float64).copy()
+    owner = np.full(n_merged, -1, np.int64)
+    for i in np.argsort(np.asarray(draft_ms) + rows_ms, kind="stable").tolist():
+        where = maps[i]
+        if len(where):
+            free = where[owner[where] < 0]
+            owner[free] = i
+    if k:
+        mine = np.bincount(owner[chosen][owner[chosen] >= 0], minlength=len(maps))
+        for i, u in enumerate(mine.tolist()):
+            if u:
+                rows_ms[i] += float(costs[1 + k] - costs[1 + k - u])
+    return StepShares(rows_ms, float(costs[1 + k]), owner)
 
 
 @dataclass
@@ -143,6 +200,15 @@ class SourceLedger:
     def rate(self) -> float:
         """Overall tokens per ms over recent steps (0 before any)."""
         return self.tokens / self.ms if self.ms > 0 else 0.0
+
+    def settle(self, shares: StepShares, accepted: np.ndarray, spent_ms: np.ndarray, host_ms: float, tokens: int,
+               names: Sequence[str]) -> None:
+        """``record`` a drafted step from its ``StepShares``: each source's accepted merged nodes
+        (``accepted``) are its marginal tokens, its rows and drafting (``spent_ms``) its marginal ms."""
+        mine = shares.owner[accepted]
+        unique = np.bincount(mine[mine >= 0], minlength=len(names)).astype(np.float64)
+        self.record(shares.forward_ms + float(spent_ms.sum()) + host_ms, tokens, names, unique.tolist(),
+                    (shares.rows_ms + spent_ms).tolist())
 
     def record(self, step_ms: float, tokens: int, names: Sequence[str], unique_tokens: Sequence[float],
                marginal_ms: Sequence[float]) -> None:

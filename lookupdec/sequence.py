@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Callable, Sequence as Seq
 
 import numpy as np
 
-from lookupdec.drafters.base import (SOURCE_NAMES, SOURCES, DraftRequest, ExtraRows, NoDrafter, StepOutcome,
+from lookupdec.drafters.base import (SOURCE_NAMES, DraftRequest, ExtraRows, NoDrafter, StepOutcome,
                                      VerifierSignals, as_drafter)
 from lookupdec.proposals import check_tree, check_window, topk_of
 from lookupdec.results import GenerationResult, StepStats
@@ -228,7 +228,11 @@ class Sequence:
             else:
                 tree, kept = DraftTree.empty(), None
             if self.constraint is not None and drafting:
-                tree, kept = self._constrain(tree, kept, budget, max_depth)
+                from lookupdec.constraints import constrain_draft
+
+                # Plain ``ar`` (a drafter that never drafts) stays one token per forward: no forced tokens joined.
+                tree, kept = constrain_draft(self.constraint, tree, kept, budget, max_depth,
+                                             join=not isinstance(drafter, NoDrafter))
             if extra is not None and len(tree) + len(extra) > budget:
                 extra = None  # the window counts inside the budget: one that does not fit beside the tree does not run
             t1 = time.perf_counter()
@@ -371,43 +375,6 @@ class Sequence:
         from lookupdec.sampling import position_uniform
 
         return draw_token(logits, self.params, position_uniform(self._key, len(self.new)), allowed)
-
-    def _constrain(self, tree: DraftTree, kept, budget: int, max_depth: int):
-        """The checked draft cut to the paths the grammar allows, with its forced tokens joined.
-
-        A sampled tree (with q) is left whole: cutting it by its drawn tokens would bias
-        it, and the masked acceptance rejects a forbidden token anyway (its mass is 0).
-        """
-        from lookupdec.constraints import extend_best_leaf, join_forced
-
-        if tree.sampled:
-            return tree, kept
-        if len(tree):
-            keep = self.constraint.prune(tree)
-            if len(keep) < len(tree):
-                tree = tree.subset(keep)  # its ids still name the proposal's nodes
-        base = tree.node_ids()
-        # Plain ``ar`` (a drafter that never drafts) stays one token per forward.
-        if isinstance(self.drafter, NoDrafter):
-            return tree, (None if tree.ids is None else base)
-        forced = self.constraint.forced(max_depth)
-        joined = join_forced(tree, forced, SOURCES["grammar"], budget, max_depth)
-        tree = joined.tree
-        origin = np.where(joined.origin >= 0, base[np.maximum(joined.origin, 0)] if len(base) else -1, -1)
-        # The best path's leaf continues with what the grammar forces after it (a closing quote,
-        # the next key), in the budget left.
-        room = budget - len(tree)
-        if len(tree) and room > 0:
-            depth = tree.depth
-            leaves = tree.leaves()
-            leaf = int(leaves[np.lexsort((-depth[leaves], -tree.path_scores()[leaves]))[0]])
-            more = self.constraint.forced_after(tree.tokens[tree.path(leaf)].tolist(),
-                                                min(room, max_depth - int(depth[leaf])))
-            if more:
-                ext = extend_best_leaf(tree, origin, more, leaf, SOURCES["grammar"])
-                tree, origin = ext.tree, ext.origin
-        origin = np.asarray(origin, np.int64)
-        return tree.with_ids(origin), origin
 
     def _absorb(self, outcome: StepOutcome, draft_size: int, draft_ms: float, verify_ms: float,
                 other_ms: float) -> None:

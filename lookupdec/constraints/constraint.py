@@ -302,3 +302,48 @@ def extend_best_leaf(tree: DraftTree, origin: np.ndarray, forced: Sequence[int],
     sources = np.concatenate([tree.sources, np.full(len(forced), source, np.int16)])
     return Joined(DraftTree(tokens, parents, scores, sources),
                   np.concatenate([np.asarray(origin, np.int64), np.full(len(forced), -1, np.int64)]))
+
+
+def constrain_draft(constraint: Constraint, tree: DraftTree, kept, budget: int, max_depth: int,
+                    join: bool = True) -> tuple[DraftTree, np.ndarray | None]:
+    """A checked draft cut to the paths the grammar allows, with its forced tokens joined.
+
+    A sampled tree (with q) is left whole: cutting it by its drawn tokens would bias
+    it, and the masked acceptance rejects a forbidden token anyway (its mass is 0).
+
+    Args:
+        constraint: the request's grammar state.
+        tree, kept: the checked draft and its node ids in the drafter's proposal (``check_tree``).
+        budget, max_depth: the step's limits.
+        join: join the grammar's forced tokens under the root and after the best leaf (False for
+            plain ``ar``, which stays one token per forward).
+    Returns:
+        The tree (its ids naming the proposal's nodes, -1 for forced tokens) and those ids.
+    """
+    from lookupdec.drafters.base import SOURCES
+
+    if tree.sampled:
+        return tree, kept
+    if len(tree):
+        keep = constraint.prune(tree)
+        if len(keep) < len(tree):
+            tree = tree.subset(keep)  # its ids still name the proposal's nodes
+    base = tree.node_ids()
+    if not join:
+        return tree, (None if tree.ids is None else base)
+    joined = join_forced(tree, constraint.forced(max_depth), SOURCES["grammar"], budget, max_depth)
+    tree = joined.tree
+    origin = np.where(joined.origin >= 0, base[np.maximum(joined.origin, 0)] if len(base) else -1, -1)
+    # The best path's leaf continues with what the grammar forces after it (a closing quote,
+    # the next key), in the budget left.
+    room = budget - len(tree)
+    if len(tree) and room > 0:
+        depth = tree.depth
+        leaves = tree.leaves()
+        leaf = int(leaves[np.lexsort((-depth[leaves], -tree.path_scores()[leaves]))[0]])
+        more = constraint.forced_after(tree.tokens[tree.path(leaf)].tolist(), min(room, max_depth - int(depth[leaf])))
+        if more:
+            ext = extend_best_leaf(tree, origin, more, leaf, SOURCES["grammar"])
+            tree, origin = ext.tree, ext.origin
+    origin = np.asarray(origin, np.int64)
+    return tree.with_ids(origin), origin

@@ -140,7 +140,7 @@ class AutoDrafter(Drafter):
             self.ledger = None
         self._active = [True] * len(self.sources)
         self._draft_ms = np.zeros(len(self.sources))
-        # This step's accounting: (unique rows' ms per source, modelled step ms without drafting).
+        # What each source put into this step's forward, settled in the ledger at its commit.
         self._step: StepShares | None = None
         self._cost = cost
         self._table: np.ndarray | None = None
@@ -335,7 +335,7 @@ class AutoDrafter(Drafter):
         k, extra = len(chosen), sum(windows)
         # A window's rows: the step without them (the tree chosen as it is).
         window_ms = [float(costs[1 + k] - self._costs(budget, extra - m)[1 + k]) if m else 0.0 for m in windows]
-        self._step = step_shares(merged.maps, self._draft_ms, chosen, costs, window_ms, len(merged.tree))
+        self._step = step_shares(merged, self._draft_ms, chosen, costs, window_ms)
 
     def _catch_up(self) -> None:
         """Tell the sources the tokens of the steps that proposed nothing, in one call each.

@@ -40,9 +40,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from lookupdec.tree import Merged
 
 log = logging.getLogger("lookupdec.auto")
 
@@ -62,8 +65,8 @@ class StepShares:
     owner: np.ndarray
 
 
-def step_shares(maps: Sequence[np.ndarray], draft_ms: np.ndarray, chosen: np.ndarray, costs: np.ndarray,
-                window_ms: Sequence[float], n_merged: int) -> StepShares:
+def step_shares(merged: Merged, draft_ms: np.ndarray, chosen: np.ndarray, costs: np.ndarray,
+                window_ms: Sequence[float]) -> StepShares:
     """Each source's marginal rows this step and what they cost.
 
     A node several sources proposed is owned by the cheapest of them this step (drafting
@@ -73,22 +76,23 @@ def step_shares(maps: Sequence[np.ndarray], draft_ms: np.ndarray, chosen: np.nda
     its cost, and the cheap one keeps them.
 
     Args:
-        maps: per source, the merged node of each of its nodes (``Merged.maps``).
+        merged: the sources' trees merged (``maps[i]``: the merged node of each of source i's nodes).
         draft_ms: per source, its drafting ms this step.
         chosen: the merged nodes chosen for verification.
         costs: ``costs[w]``, the modelled forward of ``w`` tree rows beside the step's window.
         window_ms: per source, what its window rows add to the step.
-        n_merged: nodes in the merged tree.
 
     Example:
-        >>> sh = step_shares([np.array([0, 1]), np.array([0])], np.array([0.5, 0.1]), np.array([0, 1]),
-        ...                  np.array([np.inf, 10.0, 12.0, 14.0]), [0.0, 0.0], 2)
+        >>> from lookupdec.tree import DraftTree, merge_trees
+        >>> merged = merge_trees([DraftTree.chain([5, 6]), DraftTree.chain([5])])
+        >>> sh = step_shares(merged, np.array([0.5, 0.1]), np.array([0, 1]),
+        ...                  np.array([np.inf, 10.0, 12.0, 14.0]), [0.0, 0.0])
         >>> sh.owner.tolist(), sh.rows_ms.tolist()      # the cheap second source owns node 0
         ([1, 0], [2.0, 2.0])
     """
-    k = len(chosen)
+    k, maps = len(chosen), merged.maps
     rows_ms = np.asarray(window_ms, np.float64).copy()
-    owner = np.full(n_merged, -1, np.int64)
+    owner = np.full(len(merged.tree), -1, np.int64)
     for i in np.argsort(np.asarray(draft_ms) + rows_ms, kind="stable").tolist():
         where = maps[i]
         if len(where):

@@ -39,8 +39,10 @@ def masked_argmax(logits, allowed: np.ndarray) -> int:
     """The highest logit among ``allowed`` tokens (bool mask over the vocabulary)."""
     import torch
 
+    from lookupdec.tree_rows import argmax_row
+
     mask = torch.from_numpy(np.ascontiguousarray(allowed)).to(logits.device)
-    return int(logits.masked_fill(~mask, float("-inf")).argmax().item())
+    return argmax_row(logits.masked_fill(~mask, float("-inf")))
 
 
 def draw_token(logits, params: "SamplingParams", u: float, allowed: np.ndarray | None) -> int:

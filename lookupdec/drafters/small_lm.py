@@ -38,6 +38,7 @@ from lookupdec.drafters.base import SOURCES, DraftRequest, Drafter, StepOutcome
 from lookupdec.drafters.calibrate import Calibration, NodeScorer
 from lookupdec.sampling import sample, target_probs
 from lookupdec.tree import DraftTree
+from lookupdec.tree_rows import argmax_row
 
 # Prior conditional acceptance of a draft token before any outcome (a few dozen outcomes override it).
 PRIOR_ACCEPT = 0.6
@@ -297,7 +298,7 @@ class SmallLMDrafter(Drafter):
         if self.sampling:
             x = sample(q, self.generator)  # q's own law, one uniform draw (multinomial: one per token)
         else:
-            x = int(torch.argmax(q).item())
+            x = argmax_row(q)
         return x, float(q[x])
 
     def _catch_up(self) -> torch.Tensor:

@@ -144,19 +144,52 @@ INLINE256 void tile256_fixed(const job *j, int fmt, const float *ws, int64_t r0,
         for (int c = 0; c < nn; c++) j->y[(r0 + r) * j->n + n0 + c] = hsum256(acc[r][c]);
 }
 
+/* Rows r0 .. r0 + nr - 1 (nr <= 3) against outputs n0 .. n0 + nc - 1 (nc <= 4), whose weights the
+ * scratch tile ws holds dequantized (nc x k floats). AVX2 has 16 vector registers: 3 x 4
+ * accumulators, the 3 rows' input quarters and one weight quarter fill them. tile256_fixed's
+ * 4 x 4 accumulators and 4 x 4 weight quarters spilled to the stack: on a 2-core AMD EPYC (AVX2)
+ * this tile took ~30% off a forward of 8-32 rows. */
+INLINE256 void scratch256(const job *j, const float *ws, int64_t r0, int nr, int64_t n0, int nc) {
+    int64_t k = j->k;
+    const float *x = j->x + r0 * k;
+    __m256 acc[3][4];
+    for (int r = 0; r < nr; r++)
+        for (int c = 0; c < nc; c++) acc[r][c] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < k; i += 8) { /* block i / 32, quarter (i % 32) / 8: the same order as above */
+        __m256 xv[3];
+        for (int r = 0; r < nr; r++) xv[r] = _mm256_loadu_ps(x + r * k + i);
+        for (int c = 0; c < nc; c++) {
+            __m256 w = _mm256_loadu_ps(ws + c * k + i);
+            for (int r = 0; r < nr; r++) acc[r][c] = _mm256_fmadd_ps(w, xv[r], acc[r][c]);
+        }
+    }
+    for (int r = 0; r < nr; r++)
+        for (int c = 0; c < nc; c++) j->y[(r0 + r) * j->n + n0 + c] = hsum256(acc[r][c]);
+}
+
 AVX2 static void tile256(const job *j, float *scratch, int64_t n0, int64_t nn) {
     int64_t nblk = j->k / LK_QK, qb = qs_per_block(j->fmt), db = dm_per_block(j->fmt);
-    const float *w = NULL;
     if (j->rows > RB && scratch) {
-        for (int64_t c = 0; c < nn; c++)
-            for (int64_t b = 0; b < nblk; b++) {
-                __m256 v[4];
-                dequant256(j->fmt, j->qs + (n0 + c) * nblk * qb, j->dm + (n0 + c) * nblk * db, b, v);
-                for (int e = 0; e < 4; e++) _mm256_storeu_ps(scratch + c * j->k + b * LK_QK + 8 * e, v[e]);
+        const uint8_t *q = j->qs + n0 * nblk * qb;
+        const float *dm = j->dm + n0 * nblk * db;
+        for (int64_t i = 0; i < nn * nblk; i++) { /* the nn outputs' blocks lie one after another */
+            __m256 v[4];
+            dequant256(j->fmt, q, dm, i, v);
+            for (int e = 0; e < 4; e++) _mm256_storeu_ps(scratch + i * LK_QK + 8 * e, v[e]);
+        }
+        for (int64_t r0 = 0; r0 < j->rows; r0 += 3) {
+            int nr = j->rows - r0 < 3 ? (int)(j->rows - r0) : 3;
+            if (nn == 4) {
+                if (nr == 3) scratch256(j, scratch, r0, 3, n0, 4);
+                else if (nr == 2) scratch256(j, scratch, r0, 2, n0, 4);
+                else scratch256(j, scratch, r0, 1, n0, 4);
+            } else {
+                for (int c = 0; c < nn; c++) scratch256(j, scratch + c * j->k, r0, nr, n0 + c, 1);
             }
-        w = scratch;
+        }
+        return;
     }
-    ROW_TILES(tile256_fixed, j, w)
+    ROW_TILES(tile256_fixed, j, (const float *)NULL)
 }
 
 #endif /* LK_X86 */

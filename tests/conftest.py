@@ -29,6 +29,18 @@ os.environ.setdefault("LOOKUPDEC_CACHE", os.path.join(os.path.dirname(os.path.di
                                                       ".pytest_cache", "lookupdec"))
 
 
+def checkout_env(*first: str, **extra: str) -> dict[str, str]:
+    """The environment for a child Python run from this checkout.
+
+    ``first`` and the checkout go ahead of the caller's own PYTHONPATH, which is kept: packages
+    installed through it (a ``pip install --target`` directory, say) stay importable in the child.
+    ``extra`` sets further variables.
+    """
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = os.pathsep.join(p for p in (*first, root, os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path, **extra}
+
+
 def _native_isas() -> list[str]:
     """The instruction sets the native kernels can run here, best first (each forced in turn, then the best again)."""
     from lookupdec import _native

@@ -1,7 +1,6 @@
 """A real `lookupdec serve` process for the server tests: started on a free port, waited for, stopped."""
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess
@@ -11,6 +10,8 @@ import time
 from pathlib import Path
 
 import httpx
+
+from tests.conftest import checkout_env
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -36,7 +37,7 @@ class ServerProcess:
         if api_key:
             cmd += ["--api-key", api_key]
         # One intra-op thread: the tiny model gains nothing from more, and the machine is shared.
-        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+        env = checkout_env(OMP_NUM_THREADS="1")
         # stderr to a file: a pipe nobody reads would block the server once full.
         self._log = tempfile.TemporaryFile(mode="w+")
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=self._log, text=True)

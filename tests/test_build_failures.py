@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from lookupdec.cli import main
 from lookupdec.index import build_index_from_tokens, open_index
 from lookupdec.index.outdir import BuildError, remove_stale
+from tests.conftest import checkout_env
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -139,7 +140,7 @@ def test_killed_builds_leave_the_old_index_working_and_their_debris_is_cleaned(t
     out = tmp_path / "i"
     build_index_from_tokens([[7, 8, 9]], out)
     rng = np.random.default_rng(3)
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = checkout_env()
     for trial in range(4):
         p = subprocess.Popen([sys.executable, "-c", KILLED_BUILD, str(out)], cwd=REPO, env=env)
         time.sleep(float(rng.uniform(0.8, 2.0)))

@@ -17,7 +17,7 @@ from lookupdec.costs import CostCurve
 from lookupdec.decoder import Decoder
 from lookupdec.errors import TokenizerMismatchError
 from lookupdec.index.history import MANIFEST, HistoryError, check_history_path, open_history
-from tests.conftest import char_tokenizer, save_tiny, tiny_loaded
+from tests.conftest import char_tokenizer, checkout_env, save_tiny, tiny_loaded
 
 FLAT = CostCurve((1, 128), (10.0, 10.5), 0, (0.0, 0.0), "test", "flat")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -93,7 +93,7 @@ for i in range(int(sys.argv[4])):
 
 def _appender(path, tag, compact, n):
     return subprocess.Popen([sys.executable, "-c", APPENDER, str(path), str(tag), str(compact), str(n)],
-                            cwd=REPO, env={**os.environ, "PYTHONPATH": REPO})
+                            cwd=REPO, env=checkout_env())
 
 
 def test_two_processes_appending_at_once_lose_nothing(tmp_path):

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -14,7 +13,7 @@ import pytest
 
 from lookupdec.index import build_index_from_tokens, open_index
 from lookupdec.errors import IndexFormatError
-from tests.conftest import TINY_VOCAB, char_tokenizer
+from tests.conftest import TINY_VOCAB, char_tokenizer, checkout_env
 
 REPO = Path(__file__).resolve().parents[1]
 # corrupt() and PROBE live in benchmarks/damage.py: benchmarks/reliability.py uses them too.
@@ -36,7 +35,7 @@ def test_a_hundred_damaged_indexes_give_clear_errors_or_harmless_drafts(tmp_path
         kinds.append(damage.corrupt(d, rng, vocab=TINY_VOCAB))
         paths.append(str(d))
     proc = subprocess.run([sys.executable, "-c", PROBE], input="\n".join(paths) + "\n", capture_output=True,
-                          text=True, timeout=300, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+                          text=True, timeout=300, cwd=REPO, env=checkout_env())
     assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])  # no crash, no uncaught exception
     rows = [json.loads(line) for line in proc.stdout.splitlines()]
     assert len(rows) == 100
@@ -88,7 +87,7 @@ def test_four_processes_looking_up_one_index_agree(tmp_path):
     rng = np.random.default_rng(1)
     build_index_from_tokens([rng.integers(3, 60, int(rng.integers(5, 300))).tolist() for _ in range(400)],
                             tmp_path / "i", shard_tokens=20_000)
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = checkout_env()
     # The same contexts (seed 5) in four processes at once, and once alone.
     procs = [subprocess.Popen([sys.executable, "-c", LOOKER, str(tmp_path / "i"), "5"], stdout=subprocess.PIPE,
                               text=True, cwd=REPO, env=env) for _ in range(4)]

@@ -7,7 +7,6 @@ it first on the path. Releases differ: 5.17's GGUF tokenizer made the grammar en
 every space, which only a run under it showed."""
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -15,6 +14,8 @@ from pathlib import Path
 
 import pytest
 from packaging.version import Version
+
+from tests.conftest import checkout_env
 
 ROOT = Path(__file__).resolve().parents[1]
 FLOOR_DIR = Path(sys.prefix) / "transformers-floor"
@@ -31,8 +32,7 @@ def declared_floor() -> str:
 def test_the_oldest_accepted_transformers_passes_the_transformers_bound_tests(tmp_path):
     if not FLOOR_DIR.is_dir():
         pytest.skip(f"no {FLOOR_DIR}: `make setup` installs transformers {declared_floor()} there")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(FLOOR_DIR), str(ROOT)]),
-           "LOOKUPDEC_CACHE": str(tmp_path / "cache")}
+    env = checkout_env(str(FLOOR_DIR), LOOKUPDEC_CACHE=str(tmp_path / "cache"))
     version = subprocess.run([sys.executable, "-c", "import transformers; print(transformers.__version__)"],
                              env=env, capture_output=True, text=True, check=True).stdout.strip()
     assert Version(version) == Version(declared_floor())

@@ -118,20 +118,17 @@ INLINE256 float hsum256(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-INLINE256 void tile256_fixed(const job *j, int fmt, const float *ws, int64_t r0, int nr, int64_t n0, int nn) {
+/* Rows r0 .. r0 + nr - 1 against outputs n0 .. n0 + nn - 1, the weights unpacked in registers: the
+ * 1-2-row products (the inputs stay in registers across 4 outputs), and any product when the scratch
+ * tile could not be allocated. */
+INLINE256 void tile256_fixed(const job *j, int fmt, int64_t r0, int nr, int64_t n0, int nn) {
     int64_t nblk = j->k / LK_QK, qb = qs_per_block(fmt), db = dm_per_block(fmt);
     __m256 acc[RB][NB];
     for (int r = 0; r < nr; r++)
         for (int c = 0; c < nn; c++) acc[r][c] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nblk; b++) {
         __m256 w[NB][4];
-        for (int c = 0; c < nn; c++) {
-            if (ws) {
-                for (int e = 0; e < 4; e++) w[c][e] = _mm256_loadu_ps(ws + c * j->k + b * LK_QK + 8 * e);
-            } else {
-                dequant256(fmt, j->qs + (n0 + c) * nblk * qb, j->dm + (n0 + c) * nblk * db, b, w[c]);
-            }
-        }
+        for (int c = 0; c < nn; c++) dequant256(fmt, j->qs + (n0 + c) * nblk * qb, j->dm + (n0 + c) * nblk * db, b, w[c]);
         for (int r = 0; r < nr; r++) {
             const float *x = j->x + (r0 + r) * j->k + b * LK_QK;
             for (int e = 0; e < 4; e++) {
@@ -226,7 +223,14 @@ AVX2 static void tile256(const job *j, float *scratch, int64_t n0, int64_t nn) {
         else regs256(j, LK_Q8_0, n0, (int)nn);
         return;
     }
-    ROW_TILES(tile256_fixed, j, (const float *)NULL)
+    for (int64_t r0 = 0; r0 < j->rows; r0 += RB) {
+        int64_t nr = j->rows - r0 < RB ? j->rows - r0 : RB;
+        if (j->fmt == LK_Q4_1) {
+            TILE_CASES(tile256_fixed, j, LK_Q4_1)
+        } else {
+            TILE_CASES(tile256_fixed, j, LK_Q8_0)
+        }
+    }
 }
 
 #endif /* LK_X86 */

@@ -45,7 +45,8 @@ static inline int64_t dm_per_block(int fmt) { return fmt == LK_Q4_1 ? 2 : 1; }
 /* Every row tile of a job against outputs n0 .. n0 + nn - 1 through FIXED(j, fmt, w, r0, nr, n0, nn):
  * on the tile's prepared weights w when there are some (the format then does not matter), else
  * with the weights unpacked in registers, the format a constant so each one's loop is compiled
- * on its own. Each instruction set's tile routine ends with it. */
+ * on its own. The AVX-512 and bfloat16 tile routines end with it; AVX2 has a row loop of its own
+ * (its prepared weights go through another tile, scratch256 in qmatmul.c). */
 #define ROW_TILES(FIXED, j, w)                                                 \
     for (int64_t r0 = 0; r0 < (j)->rows; r0 += RB) {                           \
         int64_t nr = (j)->rows - r0 < RB ? (j)->rows - r0 : RB;                \

@@ -119,8 +119,8 @@ INLINE256 float hsum256(__m256 v) {
 }
 
 /* Rows r0 .. r0 + nr - 1 against outputs n0 .. n0 + nn - 1, the weights unpacked in registers: the
- * 1-2-row products (the inputs stay in registers across 4 outputs), and any product when the scratch
- * tile could not be allocated. */
+ * 1-2-row products (the inputs stay in registers across 4 outputs), and those of 5 rows or more when
+ * the scratch tile could not be allocated (3-4 rows take regs256 either way). */
 INLINE256 void tile256_fixed(const job *j, int fmt, int64_t r0, int nr, int64_t n0, int nn) {
     int64_t nblk = j->k / LK_QK, qb = qs_per_block(fmt), db = dm_per_block(fmt);
     __m256 acc[RB][NB];

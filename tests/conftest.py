@@ -25,8 +25,8 @@ os.environ["LOOKUPDEC_DEVICE"] = TEST_DEVICE
 # The suite measures cost curves and exports tokenizers for dozens of tiny random models: it
 # keeps them in the checkout (git-ignored, shared by the workers and by later runs), never in
 # the user's own cache. Set LOOKUPDEC_CACHE to put them elsewhere.
-os.environ.setdefault("LOOKUPDEC_CACHE", os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                                      ".pytest_cache", "lookupdec"))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checkout
+os.environ.setdefault("LOOKUPDEC_CACHE", os.path.join(ROOT, ".pytest_cache", "lookupdec"))
 
 
 def checkout_env(*first: str, **extra: str) -> dict[str, str]:
@@ -36,8 +36,7 @@ def checkout_env(*first: str, **extra: str) -> dict[str, str]:
     installed through it (a ``pip install --target`` directory, say) stay importable in the child.
     ``extra`` sets further variables.
     """
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    path = os.pathsep.join(p for p in (*first, root, os.environ.get("PYTHONPATH", "")) if p)
+    path = os.pathsep.join(p for p in (*first, ROOT, os.environ.get("PYTHONPATH", "")) if p)
     return {**os.environ, "PYTHONPATH": path, **extra}
 
 

@@ -27,6 +27,7 @@ _LAZY = {
     "DraftRequest": "lookupdec.drafters.base",
     "StepOutcome": "lookupdec.drafters.base",
     "CostCurve": "lookupdec.costs",
+    "StateFile": "lookupdec.drafters.saved",
     "HistoryError": "lookupdec.index.history",
     "BuildError": "lookupdec.index.outdir",
     "JsonSchema": "lookupdec.constraints.spec",

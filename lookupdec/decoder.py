@@ -13,6 +13,8 @@ the same kernels; sampled output has the target's distribution.
 """
 from __future__ import annotations
 
+import logging
+from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
@@ -108,7 +110,6 @@ class Decoder:
                  **renamed) -> None:
         import torch
 
-        from lookupdec.drafters.calibrate import Calibration
         from lookupdec.fast_kernels import fast_kernels_available, pack_linears
         from lookupdec.verify import TreeVerifier
         from lookupdec.weights import build_verifier, check_weights
@@ -158,8 +159,6 @@ class Decoder:
             else:
                 self.fast_kernels = False
         self.vocab_size = int(self.loaded.model.config.get_text_config(decoder=True).vocab_size)
-        # Acceptance rates learned from every generation of this decoder (see drafters/calibrate.py).
-        self.calibration = Calibration()
         self._cost_curve = cost_curve
         self._cost_curve_given = cost_curve is not None
         if cost_refresh not in ("fit", "measure", "off"):
@@ -172,10 +171,11 @@ class Decoder:
             from lookupdec.drafters.small_lm import DraftModel
 
             self.draft = DraftModel(draft_loaded, fast=bool(fast_kernels) and fast_kernels_available(draft_loaded.model))
-        # Everything drafting learns across this decoder's requests (calibration, Token Recycling's
-        # tables, auto's source accounts per method and temperature band), with the cost provider
-        # and the draft model: handed to the drafters it builds (drafters/state.py).
-        self.state = DrafterState(self.calibration, self.costs, self.draft)
+        # Everything drafting learns across this decoder's requests (calibration: the acceptance
+        # rates, drafters/calibrate.py; Token Recycling's tables; auto's source accounts per method
+        # and temperature band), with the cost provider and the draft model: handed to the drafters
+        # it builds (drafters/state.py).
+        self.reset_state()
 
     @property
     def model(self):
@@ -229,6 +229,52 @@ class Decoder:
         remeasure = None if self._cost_curve_given else (lambda: self.cost_curve(remeasure=True))
         settle_stale(self._cost_model, self.cost_refresh, remeasure)
         return self._cost_model
+
+    def state_path(self) -> Path:
+        """Where this decoder's drafting state is saved by default: beside the cost curves, keyed like
+        them (model, dtype, weight format, device, backend, threads, versions) and by the model's name."""
+        import hashlib
+
+        from lookupdec.costs import curve_path
+
+        curve = curve_path(self.verifier, self._torch.get_num_threads())
+        key = hashlib.sha256(f"{curve.stem}|{self.loaded.name}".encode()).hexdigest()[:20]
+        return curve.parent.parent / "state" / f"{key}.npz"
+
+    def save_state(self, path: str | Path | None = None, *, warn: bool = True):
+        """Save what drafting has learned (``drafters/saved.py``) to ``path`` (default ``state_path()``).
+
+        Returns a ``StateFile``, true when saved. A file that cannot be written is no error: its
+        ``problem`` says why, logged as a warning (logger ``lookupdec.state``) unless ``warn`` is False.
+        """
+        from lookupdec.drafters.saved import save_state
+
+        done = save_state(self.state, self.state_path() if path is None else Path(path), self.vocab_size)
+        if done.problem and warn:
+            logging.getLogger("lookupdec.state").warning("%s", done.problem)
+        return done
+
+    def load_state(self, path: str | Path | None = None, *, warn: bool = True):
+        """Start from a saved drafting state (default ``state_path()``); returns a ``StateFile``, true if read.
+
+        A missing file reads nothing, quietly. An unreadable or invalid one leaves the state as it
+        was; its ``problem`` says why, logged as a warning (logger ``lookupdec.state``) unless
+        ``warn`` is False. Outputs never depend on the state: only how many tokens each step drafts.
+        """
+        from lookupdec.drafters.saved import load_state
+
+        done = load_state(self.state, self.state_path() if path is None else Path(path), self.vocab_size)
+        if done.problem and warn:
+            logging.getLogger("lookupdec.state").warning("%s", done.problem)
+        return done
+
+    def reset_state(self) -> None:
+        """Forget what drafting has learned (acceptance rates, Token Recycling's tables, ``auto``'s
+        accounts and gates), as a new process starts; the cost curve and the draft model stay."""
+        from lookupdec.drafters.calibrate import Calibration
+
+        self.calibration = Calibration()
+        self.state = DrafterState(self.calibration, self.costs, self.draft)
 
     def _ledger(self, method: str, temperature: float):
         """The decoder's ``SourceLedger`` for ``method`` at ``temperature``'s band (created on first use)."""

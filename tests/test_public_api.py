@@ -6,12 +6,14 @@ import lookupdec
 
 def test_protocol_and_error_types_are_exported():
     from lookupdec.costs import CostCurve
+    from lookupdec.drafters.saved import StateFile
     from lookupdec.drafters.base import Drafter, DraftRequest, StepOutcome
     from lookupdec.index.history import HistoryError
     from lookupdec.index.outdir import BuildError
 
     assert lookupdec.Drafter is Drafter and lookupdec.DraftRequest is DraftRequest
     assert lookupdec.StepOutcome is StepOutcome and lookupdec.CostCurve is CostCurve
+    assert lookupdec.StateFile is StateFile  # what Decoder.save_state / load_state return
     assert issubclass(lookupdec.HistoryError, lookupdec.LookupdecError) and lookupdec.HistoryError is HistoryError
     assert issubclass(lookupdec.BuildError, lookupdec.LookupdecError) and lookupdec.BuildError is BuildError
 

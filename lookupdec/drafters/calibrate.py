@@ -111,8 +111,11 @@ class Calibration:
             >>> cal.band(0.0) is cal, cal.band(0.9) is cal.band(1.1), cal.band(0.3) is cal.band(1.0)
             (True, True, False)
         """
+        return self.root._band_of(temperature_band(float(temperature)))
+
+    def _band_of(self, b: int) -> "Calibration":
+        """Band ``b``'s rates (``temperature_band``; 0: the greedy root), made on first use."""
         root = self.root
-        b = temperature_band(float(temperature))
         if b == 0:
             return root
         child = root._bands.get(b)

@@ -28,16 +28,17 @@ class ServerProcess:
     Args:
         args: the serve options (``--model`` etc.; host and port are added).
         api_key: sent by ``headers`` (and passed as ``--api-key`` when given).
+        env: variables set for the server beside the checkout's (``LOOKUPDEC_CACHE``, say).
     """
 
-    def __init__(self, args: list[str], api_key: str | None = None) -> None:
+    def __init__(self, args: list[str], api_key: str | None = None, env: dict[str, str] | None = None) -> None:
         self.port = free_port()
         self.api_key = api_key
         cmd = [sys.executable, "-m", "lookupdec", "serve", *args, "--host", "127.0.0.1", "--port", str(self.port)]
         if api_key:
             cmd += ["--api-key", api_key]
         # One intra-op thread: the tiny model gains nothing from more, and the machine is shared.
-        env = checkout_env(OMP_NUM_THREADS="1")
+        env = checkout_env(OMP_NUM_THREADS="1", **(env or {}))
         # stderr to a file: a pipe nobody reads would block the server once full.
         self._log = tempfile.TemporaryFile(mode="w+")
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=self._log, text=True)

@@ -106,3 +106,27 @@ def test_sigkill_loses_no_answered_output(model_dir, tmp_path):
         assert store.n_tokens == total and total > 0
     finally:
         srv.kill()
+
+
+def test_the_drafting_state_is_read_at_start_and_saved_after_the_drain(model_dir, tmp_path):
+    """What ``auto`` learned while serving is on disk once SIGTERM has drained the server, and the
+    next server starts from it (its first answer equal to the first server's)."""
+    from lookupdec.drafters.saved import read_state
+    from tests.conftest import TINY_VOCAB
+
+    env = {"LOOKUPDEC_CACHE": str(tmp_path / "cache")}
+    body = {"prompt": "abcdabcdabcdxyzabcdab", "max_tokens": 40, "temperature": 0}
+    texts, observed = [], []
+    for _ in range(2):
+        srv = ServerProcess(["--model", model_dir, "--method", "auto"], env=env)
+        try:
+            r = httpx.post(srv.url + "/v1/completions", json=body, timeout=60)
+            assert r.status_code == 200
+            texts.append(r.json()["choices"][0]["text"])
+            assert srv.terminate() == 0, srv.log()
+        finally:
+            srv.kill()
+        (path,) = (tmp_path / "cache" / "state").iterdir()
+        observed.append(sum(t for _, t in read_state(path, TINY_VOCAB).calibration._coarse.values()))
+    assert texts[0] == texts[1]
+    assert 0 < observed[0] < observed[1]  # the second server added to what the first saved

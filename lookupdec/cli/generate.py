@@ -174,9 +174,15 @@ def read_grammar(json_schema, regex, grammar, choices):
               help="Structured output: the output follows this Lark (or GBNF) grammar file's start rule.")
 @click.option("--choice", "choices", multiple=True,
               help="Structured output: the output is exactly one of the --choice strings (repeatable).")
+@click.option("--fresh-state", is_flag=True,
+              help="Draft with nothing learned, and save nothing. Without it, what earlier calls learned for this "
+                   "model on this machine (acceptance rates, Token Recycling's tables, auto's source accounts) is "
+                   "read from the cache before the first prompt and saved after the last: speed depends on it, "
+                   "never the output.")
 def generate_cmd(model, prompt, prompt_file, input_path, method, references, indexes, history, history_budget,
                  draft_model, draft_layers, max_new_tokens, temperature, top_p, top_k, seed, stop, draft_budget, device, hf_kernels,
-                 no_chat_template, dtype, weights, as_json, batch_size, json_schema, regex, grammar_file, choices) -> None:
+                 no_chat_template, dtype, weights, as_json, batch_size, json_schema, regex, grammar_file, choices,
+                 fresh_state) -> None:
     """Generate text with lossless speculative decoding."""
     requests = read_requests(prompt, prompt_file, input_path)
     grammar = read_grammar(json_schema, regex, grammar_file, choices)
@@ -214,6 +220,11 @@ def generate_cmd(model, prompt, prompt_file, input_path, method, references, ind
                 click.echo(f"measuring the verify cost curve of this model on this machine once (cached in "
                            f"{path.parent})...", err=True)
             dec.costs()
+        keep_state = method != "ar" and not fresh_state  # plain decoding learns nothing
+        if keep_state:
+            loaded = dec.load_state(warn=False)
+            if loaded.problem:
+                click.echo(f"warning: {loaded.problem}", err=True)
         settings = dict(method=method, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
                         top_k=top_k, seed=seed, stop=list(stop) or None, chat_template=not no_chat_template,
                         grammar=grammar)
@@ -227,6 +238,10 @@ def generate_cmd(model, prompt, prompt_file, input_path, method, references, ind
                 on_text = None if as_json else (lambda s: (sys.stdout.write(s), sys.stdout.flush()))
                 res = dec.generate(req.prompt, references=ref, on_text=on_text, **settings)
                 _print_result(res, as_json, streamed=True)
+        if keep_state:
+            saved = dec.save_state(warn=False)
+            if saved.problem:
+                click.echo(f"warning: {saved.problem}", err=True)
     except (LookupdecError, ValueError, TypeError, RuntimeError) as exc:
         raise click.ClickException(str(exc))
 

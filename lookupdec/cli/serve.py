@@ -34,8 +34,11 @@ from lookupdec.methods import METHODS  # a plain dict; torch is imported lazily
               help="The fast forward's weight format, as for generate (auto: measured per machine).")
 @click.option("--draft-budget", type=click.IntRange(min=0, max=1024), default=None,
               help="Most draft nodes verified per step and sequence [default: 64].")
+@click.option("--fresh-state", is_flag=True,
+              help="Draft with nothing learned, and save nothing. Without it, the drafting state saved for this model "
+                   "on this machine (see `lookupdec generate --help`) is read at start and saved after the drain.")
 def serve_cmd(model, indexes, history, host, port, max_batch, max_queue, api_key, method, model_id, device, dtype,
-              weights, draft_budget) -> None:
+              weights, draft_budget, fresh_state) -> None:
     """Serve the OpenAI API (chat, completions) with lossless speculative decoding.
 
     SIGTERM stops admission (503), finishes the requests in flight and exits 0.
@@ -66,6 +69,11 @@ def serve_cmd(model, indexes, history, host, port, max_batch, max_queue, api_key
             click.echo("resolving the verify cost curve (measured once per model and machine, then cached)...",
                        err=True)
             dec.costs()
+        keep_state = method != "ar" and not fresh_state
+        if keep_state:
+            loaded = dec.load_state(warn=False)
+            if loaded.problem:
+                click.echo(f"warning: {loaded.problem}", err=True)
     except (LookupdecError, ValueError, TypeError, RuntimeError) as exc:
         raise click.ClickException(str(exc))
     served = model_id or dec.loaded.name
@@ -77,3 +85,7 @@ def serve_cmd(model, indexes, history, host, port, max_batch, max_queue, api_key
 
     serve(dec, EngineConfig(method=method, max_batch=max_batch, max_queue=max_queue),
           ServeConfig(host=host, port=port, api_key=api_key, model_id=served), on_ready=ready)
+    if keep_state:  # drained: the engine no longer touches the state
+        saved = dec.save_state(warn=False)
+        if saved.problem:
+            click.echo(f"warning: {saved.problem}", err=True)

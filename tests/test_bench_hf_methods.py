@@ -116,3 +116,38 @@ def test_spec_bench_end_to_end_on_a_tiny_model(tmp_path, capsys):
     assert doc["summary"]["hf"]["hf"]["overall"]["speedup"] == 1.0
     assert doc["summary"]["hf"]["ar"]["overall"]["mean_accepted"] == pytest.approx(1.0)
     assert (out / "accepted_hist.png").stat().st_size > 0
+
+
+def _observations(decoder) -> float:
+    return sum(t for _, t in decoder.state.calibration._coarse.values())
+
+
+def test_each_lookupdec_call_starts_from_the_state_its_method_name_asks_for(tmp_path):
+    """``auto`` keeps what earlier calls taught the decoder; ``auto@fresh`` starts from nothing and
+    ``auto@saved`` from the state file, each call anew; every output is ``ar``'s."""
+    from lookupdec import Decoder
+    from lookupdec.costs import CostCurve
+    from specbench.cli import build_setup
+    from tests.conftest import tiny_loaded
+
+    decoder = Decoder(tiny_loaded(0), cost_curve=CostCurve((1, 128), (10.0, 10.5), 0, (0.0, 0.0), "test", "flat"))
+    path = tmp_path / "state.npz"
+    methods = build_setup(decoder, None, ["ar", "auto", "auto@fresh", "auto@saved"], state_file=path).methods
+    ids = [5, 6, 7, 8, 5, 6, 7, 8, 5, 6, 9, 5, 6, 7]
+    at_start = []  # what each call's decoder had learned when the call began
+    generate = decoder.generate
+    decoder.generate = lambda *a, **kw: (at_start.append(_observations(decoder)), generate(*a, **kw))[1]
+    ar = methods["ar"].generate(ids, 30).token_ids
+    assert methods["auto"].generate(ids, 30).token_ids == ar
+    first = _observations(decoder)
+    assert methods["auto"].generate(ids, 30).token_ids == ar
+    second = _observations(decoder)
+    assert at_start[-1] == first > 0 and second > first  # kept: the second call began where the first ended
+    decoder.save_state(path)
+    assert methods["auto@fresh"].generate(ids, 30).token_ids == ar
+    assert at_start[-1] == 0  # from nothing learned
+    assert methods["auto@saved"].generate(ids, 30).token_ids == ar
+    assert at_start[-1] == second  # from the file
+    path.write_bytes(b"damaged")
+    with pytest.raises(ValueError, match="cannot read the drafting state"):
+        methods["auto@saved"].generate(ids, 30)

@@ -318,6 +318,11 @@ def test_choose_methods():
         choose_methods("ar,medusa", ["ar"])
     with pytest.raises(ValueError, match="llma.*not registered"):
         choose_methods("ar,llma", ["hf", "ar", "pld"])
+    assert choose_methods("pld@fresh,pld", ["ar", "pld"]) == ["ar", "pld@fresh", "pld"]
+    with pytest.raises(ValueError, match="the state after '@'"):
+        choose_methods("ar,pld@warm", ["ar", "pld"])
+    with pytest.raises(ValueError, match="hf@fresh"):  # a peer has no drafting state
+        choose_methods("ar,hf@fresh", ["hf", "ar"])
 
 
 def test_full_run_writes_json_table_and_plots(qfile, tmp_path, capsys):

@@ -11,8 +11,8 @@ from typing import Callable, Mapping, Sequence
 
 from .documents import DOCUMENT_TASKS
 from .exactness import ExactnessCheck, OutputMismatch
-from .methods import (LOOKUPDEC_METHODS, PEER_METHODS, REFERENCE_METHOD, HFGenerate, LookupdecMethod, Method,
-                      known_method_names)
+from .methods import (LOOKUPDEC_METHODS, PEER_METHODS, REFERENCE_METHOD, STATES, HFGenerate, LookupdecMethod,
+                      Method, known_method_names, split_state)
 from .metrics import accept_histograms, summarize
 from .plots import plot_accept_hist, plot_speedup
 from .report import markdown_table, ordered_methods, write_json
@@ -97,6 +97,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                          "either way (sampled: the same seed gives every method but 'draft' ar's tokens); "
                          "transformers' peers are compared only greedy")
     ap.add_argument("--seed", type=int, default=0, help="sampling seed, the same for every method and turn")
+    ap.add_argument("--state", choices=STATES, default="kept",
+                    help="what each lookupdec call starts from: kept (what the run's earlier calls taught the one "
+                         "decoder, as a server), fresh (nothing learned, as a first CLI call), saved (--state-file, "
+                         "read inside each timed call, as a CLI call after earlier ones)")
+    ap.add_argument("--state-file", type=Path, default=None, help="the drafting state of --state saved")
+    ap.add_argument("--save-state", type=Path, default=None, metavar="FILE",
+                    help="save the decoder's drafting state here after the run (with --state kept)")
     ap.add_argument("--keep-going", action="store_true",
                     help="finish the run when an output differs from ar's: every difference is listed at the end "
                          "and the exit status is 1 (for a device whose logits depend on a forward's width, such "
@@ -118,18 +125,19 @@ def choose_methods(spec: str, available: Sequence[str]) -> list[str]:
     """The methods to run, from ``--methods``, the reference first.
 
     Args:
-        spec: "all" or a comma list of method names.
+        spec: "all" or a comma list of method names; a lookupdec method may carry the state its
+            calls start from (``auto@fresh``: ``methods.split_state``), so one run compares them.
         available: the names that can run (``known_method_names``).
 
     Raises:
         ValueError: naming a method that is unknown or not available, and the available ones.
 
     Example:
-        >>> choose_methods("hf,pld", ["hf", "hf_pld", "ar", "pld"])
-        ['ar', 'hf', 'pld']
+        >>> choose_methods("hf,pld,pld@fresh", ["hf", "hf_pld", "ar", "pld"])
+        ['ar', 'hf', 'pld', 'pld@fresh']
     """
     names = list(available) if spec.strip() == "all" else [s.strip() for s in spec.split(",") if s.strip()]
-    bad = [n for n in names if n not in available]
+    bad = [n for n in names if split_state(n)[0] not in available or ("@" in n and n.split("@")[0] in PEER_METHODS)]
     if bad:
         unknown = [n for n in bad if n not in PEER_METHODS and n not in LOOKUPDEC_METHODS]
         why = "unknown" if unknown else "not registered by the installed lookupdec decoder"
@@ -137,7 +145,8 @@ def choose_methods(spec: str, available: Sequence[str]) -> list[str]:
     return [REFERENCE_METHOD] + [n for n in dict.fromkeys(names) if n != REFERENCE_METHOD]
 
 
-def build_setup(decoder, peer_loaded, names: Sequence[str], temperature: float = 0.0, seed: int = 0) -> Setup:
+def build_setup(decoder, peer_loaded, names: Sequence[str], temperature: float = 0.0, seed: int = 0,
+                state: str = "kept", state_file: Path | None = None) -> Setup:
     """The methods ``names`` over a lookupdec ``Decoder`` and, for the
     transformers peers, a separately loaded model with default kernels (the
     Decoder prepacks its own model's weights).
@@ -147,6 +156,7 @@ def build_setup(decoder, peer_loaded, names: Sequence[str], temperature: float =
         peer_loaded: a ``lookupdec.models.LoadedModel`` of the same weights, or
             None when no peer is asked for.
         names: the methods to build, in run order.
+        state, state_file: what each lookupdec call starts from (``methods.STATES``).
 
     Raises:
         ValueError: a peer is asked for without ``peer_loaded``.
@@ -163,7 +173,10 @@ def build_setup(decoder, peer_loaded, names: Sequence[str], temperature: float =
         if n in PEER_METHODS:
             methods[n] = HFGenerate(n, peer_loaded.model.eval(), eos_ids, PEER_METHODS[n], temperature, seed)
         else:
-            methods[n] = LookupdecMethod(decoder, n, LOOKUPDEC_METHODS[n], temperature, seed)
+            base, own = split_state(n)
+            own = own or state
+            methods[n] = LookupdecMethod(decoder, base, LOOKUPDEC_METHODS[base], temperature, seed, own,
+                                         state_file if own == "saved" else None)
     info = {
         "model": decoder.loaded.name,
         "fast_kernels": bool(getattr(decoder, "fast_kernels", False)),
@@ -201,7 +214,8 @@ def load_setup(args: argparse.Namespace, names: Sequence[str]) -> Setup:
         how, _, factor = scale.rpartition(":")
         decoder.use_cost_curve(scaled_curve(decoder.cost_curve(), float(factor), how or "slope"))
     peer = load_model(args.model, dtype="float32") if any(n in PEER_METHODS for n in names) else None
-    return build_setup(decoder, peer, names, args.temperature, args.seed)
+    return build_setup(decoder, peer, names, args.temperature, args.seed, getattr(args, "state", "kept"),
+                       getattr(args, "state_file", None))
 
 
 def main(argv: Sequence[str] | None = None,
@@ -248,6 +262,13 @@ def main(argv: Sequence[str] | None = None,
             raise ValueError("no questions selected")
         if args.temperature < 0:
             raise ValueError(f"--temperature must be >= 0, got {args.temperature}")
+        saved = args.state == "saved" or any(split_state(n)[1] == "saved" for n in names)
+        if saved != (args.state_file is not None):
+            raise ValueError("--state saved (or a method@saved) needs --state-file FILE, and --state-file needs one")
+        if args.state_file is not None and not args.state_file.is_file():
+            raise ValueError(f"--state-file {args.state_file}: no such file")
+        if args.save_state is not None and args.state != "kept":
+            raise ValueError("--save-state saves what one decoder learned over the run: it needs --state kept")
         config = RunConfig(args.max_new_tokens, args.repeats, args.warmup_tokens, sampled=args.temperature > 0)
     except (ValueError, FileNotFoundError) as exc:
         print(f"spec_bench: error: {exc}", file=sys.stderr)
@@ -264,7 +285,8 @@ def main(argv: Sequence[str] | None = None,
         "draft_model": args.draft_model, "draft_layers": args.draft_layers,
         "n_questions": len(questions), "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
         "warmup_tokens": args.warmup_tokens, "methods": list(env.methods), "reference": REFERENCE_METHOD,
-        "temperature": args.temperature, "seed": args.seed,
+        "temperature": args.temperature, "seed": args.seed, "state": args.state,
+        "state_file": None if args.state_file is None else str(args.state_file),
         "eos_ids": list(env.eos_ids), **env.info,
     }
     print(f"spec_bench: {len(questions)} questions, methods {', '.join(env.methods)}, "
@@ -287,6 +309,13 @@ def main(argv: Sequence[str] | None = None,
         print(f"spec_bench: FAILED: {exc}\nspec_bench: partial figures in {path}", file=sys.stderr)
         return 1
     run_config["run_s"] = time.perf_counter() - t1
+    decoder = next((m.decoder for m in env.methods.values() if hasattr(m, "decoder")), None)
+    if args.save_state is not None and decoder is not None:
+        t2 = time.perf_counter()
+        saved = decoder.save_state(args.save_state)
+        run_config["save_state_ms"] = (time.perf_counter() - t2) * 1e3
+        print(f"spec_bench: drafting state {'saved to' if saved else 'NOT saved to'} {args.save_state} "
+              f"({run_config['save_state_ms']:.0f} ms)", file=sys.stderr)
 
     baseline = BASELINE if BASELINE in env.methods else REFERENCE_METHOD
     summaries = {baseline: summarize(records, baseline)}

@@ -160,6 +160,25 @@ class HFGenerate:
         return MethodOutput(new, len(recorder.lengths), tuple(recorder.lengths))
 
 
+# What each lookupdec call starts from: kept (what the decoder learned on the run's earlier calls, as
+# a server's or a pipeline's long-lived decoder), fresh (nothing learned: a `lookupdec generate
+# --fresh-state` call, or any first call), saved (a state file read at the start of every call,
+# inside its timing: a `lookupdec generate` call after earlier calls saved theirs).
+STATES = ("kept", "fresh", "saved")
+
+
+def split_state(name: str) -> tuple[str, str | None]:
+    """A ``--methods`` entry as (method, state): ``"auto@fresh"`` -> ``("auto", "fresh")``, ``"pld"`` -> ``("pld", None)``.
+
+    Raises:
+        ValueError: an unknown state.
+    """
+    base, at, state = name.partition("@")
+    if at and state not in STATES:
+        raise ValueError(f"method {name!r}: the state after '@' must be one of {STATES}")
+    return base, (state if at else None)
+
+
 class LookupdecMethod:
     """``lookupdec.Decoder.generate`` with one registered method, greedy.
 
@@ -167,6 +186,8 @@ class LookupdecMethod:
         decoder: a ``lookupdec.Decoder``.
         method: the decoder's method name (``"ar"``, ``"pld"``, ...).
         takes_references: pass the prompt's documents as ``references``.
+        state: what each call starts from (``STATES``).
+        state_file: the drafting state file of ``state="saved"``.
 
     Example:
         >>> m = LookupdecMethod(Decoder(), "pld")  # doctest: +SKIP
@@ -175,7 +196,10 @@ class LookupdecMethod:
     """
 
     def __init__(self, decoder, method: str, takes_references: bool = False, temperature: float = 0.0,
-                 seed: int = 0):
+                 seed: int = 0, state: str = "kept", state_file=None):
+        if state not in STATES or (state == "saved") != (state_file is not None):
+            raise ValueError(f"state must be one of {STATES} (saved, and only saved, with a state file); got {state!r}")
+        self.state, self.state_file = state, state_file
         self.name = method
         self.decoder = decoder
         self.takes_references = takes_references
@@ -188,6 +212,10 @@ class LookupdecMethod:
     def generate(self, prompt_ids: Sequence[int], max_new_tokens: int,
                  references: Sequence[str] = ()) -> MethodOutput:
         refs = list(references) if (self.takes_references and references) else None
+        if self.state != "kept" and self.name != "ar":  # inside the timed call: a CLI call reads its file too
+            self.decoder.reset_state()
+            if self.state == "saved" and not self.decoder.load_state(self.state_file):
+                raise ValueError(f"cannot read the drafting state {self.state_file}")
         # remember=False: a history store learns only the reference answer of each finished
         # question (run_benchmark's on_answer), never an answer to the question being run.
         res = self.decoder.generate(list(prompt_ids), method=self.name, max_new_tokens=max_new_tokens,

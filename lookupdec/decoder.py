@@ -13,13 +13,13 @@ the same kernels; sampled output has the target's distribution.
 """
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
 
-from lookupdec.decoder_args import checked_prompt, open_history_arg, open_indexes, reference_ids, renamed_arguments
+from lookupdec.decoder_args import (checked_prompt, open_history_arg, open_indexes, prediction_ids, reference_ids,
+                                    renamed_arguments, sampled_temperature)
 from lookupdec.drafters.base import as_drafter
 from lookupdec.drafters.state import DrafterState
 from lookupdec.errors import ModelLoadError
@@ -171,11 +171,7 @@ class Decoder:
             from lookupdec.drafters.small_lm import DraftModel
 
             self.draft = DraftModel(draft_loaded, fast=bool(fast_kernels) and fast_kernels_available(draft_loaded.model))
-        # Everything drafting learns across this decoder's requests (calibration: the acceptance
-        # rates, drafters/calibrate.py; Token Recycling's tables; auto's source accounts per method
-        # and temperature band), with the cost provider and the draft model: handed to the drafters
-        # it builds (drafters/state.py).
-        self.reset_state()
+        self.reset_state()  # what drafting learns across requests, handed to the drafters (drafters/state.py)
 
     @property
     def model(self):
@@ -230,51 +226,38 @@ class Decoder:
         settle_stale(self._cost_model, self.cost_refresh, remeasure)
         return self._cost_model
 
+    @property
+    def calibration(self):
+        """The acceptance rates learned so far (``drafters/calibrate.py``): part of ``state``."""
+        return self.state.calibration
+
     def state_path(self) -> Path:
-        """Where this decoder's drafting state is saved by default: beside the cost curves, keyed like
-        them (model, dtype, weight format, device, backend, threads, versions) and by the model's name."""
-        import hashlib
+        """Where ``save_state`` and ``load_state`` go by default (``drafters/saved.py``)."""
+        from lookupdec.drafters.saved import default_path
 
-        from lookupdec.costs import curve_path
-
-        curve = curve_path(self.verifier, self._torch.get_num_threads())
-        key = hashlib.sha256(f"{curve.stem}|{self.loaded.name}".encode()).hexdigest()[:20]
-        return curve.parent.parent / "state" / f"{key}.npz"
+        return default_path(self.verifier, self._torch.get_num_threads(), self.loaded.name)
 
     def save_state(self, path: str | Path | None = None, *, warn: bool = True):
-        """Save what drafting has learned (``drafters/saved.py``) to ``path`` (default ``state_path()``).
-
-        Returns a ``StateFile``, true when saved. A file that cannot be written is no error: its
-        ``problem`` says why, logged as a warning (logger ``lookupdec.state``) unless ``warn`` is False.
-        """
+        """Save what drafting has learned to ``path`` (default ``state_path()``): a ``StateFile``, true when
+        saved; one that cannot be written says why (``problem``), logged (``lookupdec.state``) if ``warn``."""
         from lookupdec.drafters.saved import save_state
 
-        done = save_state(self.state, self.state_path() if path is None else Path(path), self.vocab_size)
-        if done.problem and warn:
-            logging.getLogger("lookupdec.state").warning("%s", done.problem)
-        return done
+        return save_state(self.state, path or self.state_path(), self.vocab_size, warn)
 
     def load_state(self, path: str | Path | None = None, *, warn: bool = True):
-        """Start from a saved drafting state (default ``state_path()``); returns a ``StateFile``, true if read.
-
-        A missing file reads nothing, quietly. An unreadable or invalid one leaves the state as it
-        was; its ``problem`` says why, logged as a warning (logger ``lookupdec.state``) unless
-        ``warn`` is False. Outputs never depend on the state: only how many tokens each step drafts.
-        """
+        """Start from a saved drafting state (default ``state_path()``): a ``StateFile``, true when read. A
+        missing file reads nothing, quietly; an invalid one changes nothing and says why, as ``save_state``.
+        Outputs never depend on the state: only how many tokens each step drafts."""
         from lookupdec.drafters.saved import load_state
 
-        done = load_state(self.state, self.state_path() if path is None else Path(path), self.vocab_size)
-        if done.problem and warn:
-            logging.getLogger("lookupdec.state").warning("%s", done.problem)
-        return done
+        return load_state(self.state, path or self.state_path(), self.vocab_size, warn)
 
     def reset_state(self) -> None:
         """Forget what drafting has learned (acceptance rates, Token Recycling's tables, ``auto``'s
         accounts and gates), as a new process starts; the cost curve and the draft model stay."""
         from lookupdec.drafters.calibrate import Calibration
 
-        self.calibration = Calibration()
-        self.state = DrafterState(self.calibration, self.costs, self.draft)
+        self.state = DrafterState(Calibration(), self.costs, self.draft)
 
     def _ledger(self, method: str, temperature: float):
         """The decoder's ``SourceLedger`` for ``method`` at ``temperature``'s band (created on first use)."""
@@ -369,14 +352,9 @@ class Decoder:
         Raises:
             As ``generate`` (every check happens here, before any model work).
         """
-        from lookupdec.sampling import SamplingParams
+        from lookupdec.sampling import SamplingParams, request_generators
 
-        torch = self._torch
-        if do_sample is not None:
-            if not isinstance(do_sample, bool):
-                raise TypeError(f"do_sample must be True, False or None, got {do_sample!r}")
-            temperature = (temperature or 1.0) if do_sample else 0.0
-        params = SamplingParams(float(temperature), float(top_p), int(top_k))
+        params = SamplingParams(sampled_temperature(temperature, do_sample), float(top_p), int(top_k))
         if isinstance(max_new_tokens, bool) or int(max_new_tokens) != max_new_tokens or max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
         stops = [stop] if isinstance(stop, str) else list(stop or [])
@@ -384,12 +362,7 @@ class Decoder:
         prompt_ids = self.prepare(prompt, max_new_tokens, chat_template)
         if drafter is None:
             ref_ids = reference_ids(self.tokenizer, references)
-            pred_ids = None
-            if prediction is not None:
-                if not isinstance(prediction, str):
-                    raise TypeError(f"prediction must be a string, got {type(prediction).__name__}")
-                if prediction.strip():
-                    pred_ids = list(self.tokenizer(prediction, add_special_tokens=False)["input_ids"])
+            pred_ids = prediction_ids(self.tokenizer, prediction)
             # Datastores and the history belong to the decoder: methods that do not
             # draft from them simply do not get them.
             uses = method_inputs(method)
@@ -410,20 +383,8 @@ class Decoder:
                                  "them to it directly")
             drafter = as_drafter(drafter)
             method_name = drafter.name
-        generator = None
-        if not params.greedy:
-            generator = torch.Generator(device="cpu")
-            if seed is None:
-                generator.seed()
-            else:
-                generator.manual_seed(int(seed))
-        # A drafter that samples gets the request's settings and its own generator, seeded
-        # from the request's: its draws stay independent of the acceptance draws, and the
-        # same seed gives the same output (the others ignore it: the base class's hook).
-        draft_gen = None
-        if generator is not None:
-            draft_gen = torch.Generator(device="cpu")
-            draft_gen.manual_seed((generator.initial_seed() * 0x9E3779B97F4A7C15 + 1) % (1 << 63))
+        # A drafter that samples gets the request's settings and its own generator (others ignore them).
+        generator, draft_gen = request_generators(params, seed)
         drafter.set_sampling(params, draft_gen)
         return DecodeSequence(self, prompt_ids, drafter, method_name, int(max_new_tokens), params, generator, stops,
                               on_text, constraint)

@@ -1,5 +1,5 @@
-"""The Decoder's inputs opened and checked: datastores, a history store, reference documents, and
-arguments under their earlier names."""
+"""The Decoder's inputs opened and checked: datastores, a history store, reference documents, a
+predicted output, the sampling switch, and arguments under their earlier names."""
 from __future__ import annotations
 
 
@@ -68,6 +68,33 @@ def reference_ids(tokenizer, references) -> list[list[int]] | None:
     if not out:
         raise ValueError("references is an empty list; pass at least one document, or None")
     return out
+
+
+def prediction_ids(tokenizer, prediction) -> list[int] | None:
+    """The token ids of a predicted output (None for None or a blank one).
+
+    Raises:
+        TypeError: a prediction that is not a string.
+    """
+    if prediction is None:
+        return None
+    if not isinstance(prediction, str):
+        raise TypeError(f"prediction must be a string, got {type(prediction).__name__}")
+    return list(tokenizer(prediction, add_special_tokens=False)["input_ids"]) if prediction.strip() else None
+
+
+def sampled_temperature(temperature: float, do_sample: bool | None) -> float:
+    """The temperature a request samples at, with transformers' ``do_sample`` switch (see ``Decoder.generate``).
+
+    Example:
+        >>> sampled_temperature(0.7, None), sampled_temperature(0.7, False), sampled_temperature(0.0, True)
+        (0.7, 0.0, 1.0)
+    """
+    if do_sample is None:
+        return float(temperature)
+    if not isinstance(do_sample, bool):
+        raise TypeError(f"do_sample must be True, False or None, got {do_sample!r}")
+    return float(temperature or 1.0) if do_sample else 0.0
 
 
 def checked_prompt(prompt_ids: list[int], vocab_size: int, max_context: int, max_new_tokens: int) -> list[int]:

@@ -150,3 +150,28 @@ def position_uniform(key: int, position: int) -> float:
     z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
     z ^= z >> 31
     return (z >> 11) * (1.0 / (1 << 53))
+
+
+def request_generators(params: SamplingParams, seed: int | None) -> tuple[torch.Generator | None, torch.Generator | None]:
+    """A sampled request's two generators: its acceptance draws' and its drafter's (None, None when greedy).
+
+    The drafter's is seeded from the request's, so its draws stay independent of the
+    acceptance draws and the same ``seed`` gives the same output; no ``seed``: a random one.
+
+    Example:
+        >>> g, d = request_generators(SamplingParams(0.7), 5)
+        >>> g.initial_seed(), d.initial_seed() == request_generators(SamplingParams(0.7), 5)[1].initial_seed()
+        (5, True)
+        >>> request_generators(SamplingParams(0.0), 5)
+        (None, None)
+    """
+    if params.greedy:
+        return None, None
+    generator = torch.Generator(device="cpu")
+    if seed is None:
+        generator.seed()
+    else:
+        generator.manual_seed(int(seed))
+    draft_gen = torch.Generator(device="cpu")
+    draft_gen.manual_seed((generator.initial_seed() * 0x9E3779B97F4A7C15 + 1) % (1 << 63))
+    return generator, draft_gen

@@ -22,7 +22,9 @@ which ``Decoder.load_state`` logs and the CLI prints as a warning).
 """
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import math
 import os
 import zipfile
@@ -46,16 +48,27 @@ class StateFileError(ValueError):
     """A saved drafting state that cannot be used (the message says why)."""
 
 
-def save_state(state: DrafterState, path: str | Path, vocab_size: int) -> StateFile:
+def default_path(verifier, threads: int, model_name: str) -> Path:
+    """Where a decoder's state goes by default: beside the cost curves, keyed like them (model, dtype,
+    weight format, device, backend, threads, versions: ``costs.curve_key``) and by the model's name."""
+    from lookupdec.costs import curve_path
+
+    curve = curve_path(verifier, threads)
+    key = hashlib.sha256(f"{curve.stem}|{model_name}".encode()).hexdigest()[:20]
+    return curve.parent.parent / "state" / f"{key}.npz"
+
+
+def save_state(state: DrafterState, path: str | Path, vocab_size: int, warn: bool = False) -> StateFile:
     """Write what ``state`` has learned to ``path`` (atomically: a temporary file, then a rename).
 
-    A file that cannot be written is a ``problem`` of the result (a read-only cache loses only itself).
+    A file that cannot be written is a ``problem`` of the result (a read-only cache loses only
+    itself), logged as a warning (logger ``lookupdec.state``) when ``warn``.
     """
     path = Path(path)
     try:
         _write(state, path, vocab_size)
     except OSError as exc:
-        return StateFile(path, False, f"could not save the drafting state to {path}: {exc}")
+        return _said(StateFile(path, False, f"could not save the drafting state to {path}: {exc}"), warn)
     return StateFile(path, True)
 
 
@@ -165,11 +178,12 @@ class StateFile:
         return self.done
 
 
-def load_state(target: DrafterState, path: str | Path, vocab_size: int) -> StateFile:
+def load_state(target: DrafterState, path: str | Path, vocab_size: int, warn: bool = False) -> StateFile:
     """Fill ``target`` (a decoder's state, in place) from the file at ``path``, if it is there and valid.
 
     ``target`` keeps its cost provider and draft model, and its calibration object (drafters
-    may hold it already). An unusable file leaves ``target`` as it was; ``problem`` says why.
+    may hold it already). An unusable file leaves ``target`` as it was; ``problem`` says why
+    (logged as a warning, logger ``lookupdec.state``, when ``warn``).
     """
     path = Path(path)
     if not path.exists():
@@ -177,8 +191,8 @@ def load_state(target: DrafterState, path: str | Path, vocab_size: int) -> State
     try:
         saved = read_state(path, vocab_size)
     except (OSError, StateFileError) as exc:
-        return StateFile(path, False, f"ignoring the saved drafting state {path}: {exc}; drafting starts from "
-                                      "nothing learned (the next save replaces the file)")
+        return _said(StateFile(path, False, f"ignoring the saved drafting state {path}: {exc}; drafting starts "
+                                            "from nothing learned (the next save replaces the file)"), warn)
     cal, src = target.calibration.root, saved.calibration
     cal._fine, cal._coarse = src._fine, src._coarse
     for b in set(cal._bands) | set(src._bands):  # bands already made keep their objects
@@ -190,6 +204,12 @@ def load_state(target: DrafterState, path: str | Path, vocab_size: int) -> State
 
 
 # --------------------------------------------------------------------- internals
+def _said(result: StateFile, warn: bool) -> StateFile:
+    if warn:
+        logging.getLogger("lookupdec.state").warning("%s", result.problem)
+    return result
+
+
 def _require(ok: bool, why: str) -> None:
     if not ok:
         raise StateFileError(why)
@@ -217,7 +237,8 @@ def _set_rates(cal: Calibration, rates) -> None:
             _require(isinstance(row, list) and 3 <= len(row) <= 8 and isinstance(row[0], str)
                      and all(_is_int(x) for x in row[1:-2]), f"a {level} rate with a malformed key: {row!r}"[:200])
             h, t = row[-2], row[-1]
-            _require(_is_number(h) and _is_number(t) and 0 <= h <= t, f"a {level} rate that is not a count: {row!r}"[:200])
+            _require(_is_number(h) and _is_number(t) and 0 <= h <= t,
+                     f"a {level} rate that is not a count: {row!r}"[:200])
             table[tuple(row[:-2])] = [float(h), float(t)]
 
 
@@ -235,7 +256,8 @@ def _ledger(entry: dict, i: int) -> SourceLedger:
         _require(isinstance(a, dict) and set(a) == set(_ACCOUNT_FIELDS) and isinstance(a["name"], str)
                  and isinstance(a["on"], bool), f"ledger {i} has a malformed account")
         values = {n: a[n] for n in _ACCOUNT_FIELDS if n not in ("name", "on")}
-        _require(all(_is_number(v) and v >= 0 for v in values.values()), f"ledger {i}'s account {a['name']!r}: a negative or non-number total")
+        _require(all(_is_number(v) and v >= 0 for v in values.values()),
+                 f"ledger {i}'s account {a['name']!r}: a negative or non-number total")
         acc = led.account(a["name"])
         acc.on = a["on"]
         for n, v in values.items():

@@ -148,6 +148,8 @@ def test_each_lookupdec_call_starts_from_the_state_its_method_name_asks_for(tmp_
     assert at_start[-1] == 0  # from nothing learned
     assert methods["auto@saved"].generate(ids, 30).token_ids == ar
     assert at_start[-1] == second  # from the file
+    methods["auto"].generate(ids, 30)
+    assert at_start[-1] == second  # kept again: where the last kept call ended, untouched by the others
     path.write_bytes(b"damaged")
     with pytest.raises(ValueError, match="cannot read the drafting state"):
         methods["auto@saved"].generate(ids, 30)

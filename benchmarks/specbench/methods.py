@@ -212,15 +212,19 @@ class LookupdecMethod:
     def generate(self, prompt_ids: Sequence[int], max_new_tokens: int,
                  references: Sequence[str] = ()) -> MethodOutput:
         refs = list(references) if (self.takes_references and references) else None
-        if self.state != "kept" and self.name != "ar":  # inside the timed call: a CLI call reads its file too
-            self.decoder.reset_state()
-            if self.state == "saved" and not self.decoder.load_state(self.state_file):
-                raise ValueError(f"cannot read the drafting state {self.state_file}")
-        # remember=False: a history store learns only the reference answer of each finished
-        # question (run_benchmark's on_answer), never an answer to the question being run.
-        res = self.decoder.generate(list(prompt_ids), method=self.name, max_new_tokens=max_new_tokens,
-                                    temperature=self.temperature, seed=self.seed, references=refs,
-                                    chat_template=False, remember=False)
+        kept = self.decoder.state  # what the run's kept calls share: a fresh or saved call leaves it as it was
+        try:
+            if self.state != "kept" and self.name != "ar":  # inside the timed call: a CLI call reads its file too
+                self.decoder.reset_state()
+                if self.state == "saved" and not self.decoder.load_state(self.state_file):
+                    raise ValueError(f"cannot read the drafting state {self.state_file}")
+            # remember=False: a history store learns only the reference answer of each finished
+            # question (run_benchmark's on_answer), never an answer to the question being run.
+            res = self.decoder.generate(list(prompt_ids), method=self.name, max_new_tokens=max_new_tokens,
+                                        temperature=self.temperature, seed=self.seed, references=refs,
+                                        chat_template=False, remember=False)
+        finally:
+            self.decoder.state = kept
         lengths = step_lengths_from_stats(res.step_stats, res.new_tokens)
         forward = sum(s.verify_ms for s in res.step_stats)
         overhead = sum(s.draft_ms + s.other_ms for s in res.step_stats)

@@ -114,6 +114,13 @@ def read_grammar(json_schema, regex, grammar, choices):
     return spec
 
 
+def state_file(dec, save: bool) -> None:
+    """Read (``save=False``) or save the decoder's drafting state; a problem is a warning on stderr, never an exit."""
+    done = dec.save_state(warn=False) if save else dec.load_state(warn=False)
+    if done.problem:
+        click.echo(f"warning: {done.problem}", err=True)
+
+
 @click.command("generate")
 @click.option("--model", default=None, help="HF model id (cached), local directory or .gguf file; default: the embedded SmolLM2-135M-Instruct.")
 @click.option("--prompt", default=None, help="The prompt text.")
@@ -222,9 +229,7 @@ def generate_cmd(model, prompt, prompt_file, input_path, method, references, ind
             dec.costs()
         keep_state = method != "ar" and not fresh_state  # plain decoding learns nothing
         if keep_state:
-            loaded = dec.load_state(warn=False)
-            if loaded.problem:
-                click.echo(f"warning: {loaded.problem}", err=True)
+            state_file(dec, save=False)
         settings = dict(method=method, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
                         top_k=top_k, seed=seed, stop=list(stop) or None, chat_template=not no_chat_template,
                         grammar=grammar)
@@ -239,9 +244,7 @@ def generate_cmd(model, prompt, prompt_file, input_path, method, references, ind
                 res = dec.generate(req.prompt, references=ref, on_text=on_text, **settings)
                 _print_result(res, as_json, streamed=True)
         if keep_state:
-            saved = dec.save_state(warn=False)
-            if saved.problem:
-                click.echo(f"warning: {saved.problem}", err=True)
+            state_file(dec, save=True)
     except (LookupdecError, ValueError, TypeError, RuntimeError) as exc:
         raise click.ClickException(str(exc))
 

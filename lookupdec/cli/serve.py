@@ -5,7 +5,7 @@ import sys
 
 import click
 
-from lookupdec.cli.generate import WEIGHTS
+from lookupdec.cli.generate import WEIGHTS, state_file
 from lookupdec.methods import METHODS  # a plain dict; torch is imported lazily
 
 
@@ -71,9 +71,7 @@ def serve_cmd(model, indexes, history, host, port, max_batch, max_queue, api_key
             dec.costs()
         keep_state = method != "ar" and not fresh_state
         if keep_state:
-            loaded = dec.load_state(warn=False)
-            if loaded.problem:
-                click.echo(f"warning: {loaded.problem}", err=True)
+            state_file(dec, save=False)
     except (LookupdecError, ValueError, TypeError, RuntimeError) as exc:
         raise click.ClickException(str(exc))
     served = model_id or dec.loaded.name
@@ -86,6 +84,4 @@ def serve_cmd(model, indexes, history, host, port, max_batch, max_queue, api_key
     serve(dec, EngineConfig(method=method, max_batch=max_batch, max_queue=max_queue),
           ServeConfig(host=host, port=port, api_key=api_key, model_id=served), on_ready=ready)
     if keep_state:  # drained: the engine no longer touches the state
-        saved = dec.save_state(warn=False)
-        if saved.problem:
-            click.echo(f"warning: {saved.problem}", err=True)
+        state_file(dec, save=True)

@@ -174,18 +174,21 @@ def device_description(device) -> str:
     return f"cpu: {model}, {isa}, {os.cpu_count()} logical CPUs"
 
 
-def curve_key(model, backend: str, threads: int, weights: str = "float32") -> str:
+def curve_key(model, backend: str, threads: int, weights: str = "float32", *, versioned: bool = True) -> str:
     """What a measured curve is valid for: model (config and size), dtype, weight format, device, backend, threads, versions.
 
     ``weights`` is the fast forward's weight format (``WEIGHT_FORMATS``): each format has its own curve.
+    ``versioned=False`` leaves out torch's version and ``FORMAT``: what the saved drafting state is
+    keyed by (``drafters/saved.py``), so that a new curve format does not orphan it.
     """
     import torch
 
     param = next(model.parameters())
     n_params = sum(p.numel() for p in model.parameters())
     config = model.config.to_json_string(use_diff=False) if hasattr(model.config, "to_json_string") else repr(model.config)
-    parts = [config, str(n_params), str(param.dtype), device_description(param.device), backend, str(threads),
-             torch.__version__, str(FORMAT)]
+    parts = [config, str(n_params), str(param.dtype), device_description(param.device), backend, str(threads)]
+    if versioned:
+        parts += [torch.__version__, str(FORMAT)]
     if weights != "float32":  # float32 curves keep the keys they had before formats existed
         parts.append(f"weights={weights}")
     ident = "|".join(parts)

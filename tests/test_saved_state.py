@@ -219,6 +219,18 @@ def test_the_default_path_depends_on_the_model_and_lives_in_the_cache(monkeypatc
     assert a.state_path() != b.state_path()
 
 
+def test_a_new_curve_format_moves_the_curve_but_not_the_state(monkeypatch, tmp_path):
+    import lookupdec.costs as costs
+
+    monkeypatch.setenv("LOOKUPDEC_CACHE", str(tmp_path))
+    dec = Decoder(tiny_loaded(0), cost_curve=FLAT)
+    threads = dec._torch.get_num_threads()
+    curve, state = costs.curve_path(dec.verifier, threads), dec.state_path()
+    monkeypatch.setattr(costs, "FORMAT", costs.FORMAT + 1)
+    assert costs.curve_path(dec.verifier, threads) != curve
+    assert dec.state_path() == state
+
+
 def test_cli_generate_saves_the_state_reads_it_back_and_fresh_state_touches_nothing(tmp_path, monkeypatch):
     from lookupdec.cli import main
 

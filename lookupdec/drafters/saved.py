@@ -49,13 +49,17 @@ class StateFileError(ValueError):
 
 
 def default_path(verifier, threads: int, model_name: str) -> Path:
-    """Where a decoder's state goes by default: beside the cost curves, keyed like them (model, dtype,
-    weight format, device, backend, threads, versions: ``costs.curve_key``) and by the model's name."""
-    from lookupdec.costs import curve_path
+    """Where a decoder's state goes by default: in the cache, keyed like the cost curves (model, dtype,
+    weight format, device, backend, threads: ``costs.curve_key``) and by the model's name, but not by
+    torch's version or the curve format: the state file carries its own ``VERSION``, so a new curve
+    format leaves the learned state where it was."""
+    from lookupdec.costs import curve_key
+    from lookupdec.tokenizer import cache_root
 
-    curve = curve_path(verifier, threads)
-    key = hashlib.sha256(f"{curve.stem}|{model_name}".encode()).hexdigest()[:20]
-    return curve.parent.parent / "state" / f"{key}.npz"
+    weights = getattr(getattr(verifier, "fast", None), "weights", "float32")
+    curve = curve_key(verifier.model, verifier.backend, threads, weights, versioned=False)
+    key = hashlib.sha256(f"{curve}|{model_name}".encode()).hexdigest()[:20]
+    return cache_root() / "state" / f"{key}.npz"
 
 
 def save_state(state: DrafterState, path: str | Path, vocab_size: int, warn: bool = False) -> StateFile:

@@ -15,6 +15,9 @@ Usage::
     python benchmarks/simulate.py A.jsonl B.jsonl --cost hf          # transformers' cost curve
     python benchmarks/simulate.py A.jsonl --cost 1:34.3,16:40,64:90  # a measured curve of your own
     python benchmarks/simulate.py A.jsonl --drafter auto --index datastore/sample/stdlib.index --cost xeon
+    # as a real run on this machine: the decoder's cached curve, 0.34 ms of host time a step
+    # (ar's overhead in spec_bench.py), the drafter's own time as measured here, auto's gate
+    python benchmarks/simulate.py A.jsonl --drafter auto --cost ~/.cache/lookupdec/costs/KEY.json --as-run 0.34
 
 Library::
 
@@ -152,11 +155,17 @@ def named_curve(name: str = "fast") -> CostCurve:
 
 
 def parse_curve(text: str) -> CostCurve:
-    """A curve name, or explicit points as ``"1:34.3,8:48.3,16:61.2"``.
+    """A curve name, a curve file the decoder cached (``.json``: with its cache-length slope),
+    or explicit points as ``"1:34.3,8:48.3,16:61.2"``.
 
     Raises:
-        ValueError: for text that is neither.
+        ValueError: for text that is none of these.
     """
+    if text.endswith(".json"):
+        try:
+            return CostCurve.from_json(Path(text).read_text(encoding="utf-8"))
+        except OSError as e:
+            raise ValueError(f"cannot read the cost curve {text}: {e.strerror}") from None
     if ":" not in text:
         return named_curve(text)
     try:
@@ -179,7 +188,8 @@ class TaskStats:
         mean_draft: mean draft tree size per step.
         est_speedup: tokens per unit of modelled verify time, relative to plain
             decoding (``ar``: one 1-token forward per token, under the same cost
-            curve); drafting time not counted.
+            curve); drafting time not counted, unless the replay was given a
+            ``RunModel`` (then plain decoding is priced with the same host time).
     """
 
     records: int
@@ -205,6 +215,37 @@ class SimResult:
     by_task: Mapping[str, TaskStats]
     histogram: tuple[int, ...]
     seconds: float = field(compare=False)
+
+
+@dataclass(frozen=True)
+class RunModel:
+    """What a real run adds to the modelled forwards, so that a replay's speed can be set beside a measured one.
+
+    Without it (``simulate(run=None)``) a replay prices forwards only, at the curve's own cache length,
+    and ``auto`` proposes on every step. A real ``Decoder.generate`` also spends host time and, for
+    ``auto``, lets a ``BatchGate(min_size=1)`` pause the drafting while drafting steps deliver less
+    than plain ones (``lookupdec.batch``); the replay models both when given this.
+
+    Attributes:
+        step_host_ms: the decoder's own time per step outside the forward and the drafter (acceptance,
+            cache commit, bookkeeping); take ``ar``'s overhead per step from a real run on the machine.
+        drafter_time: add the drafter's own wall time (its ``propose`` and ``commit``, as run in the
+            replay) to each step.
+        gate: pause the drafting as ``Decoder.generate`` does for ``auto`` (one gate for all the records,
+            as one decoder keeps one per temperature band): paused steps propose nothing.
+        past: price each forward at its cache length (prompt and tokens so far), with the curve's slope.
+
+    Example:
+        >>> run = RunModel(step_host_ms=1.0, drafter_time=False)   # plain decoding priced as plain decoding
+        >>> r = simulate(NoDrafter, [Record(1, "qa", 0, (5, 6), (7, 8, 2))], run=run)
+        >>> r.overall.est_speedup
+        1.0
+    """
+
+    step_host_ms: float = 0.0
+    drafter_time: bool = True
+    gate: bool = True
+    past: bool = True
 
 
 def accepted_path(tree: DraftTree, target: Sequence[int]) -> list[int]:
@@ -249,13 +290,13 @@ def accepted_length_reference(tree: DraftTree, target: Sequence[int]) -> int:
     return best
 
 
-def _stats(records: int, tokens: int, steps: int, drafted: int, cost_ms: float, cost1: float) -> TaskStats:
+def _stats(records: int, tokens: int, steps: int, drafted: int, cost_ms: float, plain_ms: float) -> TaskStats:
     return TaskStats(records, tokens, steps, tokens / steps if steps else 0.0, drafted / steps if steps else 0.0,
-                     tokens * cost1 / cost_ms if cost_ms else 0.0)
+                     plain_ms / cost_ms if cost_ms else 0.0)
 
 
 def simulate(drafter_factory: Callable[..., Drafter], records: Iterable[Record], *, budget: int = 64,
-             cost: CostCurve | None = None) -> SimResult:
+             cost: CostCurve | None = None, run: RunModel | None = None) -> SimResult:
     """Replay ``records`` through fresh drafters and measure acceptance.
 
     Each step: ``tree = drafter.propose(DraftRequest(budget, tokens left))``;
@@ -275,6 +316,9 @@ def simulate(drafter_factory: Callable[..., Drafter], records: Iterable[Record],
         records: recorded generations (``load_records``).
         budget: node budget offered to ``propose`` each step.
         cost: verify-time model for ``est_speedup`` (default: ``named_curve("fast")``).
+        run: also model a real run's host time and ``auto``'s gate (``RunModel``); ``est_speedup``
+            is then against plain decoding priced the same way (its forwards at their cache
+            lengths, plus ``step_host_ms`` a token).
 
     Returns:
         SimResult with per-task and overall tau and the accepted-length histogram.
@@ -291,10 +335,24 @@ def simulate(drafter_factory: Callable[..., Drafter], records: Iterable[Record],
     cost1 = cost.ms_at(1)
     t0 = time.perf_counter()
     hist: list[int] = []
-    # task -> [records, tokens, steps, drafted nodes, modelled ms]
+    # task -> [records, tokens, steps, drafted nodes, modelled ms, plain decoding's modelled ms]
     acc: dict[str, list[float]] = {}
     cost_cache: dict[int, float] = {}
     takes_record = _takes_an_argument(drafter_factory)
+    gate = None
+    if run is not None and run.gate:
+        from lookupdec.batch import BatchGate
+        from lookupdec.drafters.state import SINGLE_MAX_PAUSE
+
+        gate = BatchGate(min_size=1, max_pause=SINGLE_MAX_PAUSE)  # what Decoder.generate gives ``auto``
+
+    def forward_ms(width: int, past: int) -> float:
+        if run is not None and run.past:
+            return cost.ms_at(width, past)
+        if width not in cost_cache:
+            cost_cache[width] = cost.ms_at(width)
+        return cost_cache[width]
+
     for rec in records:
         drafter = as_drafter(drafter_factory(rec) if takes_record else drafter_factory())
         drafter.begin(rec.prompt_ids)
@@ -302,10 +360,14 @@ def simulate(drafter_factory: Callable[..., Drafter], records: Iterable[Record],
         # Records without top-k replay without it (``auto``'s recycle source then drafts nothing).
         k_top = int(drafter.topk or 0) if rec.topk_ids is not None else 0
         context = list(rec.prompt_ids) + list(out)
+        gated = gate is not None and drafter.name == "auto"
         pos = steps = drafted = 0
         ms = 0.0
         while pos < len(out):
-            tree = drafter.propose(DraftRequest(budget, len(out) - pos))
+            step_budget = gate.budget(1, budget) if gated else budget
+            t_draft = time.perf_counter()
+            tree = drafter.propose(DraftRequest(step_budget, len(out) - pos)) if step_budget else DraftTree.empty()
+            draft_s = time.perf_counter() - t_draft
             if len(tree) > budget:
                 raise ValueError(f"drafter {drafter.name!r} proposed {len(tree)} nodes "
                                  f"for a budget of {budget}")
@@ -313,7 +375,7 @@ def simulate(drafter_factory: Callable[..., Drafter], records: Iterable[Record],
             k = len(path)
             new = out[pos:pos + k + 1]  # accepted draft + bonus (none when the draft reached the end)
             outcome = StepOutcome(tuple(path), tuple(new), tree, np.arange(len(tree)))
-            if k_top:
+            if k_top and step_budget:  # a step that drafts nothing asks for no top-k (Sequence.plan)
                 # Rows of the root and the accepted nodes: row j of the record is the
                 # distribution after input token context[len(prompt) + j - 1].
                 rows = np.arange(pos, pos + len(new))
@@ -321,26 +383,36 @@ def simulate(drafter_factory: Callable[..., Drafter], records: Iterable[Record],
                                       row_tokens=np.asarray([context[len(rec.prompt_ids) + j - 1] for j in rows],
                                                             np.int64),
                                       topk_ids=rec.topk_ids[rows, :k_top], topk_probs=rec.topk_probs[rows, :k_top])
+            t_commit = time.perf_counter()
             drafter.commit(outcome)
+            draft_s += time.perf_counter() - t_commit
+            past = len(rec.prompt_ids) + pos
+            step_ms = forward_ms(len(tree) + 1, past)  # the forward scores the root token and every node
+            if run is not None:
+                step_ms += run.step_host_ms + (draft_s * 1e3 if run.drafter_time else 0.0)
+            if gated:
+                gate.record(1, step_budget != 0, len(tree) > 0, len(new), step_ms / 1e3)
             pos += len(new)
             steps += 1
             drafted += len(tree)
-            w = len(tree) + 1  # the forward scores the root token and every node
-            if w not in cost_cache:
-                cost_cache[w] = cost.ms_at(w)
-            ms += cost_cache[w]
+            ms += step_ms
             if k >= len(hist):
                 hist.extend([0] * (k + 1 - len(hist)))
             hist[k] += 1
-        a = acc.setdefault(rec.task, [0, 0, 0, 0, 0.0])
+        if run is None:
+            plain = len(out) * cost1
+        else:  # plain decoding priced as the run: one forward a token at its cache length, plus the host time
+            plain = sum(forward_ms(1, len(rec.prompt_ids) + j) for j in range(len(out))) + len(out) * run.step_host_ms
+        a = acc.setdefault(rec.task, [0, 0, 0, 0, 0.0, 0.0])
         a[0] += 1
         a[1] += len(out)
         a[2] += steps
         a[3] += drafted
         a[4] += ms
-    by_task = {t: _stats(int(a[0]), int(a[1]), int(a[2]), int(a[3]), a[4], cost1) for t, a in acc.items()}
-    tot = [sum(a[i] for a in acc.values()) for i in range(5)]
-    overall = _stats(int(tot[0]), int(tot[1]), int(tot[2]), int(tot[3]), tot[4], cost1)
+        a[5] += plain
+    by_task = {t: _stats(int(a[0]), int(a[1]), int(a[2]), int(a[3]), a[4], a[5]) for t, a in acc.items()}
+    tot = [sum(a[i] for a in acc.values()) for i in range(6)]
+    overall = _stats(int(tot[0]), int(tot[1]), int(tot[2]), int(tot[3]), tot[4], tot[5])
     return SimResult(overall, by_task, tuple(hist), time.perf_counter() - t0)
 
 
@@ -463,7 +535,7 @@ def drafter_factory(name: str, settings: Mapping[str, object], records: Sequence
 
     ``records`` are needed by ``copy-oracle`` only (it reads the answers).
     ``auto``, ``llma``, ``rest`` and ``history`` share one calibration over all
-    records, in order, as a server's decoder would, and size their trees by
+    records, in order, as a server's decoder would (``auto`` its source accounts too), and size their trees by
     ``cost``; ``history`` and ``auto`` draft from the outputs of the records
     replayed before (the history a server would have); ``indexes`` are the
     opened datastores of ``rest`` and ``auto``.
@@ -510,8 +582,10 @@ def drafter_factory(name: str, settings: Mapping[str, object], records: Sequence
                 return history_method(history=store, calibration=calibration, cost=curve)
             if name == "recycle":
                 return recycle_method(calibration=calibration, cost=curve, state=state)
+            # One account book for every record, as a decoder keeps one per method and band.
             return AutoDrafter(references=refs, indexes=list(indexes) or None, history=store,
-                               calibration=calibration, cost=curve, state=state, **settings)
+                               calibration=calibration, cost=curve, state=state,
+                               ledger=state.ledger("auto", 0.0), **settings)
         return make
     raise ValueError(f"unknown drafter {name!r}; expected one of ar, pld, llma, rest, history, recycle, auto, "
                      "hf-pld, copy-oracle")
@@ -546,8 +620,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cost", default="fast",
                     help="verify-cost curve for est. speedup: " + " | ".join(COST_CURVES)
                          + " (default fast), or points as '1:34.3,8:48.3,16:61.2' (tokens:ms)")
+    ap.add_argument("--as-run", type=float, default=None, metavar="HOST_MS",
+                    help="model a real run (RunModel): HOST_MS of the decoder's own time a step (ar's overhead "
+                         "per step in a real run), the drafter's measured time, auto's gate, forwards priced at "
+                         "their cache length")
     ap.add_argument("--json", type=Path, default=None, help="also write the result as JSON here")
     args = ap.parse_args(argv)
+    if args.as_run is not None and not (args.as_run >= 0):
+        ap.error(f"--as-run must be a time in ms >= 0, got {args.as_run}")
 
     settings = {}
     for item in args.set:
@@ -563,14 +643,16 @@ def main(argv: list[str] | None = None) -> int:
     from lookupdec.index import open_index
 
     indexes = [open_index(p) for p in args.index]
+    run = None if args.as_run is None else RunModel(step_host_ms=args.as_run)
     res = simulate(drafter_factory(args.drafter, settings, records, cost, indexes), records, budget=args.budget,
-                   cost=cost)
+                   cost=cost, run=run)
     desc = " ".join(f"{k}={v}" for k, v in settings.items()) or "defaults"
     print(format_table(res, f"{args.drafter} ({desc}), {len(records)} records, budget {args.budget}, "
-                            f"cost {args.cost}"))
+                            f"cost {args.cost}" + ("" if run is None else f", as run (host {run.step_host_ms} ms a step, gate)")))
     print(f"\nreplayed in {res.seconds:.2f} s")
     if args.json:
         args.json.write_text(json.dumps({"drafter": args.drafter, "settings": settings, "budget": args.budget,
+                                         "run": None if run is None else asdict(run),
                                          "cost": [[w, m] for w, m in zip(cost.widths, cost.ms)],
                                          "overall": asdict(res.overall),
                                          "by_task": {t: asdict(s) for t, s in res.by_task.items()},

@@ -275,3 +275,86 @@ def test_history_replays_earlier_records_outputs_in_order():
              for k in (1, 2, 3)]
     # The first request has no history to draft from; later ones copy the remembered answer.
     assert steps[0] == len(out) and steps[1] - steps[0] < 10 and r.overall.steps == steps[2]
+
+
+def test_as_run_prices_host_time_and_each_forward_at_its_cache_length():
+    # Forwards cost 10 ms (width 1) to 25 ms (width 4) plus 0.1 ms a cached row; 2 ms of host time a step.
+    answers = {r.prompt_ids: r.output_ids for r in RECORDS}
+    cost = CostCurve((1, 4), (10.0, 25.0), 0, (0.1, 0.1), "cpu", "k")
+    run = sim.RunModel(step_host_ms=2.0, drafter_time=False, gate=False, past=True)
+    r = sim.simulate(lambda: Oracle(answers), RECORDS, budget=3, cost=cost, run=run)
+    # qa (prompt 2, 10 tokens): steps at 0, 4, 8 (widths 4, 4, 3); rag (prompt 1, 7 tokens): at 0, 4 (widths 4, 4).
+    steps = [(25.0, 2), (25.0, 6), (20.0, 10), (25.0, 1), (25.0, 5)]
+    ms = sum(base + 0.1 * past + 2.0 for base, past in steps)
+    plain = sum(10.0 + 0.1 * (2 + j) + 2.0 for j in range(10)) + sum(10.0 + 0.1 * (1 + j) + 2.0 for j in range(7))
+    assert r.overall.est_speedup == pytest.approx(plain / ms)
+    # Without the run model the same replay is priced at the curve's own cache length, host time left out.
+    bare = sim.simulate(lambda: Oracle(answers), RECORDS, budget=3, cost=cost)
+    assert bare.overall.est_speedup == pytest.approx(17 * 10.0 / (4 * 25.0 + 20.0))
+
+
+class Wrong:
+    """Always drafts three tokens the output never has; counts its proposals."""
+
+    def __init__(self, name, sleep_s=0.0):
+        self.name, self.sleep_s, self.proposals = name, sleep_s, 0
+
+    def begin(self, prompt_ids):
+        pass
+
+    def propose(self, request):
+        import time
+
+        self.proposals += 1
+        time.sleep(self.sleep_s)
+        return DraftTree.chain([1, 2, 3][:request.budget])
+
+    def commit(self, outcome):
+        assert not outcome.accepted
+
+
+def test_as_run_gate_pauses_auto_drafting_that_never_pays_and_leaves_other_drafters_alone():
+    long = [sim.Record(1, "qa", 0, (10, 11), tuple(range(100, 400)))]
+    cost = sim.curve_from_points(((1, 10.0), (4, 20.0)))
+    run = sim.RunModel(step_host_ms=0.0, drafter_time=False, gate=True, past=False)
+    made = []
+
+    def factory(name):
+        def make():
+            made.append(Wrong(name))
+            return made[-1]
+        return make
+
+    gated = sim.simulate(factory("auto"), long, budget=3, cost=cost, run=run)
+    other = sim.simulate(factory("pld"), long, budget=3, cost=cost, run=run)
+    assert other.overall.steps == 300 and made[1].proposals == 300  # every step drafted, none accepted
+    assert gated.overall.steps == 300 and made[0].proposals < 150  # paused on most steps
+    assert gated.overall.est_speedup > other.overall.est_speedup
+
+
+def test_as_run_adds_the_drafters_own_time():
+    cost = sim.curve_from_points(((1, 10.0), (4, 20.0)))
+    run = sim.RunModel(step_host_ms=0.0, drafter_time=True, gate=False, past=False)
+    quick = sim.simulate(lambda: Wrong("pld"), RECORDS, budget=3, cost=cost, run=run)
+    slow = sim.simulate(lambda: Wrong("pld", sleep_s=0.005), RECORDS, budget=3, cost=cost, run=run)
+    # 17 steps, each at least 5 ms of drafting more: the modelled time grows by at least 85 ms.
+    plain = 17 * 10.0
+    assert plain / slow.overall.est_speedup >= plain / quick.overall.est_speedup + 17 * 5.0 - 1e-6
+
+
+def test_cli_as_run_and_a_cached_curve_file(tmp_path, capsys):
+    p = tmp_path / "r.jsonl"
+    p.write_text("".join(json.dumps({"question_id": r.question_id, "task": r.task, "turn": r.turn,
+                                     "prompt_ids": list(r.prompt_ids), "output_ids": list(r.output_ids)}) + "\n"
+                         for r in RECORDS))
+    curve = tmp_path / "curve.json"
+    curve.write_text(CostCurve((1, 4), (10.0, 25.0), 0, (0.1, 0.1), "cpu", "k").to_json())
+    out_json = tmp_path / "res.json"
+    assert sim.main([str(p), "--drafter", "ar", "--cost", str(curve), "--as-run", "0.5", "--json", str(out_json)]) == 0
+    assert "as run (host 0.5 ms a step, gate)" in capsys.readouterr().out
+    saved = json.loads(out_json.read_text())
+    assert saved["run"]["step_host_ms"] == 0.5 and saved["cost"][0] == [1, 10.0]
+    with pytest.raises(SystemExit):
+        sim.main([str(p), "--as-run", "-1"])
+    with pytest.raises(ValueError, match="cannot read the cost curve"):
+        sim.parse_curve(str(tmp_path / "missing.json"))

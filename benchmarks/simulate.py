@@ -234,6 +234,8 @@ class RunModel:
         gate: pause the drafting as ``Decoder.generate`` does for ``auto`` (one gate for all the records,
             as one decoder keeps one per temperature band): paused steps propose nothing.
         past: price each forward at its cache length (prompt and tokens so far), with the curve's slope.
+        drafter_scale: a what-if: the drafter's measured time is counted this many times (0.5: what
+            halving it would buy).
 
     Example:
         >>> run = RunModel(step_host_ms=1.0, drafter_time=False)   # plain decoding priced as plain decoding
@@ -246,6 +248,7 @@ class RunModel:
     drafter_time: bool = True
     gate: bool = True
     past: bool = True
+    drafter_scale: float = 1.0
 
 
 def accepted_path(tree: DraftTree, target: Sequence[int]) -> list[int]:
@@ -389,7 +392,7 @@ def simulate(drafter_factory: Callable[..., Drafter], records: Iterable[Record],
             past = len(rec.prompt_ids) + pos
             step_ms = forward_ms(len(tree) + 1, past)  # the forward scores the root token and every node
             if run is not None:
-                step_ms += run.step_host_ms + (draft_s * 1e3 if run.drafter_time else 0.0)
+                step_ms += run.step_host_ms + (draft_s * 1e3 * run.drafter_scale if run.drafter_time else 0.0)
             if gated:
                 gate.record(1, step_budget != 0, len(tree) > 0, len(new), step_ms / 1e3)
             pos += len(new)

@@ -63,12 +63,16 @@ def select_nodes(tree: DraftTree, cost_ms: np.ndarray, budget: int, max_depth: i
     c1 = float(cost_ms[1])
     if limit <= 0:
         return Selection(np.zeros(0, np.int64), 1.0, c1, 1.0)
-    order = tree.best(limit, max_depth)          # ancestor-closed, in index order
-    if not len(order):
-        return Selection(np.zeros(0, np.int64), 1.0, c1, 1.0)
     scores = tree.path_scores()
     depth = tree.depth
-    ranked = order[np.lexsort((order, depth[order], -scores[order]))]
+    # Best first (path score, then shallower, then index: ``DraftTree.best``'s order), so every
+    # prefix is ancestor-closed: a node never outranks its ancestors.
+    ranked = np.lexsort((np.arange(len(tree)), depth, -scores))
+    if max_depth is not None:
+        ranked = ranked[depth[ranked] <= max_depth]
+    ranked = ranked[:limit]
+    if not len(ranked):
+        return Selection(np.zeros(0, np.int64), 1.0, c1, 1.0)
     gains = (1.0 + np.cumsum(scores[ranked])) / cost_ms[2:2 + len(ranked)]
     k = int(np.argmax(gains)) + 1
     best = float(gains[k - 1]) * c1

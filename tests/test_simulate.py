@@ -47,6 +47,14 @@ RECORDS = [
 ]
 
 
+def write_records(path):
+    """RECORDS as record_outputs.py writes them."""
+    path.write_text("".join(json.dumps({"question_id": r.question_id, "task": r.task, "turn": r.turn,
+                                        "prompt_ids": list(r.prompt_ids), "output_ids": list(r.output_ids)}) + "\n"
+                            for r in RECORDS))
+    return path
+
+
 def test_empty_drafter_gives_tau_one():
     r = sim.simulate(NoDrafter, RECORDS)
     # One token per step, exactly; every step accepted 0 draft tokens.
@@ -146,10 +154,7 @@ def test_load_records_round_trip_and_errors(tmp_path):
 
 
 def test_cli_prints_table(tmp_path, capsys):
-    p = tmp_path / "r.jsonl"
-    p.write_text("".join(json.dumps({"question_id": r.question_id, "task": r.task, "turn": r.turn,
-                                     "prompt_ids": list(r.prompt_ids), "output_ids": list(r.output_ids)}) + "\n"
-                         for r in RECORDS))
+    p = write_records(tmp_path / "r.jsonl")
     out_json = tmp_path / "res.json"
     assert sim.main([str(p), "--drafter", "ar", "--json", str(out_json)]) == 0
     assert "| **overall** | 2 | 17 | 17 | 1.000 |" in capsys.readouterr().out
@@ -224,10 +229,7 @@ def test_sweep_halves_alternate_questions_and_keep_turns_together(tmp_path, caps
     # qa questions 1, 3, 5 go A, B, A; mt questions 8, 9 go A, B with both their turns.
     assert sorted((r.task, r.question_id, r.turn) for r in a) == [("mt", 8, 0), ("mt", 8, 1), ("qa", 1, 0), ("qa", 5, 0)]
     assert sorted((r.task, r.question_id, r.turn) for r in b) == [("mt", 9, 0), ("mt", 9, 1), ("qa", 3, 0)]
-    p = tmp_path / "r.jsonl"
-    p.write_text("".join(json.dumps({"question_id": r.question_id, "task": r.task, "turn": r.turn,
-                                     "prompt_ids": list(r.prompt_ids), "output_ids": list(r.output_ids)}) + "\n"
-                         for r in RECORDS))
+    p = write_records(tmp_path / "r.jsonl")
     assert sweep.main([str(p), "-g", "fallback_width=0,2", "-s", "max_width=4"]) == 0
     out = capsys.readouterr().out
     # One row per grid point, each with the fixed setting.
@@ -343,10 +345,7 @@ def test_as_run_adds_the_drafters_own_time():
 
 
 def test_cli_as_run_and_a_cached_curve_file(tmp_path, capsys):
-    p = tmp_path / "r.jsonl"
-    p.write_text("".join(json.dumps({"question_id": r.question_id, "task": r.task, "turn": r.turn,
-                                     "prompt_ids": list(r.prompt_ids), "output_ids": list(r.output_ids)}) + "\n"
-                         for r in RECORDS))
+    p = write_records(tmp_path / "r.jsonl")
     curve = tmp_path / "curve.json"
     curve.write_text(CostCurve((1, 4), (10.0, 25.0), 0, (0.1, 0.1), "cpu", "k").to_json())
     out_json = tmp_path / "res.json"

@@ -627,8 +627,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="model a real run (RunModel): HOST_MS of the decoder's own time a step (ar's overhead "
                          "per step in a real run), the drafter's measured time, auto's gate, forwards priced at "
                          "their cache length")
+    ap.add_argument("--drafter-scale", type=float, default=1.0, metavar="F",
+                    help="with --as-run: count the drafter's measured time F times (inside a real run drafting "
+                         "measured ~2x its time in a replay; 0.5: what halving it would buy)")
     ap.add_argument("--json", type=Path, default=None, help="also write the result as JSON here")
     args = ap.parse_args(argv)
+    if not args.drafter_scale >= 0:
+        ap.error(f"--drafter-scale must be >= 0, got {args.drafter_scale}")
     if args.as_run is not None and not (args.as_run >= 0):
         ap.error(f"--as-run must be a time in ms >= 0, got {args.as_run}")
 
@@ -646,12 +651,12 @@ def main(argv: list[str] | None = None) -> int:
     from lookupdec.index import open_index
 
     indexes = [open_index(p) for p in args.index]
-    run = None if args.as_run is None else RunModel(step_host_ms=args.as_run)
+    run = None if args.as_run is None else RunModel(step_host_ms=args.as_run, drafter_scale=args.drafter_scale)
     res = simulate(drafter_factory(args.drafter, settings, records, cost, indexes), records, budget=args.budget,
                    cost=cost, run=run)
     desc = " ".join(f"{k}={v}" for k, v in settings.items()) or "defaults"
     print(format_table(res, f"{args.drafter} ({desc}), {len(records)} records, budget {args.budget}, "
-                            f"cost {args.cost}" + ("" if run is None else f", as run (host {run.step_host_ms} ms a step, gate)")))
+                            f"cost {args.cost}" + ("" if run is None else f", as run (host {run.step_host_ms} ms a step, gate, drafter time x{run.drafter_scale:g})")))
     print(f"\nreplayed in {res.seconds:.2f} s")
     if args.json:
         args.json.write_text(json.dumps({"drafter": args.drafter, "settings": settings, "budget": args.budget,

@@ -350,10 +350,12 @@ def test_cli_as_run_and_a_cached_curve_file(tmp_path, capsys):
     curve.write_text(CostCurve((1, 4), (10.0, 25.0), 0, (0.1, 0.1), "cpu", "k").to_json())
     out_json = tmp_path / "res.json"
     assert sim.main([str(p), "--drafter", "ar", "--cost", str(curve), "--as-run", "0.5", "--json", str(out_json)]) == 0
-    assert "as run (host 0.5 ms a step, gate)" in capsys.readouterr().out
+    assert "as run (host 0.5 ms a step, gate, drafter time x1)" in capsys.readouterr().out
     saved = json.loads(out_json.read_text())
     assert saved["run"]["step_host_ms"] == 0.5 and saved["cost"][0] == [1, 10.0]
     with pytest.raises(SystemExit):
         sim.main([str(p), "--as-run", "-1"])
+    with pytest.raises(SystemExit):
+        sim.main([str(p), "--as-run", "0.5", "--drafter-scale", "-2"])
     with pytest.raises(ValueError, match="cannot read the cost curve"):
         sim.parse_curve(str(tmp_path / "missing.json"))

@@ -10,6 +10,8 @@ import sys
 import pytest
 import torch
 
+from lookupdec.costs import CostCurve
+
 # The tiny test models are far too small to gain from threads, and on a shared
 # 2-core machine intra-op threads contend badly: one thread is ~10x faster here.
 torch.set_num_threads(1)
@@ -26,6 +28,10 @@ os.environ["LOOKUPDEC_DEVICE"] = TEST_DEVICE
 # keeps them in the checkout (git-ignored, shared by the workers and by later runs), never in
 # the user's own cache. Set LOOKUPDEC_CACHE to put them elsewhere.
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checkout
+
+# A cost curve that prices every width almost alike (5% more at 128 rows than at 1): any draft with
+# positive scores pays, whatever the machine running the tests measures (or how loaded it is).
+FLAT = CostCurve((1, 128), (10.0, 10.5), 0, (0.0, 0.0), "test", "flat")
 os.environ.setdefault("LOOKUPDEC_CACHE", os.path.join(ROOT, ".pytest_cache", "lookupdec"))
 
 

@@ -4,13 +4,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lookupdec.costs import CostCurve
 from lookupdec.decoder import Decoder
 from lookupdec.errors import ModelLoadError
 from lookupdec.models import LoadedModel
-from tests.conftest import char_tokenizer, hf_greedy
+from tests.conftest import FLAT, char_tokenizer, hf_greedy
 
-FLAT = CostCurve((1, 128), (10.0, 10.5), 0, (0.0, 0.0), "test", "flat")
 SMALL = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, max_position_embeddings=256, eos_token_id=2, attn_implementation="sdpa")
 

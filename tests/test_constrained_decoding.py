@@ -15,15 +15,13 @@ import pytest
 import torch
 
 from lookupdec import Choice, ConstraintError, Lark, Regex
-from lookupdec.costs import CostCurve
 from lookupdec.decoder import Decoder
 from lookupdec.index import build_index_from_tokens
 from lookupdec.tree import DraftTree
-from tests.conftest import EOS_ID, TINY_VOCAB, batch_of, char_tokenizer, tiny_loaded
+from tests.conftest import FLAT, EOS_ID, TINY_VOCAB, batch_of, char_tokenizer, tiny_loaded
 from tests.oracles.grammar import FiniteLanguage, enumerate_regex
 from tests.test_sampling import assert_matches
 
-FLAT = CostCurve((1, 128), (10.0, 10.5), 0, (0.0, 0.0), "test", "flat")
 SCHEMA = {"type": "object",
           "properties": {"name": {"type": "string", "maxLength": 8},
                          "n": {"type": "integer", "minimum": 0, "maximum": 999},

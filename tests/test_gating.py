@@ -14,9 +14,8 @@ from lookupdec.drafters.ledger import SourceLedger
 from lookupdec.index import build_index_from_tokens
 from lookupdec.tree import DraftTree
 from lookupdec.verify import TreeVerifier, greedy_accept
-from tests.conftest import TINY_VOCAB, tiny_loaded, tiny_model
+from tests.conftest import FLAT, TINY_VOCAB, tiny_loaded, tiny_model
 
-FLAT = CostCurve((1, 128), (10.0, 10.5), 0, (0.0, 0.0), "test", "flat")
 NAMES = ["good", "useless"]
 
 

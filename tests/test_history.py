@@ -13,13 +13,11 @@ import pytest
 from click.testing import CliRunner
 
 from lookupdec.cli import main
-from lookupdec.costs import CostCurve
 from lookupdec.decoder import Decoder
 from lookupdec.errors import TokenizerMismatchError
 from lookupdec.index.history import MANIFEST, HistoryError, check_history_path, open_history
-from tests.conftest import char_tokenizer, checkout_env, save_tiny, tiny_loaded
+from tests.conftest import FLAT, char_tokenizer, checkout_env, save_tiny, tiny_loaded
 
-FLAT = CostCurve((1, 128), (10.0, 10.5), 0, (0.0, 0.0), "test", "flat")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

@@ -9,9 +9,8 @@ from lookupdec.decoder import Decoder
 from lookupdec.drafters.base import DraftRequest, StepOutcome
 from lookupdec.drafters.lookahead import (LookaheadConfig, LookaheadDrafter, NgramPool, shape_for, window_rows,
                                           window_rows_for)
-from tests.conftest import TINY_VOCAB, tiny_loaded
+from tests.conftest import FLAT, TINY_VOCAB, tiny_loaded
 
-FLAT = CostCurve((1, 128), (10.0, 10.5), 0, (0.0, 0.0), "test", "flat")
 REQ = DraftRequest(budget=16, max_depth=16)
 
 

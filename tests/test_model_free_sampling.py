@@ -10,16 +10,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lookupdec.costs import CostCurve
 from lookupdec.decoder import Decoder
 from lookupdec.drafters.auto import AutoDrafter
 from lookupdec.drafters.single import lookahead_method, recycle_method
 from lookupdec.drafters.lookahead import LookaheadDrafter
 from lookupdec.sampling import SamplingParams
-from tests.conftest import TINY_VOCAB, tiny_loaded
+from tests.conftest import FLAT, TINY_VOCAB, tiny_loaded
 from tests.test_sampling import _exact_marginals, assert_matches
 
-FLAT = CostCurve((1, 128), (10.0, 10.5), 0, (0.0, 0.0), "test", "flat")
 
 
 def _drafter(kind):

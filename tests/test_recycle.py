@@ -4,13 +4,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lookupdec.costs import CostCurve
 from lookupdec.decoder import Decoder
 from lookupdec.drafters.base import DraftRequest, StepOutcome
 from lookupdec.drafters.recycle import RecycleConfig, RecycleDrafter, RecycleTable, expand
-from tests.conftest import TINY_VOCAB, tiny_loaded
+from tests.conftest import FLAT, TINY_VOCAB, tiny_loaded
 
-FLAT = CostCurve((1, 128), (10.0, 10.5), 0, (0.0, 0.0), "test", "flat")
 
 
 def _slow_table(updates, k):

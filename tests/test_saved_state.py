@@ -11,11 +11,9 @@ import pytest
 from click.testing import CliRunner
 
 from lookupdec import Decoder
-from lookupdec.costs import CostCurve
 from lookupdec.drafters.saved import FORMAT, VERSION, StateFileError, read_state
-from tests.conftest import TINY_VOCAB, save_tiny, tiny_loaded
+from tests.conftest import FLAT, TINY_VOCAB, save_tiny, tiny_loaded
 
-FLAT = CostCurve((1, 128), (10.0, 10.5), 0, (0.0, 0.0), "test", "flat")
 PROMPT = "abcdabcdabcdxyzabcdab"
 
 

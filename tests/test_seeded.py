@@ -19,13 +19,9 @@ from __future__ import annotations
 
 import pytest
 
-from lookupdec import CostCurve, Decoder
-from tests.conftest import tiny_loaded
+from lookupdec import Decoder
+from tests.conftest import FLAT, tiny_loaded
 
-# Every decoder starts from a flat cost curve, not one measured on the machine at hand: under
-# load (CI's two workers) a measured curve could price every draft out, and the checks that
-# drafts were accepted would then depend on timing. Measured steps still correct it online.
-FLAT = CostCurve((1, 64), (30.0, 31.0), 0, (0.0, 0.0), "cpu", "")
 
 # Repetitive enough that every source drafts something (recycle and lookahead learn
 # from the target's rows whatever the text).
@@ -44,7 +40,9 @@ def _outputs(dec: Decoder, method: str, temperature: float, seed: int | None = 7
 
 def _decoder(scale: float, tmp_path, name: str, **kw) -> Decoder:
     # Every decoder gets a history store of its own (empty at first), so "history" and
-    # auto's history source have something to learn from across requests.
+    # auto's history source have something to learn from across requests. It starts from a flat
+    # cost curve, not one measured here: under load (CI's two workers) a measured curve could
+    # price every draft out, and the checks that drafts were accepted would depend on timing.
     return Decoder(tiny_loaded(0, scale=scale), history=tmp_path / name, cost_curve=FLAT, **kw)
 
 

@@ -308,12 +308,17 @@ def measure(verifier, *, widths: Sequence[int] = WIDTHS, past: int = 256, far_pa
                      head_ms)
 
 
+def verifier_key(verifier, threads: int, *, versioned: bool = True) -> str:
+    """``curve_key`` of a verifier: its model, backend and weight format (``versioned``: see ``curve_key``)."""
+    weights = getattr(getattr(verifier, "fast", None), "weights", "float32")
+    return curve_key(verifier.model, verifier.backend, threads, weights, versioned=versioned)
+
+
 def curve_path(verifier, threads: int, cache_dir: Path | None = None) -> Path:
     """Where the cost curve of this verifier's model, dtype, weight format, device, backend and threads is cached."""
     from lookupdec.tokenizer import cache_root
 
-    weights = getattr(getattr(verifier, "fast", None), "weights", "float32")
-    return (cache_dir or cache_root() / "costs") / f"{curve_key(verifier.model, verifier.backend, threads, weights)}.json"
+    return (cache_dir or cache_root() / "costs") / f"{verifier_key(verifier, threads)}.json"
 
 
 def cached_curve(verifier, threads: int, *, remeasure: bool = False, cache_dir: Path | None = None,

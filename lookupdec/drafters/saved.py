@@ -53,11 +53,10 @@ def default_path(verifier, threads: int, model_name: str) -> Path:
     weight format, device, backend, threads: ``costs.curve_key``) and by the model's name, but not by
     torch's version or the curve format: the state file carries its own ``VERSION``, so a new curve
     format leaves the learned state where it was."""
-    from lookupdec.costs import curve_key
+    from lookupdec.costs import verifier_key
     from lookupdec.tokenizer import cache_root
 
-    weights = getattr(getattr(verifier, "fast", None), "weights", "float32")
-    curve = curve_key(verifier.model, verifier.backend, threads, weights, versioned=False)
+    curve = verifier_key(verifier, threads, versioned=False)
     key = hashlib.sha256(f"{curve}|{model_name}".encode()).hexdigest()[:20]
     return cache_root() / "state" / f"{key}.npz"
 

@@ -238,12 +238,19 @@ class DraftTree:
         """
         if budget < 0:
             raise ValueError(f"budget must be >= 0, got {budget}")
-        n = len(self)
+        return np.sort(self.ranked(max_depth)[:budget])
+
+    def ranked(self, max_depth: int | None = None) -> np.ndarray:
+        """Indices of the nodes no deeper than ``max_depth``, best first: by ``path_scores``, then
+        shallower depth, then index. Every prefix is ancestor-closed (a node never outranks its ancestors).
+
+        Example:
+            >>> DraftTree.from_sequences([[5, 6], [5, 6], [7]]).ranked().tolist()
+            [0, 1, 2]
+        """
         depth = self.depth
-        order = np.lexsort((np.arange(n), depth, -self.path_scores()))
-        if max_depth is not None:
-            order = order[depth[order] <= max_depth]
-        return np.sort(order[:budget])
+        order = np.lexsort((np.arange(len(self)), depth, -self.path_scores()))
+        return order if max_depth is None else order[depth[order] <= max_depth]
 
     def prune(self, budget: int) -> "DraftTree":
         """Keep the ``budget`` best nodes (see ``best``), as a valid tree."""

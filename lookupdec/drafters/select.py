@@ -64,13 +64,7 @@ def select_nodes(tree: DraftTree, cost_ms: np.ndarray, budget: int, max_depth: i
     if limit <= 0:
         return Selection(np.zeros(0, np.int64), 1.0, c1, 1.0)
     scores = tree.path_scores()
-    depth = tree.depth
-    # Best first (path score, then shallower, then index: ``DraftTree.best``'s order), so every
-    # prefix is ancestor-closed: a node never outranks its ancestors.
-    ranked = np.lexsort((np.arange(len(tree)), depth, -scores))
-    if max_depth is not None:
-        ranked = ranked[depth[ranked] <= max_depth]
-    ranked = ranked[:limit]
+    ranked = tree.ranked(max_depth)[:limit]  # best first: every prefix is ancestor-closed
     if not len(ranked):
         return Selection(np.zeros(0, np.int64), 1.0, c1, 1.0)
     gains = (1.0 + np.cumsum(scores[ranked])) / cost_ms[2:2 + len(ranked)]

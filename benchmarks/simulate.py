@@ -229,23 +229,21 @@ class RunModel:
     Attributes:
         step_host_ms: the decoder's own time per step outside the forward and the drafter (acceptance,
             cache commit, bookkeeping); take ``ar``'s overhead per step from a real run on the machine.
-        drafter_time: add the drafter's own wall time (its ``propose`` and ``commit``, as run in the
-            replay) to each step.
         gate: pause the drafting as ``Decoder.generate`` does for ``auto`` (one gate for all the records,
             as one decoder keeps one per temperature band): paused steps propose nothing.
         past: price each forward at its cache length (prompt and tokens so far), with the curve's slope.
-        drafter_scale: a what-if: the drafter's measured time is counted this many times (0.5: what
-            halving it would buy).
+        drafter_scale: the drafter's own wall time (its ``propose`` and ``commit``, as run in the
+            replay) is added to each step this many times: 1 as measured, 0 not at all, 0.5 what
+            halving it would buy.
 
     Example:
-        >>> run = RunModel(step_host_ms=1.0, drafter_time=False)   # plain decoding priced as plain decoding
+        >>> run = RunModel(step_host_ms=1.0, drafter_scale=0.0)   # plain decoding priced as plain decoding
         >>> r = simulate(NoDrafter, [Record(1, "qa", 0, (5, 6), (7, 8, 2))], run=run)
         >>> r.overall.est_speedup
         1.0
     """
 
     step_host_ms: float = 0.0
-    drafter_time: bool = True
     gate: bool = True
     past: bool = True
     drafter_scale: float = 1.0
@@ -392,7 +390,7 @@ def simulate(drafter_factory: Callable[..., Drafter], records: Iterable[Record],
             past = len(rec.prompt_ids) + pos
             step_ms = forward_ms(len(tree) + 1, past)  # the forward scores the root token and every node
             if run is not None:
-                step_ms += run.step_host_ms + (draft_s * 1e3 * run.drafter_scale if run.drafter_time else 0.0)
+                step_ms += run.step_host_ms + draft_s * 1e3 * run.drafter_scale
             if gated:
                 gate.record(1, step_budget != 0, len(tree) > 0, len(new), step_ms / 1e3)
             pos += len(new)
@@ -622,7 +620,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", type=int, default=64, help="node budget offered to the drafter each step")
     ap.add_argument("--cost", default="fast",
                     help="verify-cost curve for est. speedup: " + " | ".join(COST_CURVES)
-                         + " (default fast), or points as '1:34.3,8:48.3,16:61.2' (tokens:ms)")
+                         + " (default fast), a curve file the decoder cached (KEY.json), or points as "
+                           "'1:34.3,8:48.3,16:61.2' (tokens:ms)")
     ap.add_argument("--as-run", type=float, default=None, metavar="HOST_MS",
                     help="model a real run (RunModel): HOST_MS of the decoder's own time a step (ar's overhead "
                          "per step in a real run), the drafter's measured time, auto's gate, forwards priced at "

@@ -283,7 +283,7 @@ def test_as_run_prices_host_time_and_each_forward_at_its_cache_length():
     # Forwards cost 10 ms (width 1) to 25 ms (width 4) plus 0.1 ms a cached row; 2 ms of host time a step.
     answers = {r.prompt_ids: r.output_ids for r in RECORDS}
     cost = CostCurve((1, 4), (10.0, 25.0), 0, (0.1, 0.1), "cpu", "k")
-    run = sim.RunModel(step_host_ms=2.0, drafter_time=False, gate=False, past=True)
+    run = sim.RunModel(step_host_ms=2.0, drafter_scale=0.0, gate=False, past=True)
     r = sim.simulate(lambda: Oracle(answers), RECORDS, budget=3, cost=cost, run=run)
     # qa (prompt 2, 10 tokens): steps at 0, 4, 8 (widths 4, 4, 3); rag (prompt 1, 7 tokens): at 0, 4 (widths 4, 4).
     steps = [(25.0, 2), (25.0, 6), (20.0, 10), (25.0, 1), (25.0, 5)]
@@ -318,7 +318,7 @@ class Wrong:
 def test_as_run_gate_pauses_auto_drafting_that_never_pays_and_leaves_other_drafters_alone():
     long = [sim.Record(1, "qa", 0, (10, 11), tuple(range(100, 400)))]
     cost = sim.curve_from_points(((1, 10.0), (4, 20.0)))
-    run = sim.RunModel(step_host_ms=0.0, drafter_time=False, gate=True, past=False)
+    run = sim.RunModel(step_host_ms=0.0, drafter_scale=0.0, gate=True, past=False)
     made = []
 
     def factory(name):
@@ -336,7 +336,7 @@ def test_as_run_gate_pauses_auto_drafting_that_never_pays_and_leaves_other_draft
 
 def test_as_run_adds_the_drafters_own_time():
     cost = sim.curve_from_points(((1, 10.0), (4, 20.0)))
-    run = sim.RunModel(step_host_ms=0.0, drafter_time=True, gate=False, past=False)
+    run = sim.RunModel(step_host_ms=0.0, gate=False, past=False)
     quick = sim.simulate(lambda: Wrong("pld"), RECORDS, budget=3, cost=cost, run=run)
     slow = sim.simulate(lambda: Wrong("pld", sleep_s=0.005), RECORDS, budget=3, cost=cost, run=run)
     # 17 steps, each at least 5 ms of drafting more: the modelled time grows by at least 85 ms.

@@ -294,6 +294,67 @@ def test_overhead_share_by_hand():
     assert pld_row.rstrip(" |").endswith("8.0%")
 
 
+def test_decode_only_speed_by_hand():
+    """Each turn's first step leaves the decode-only figures: its time and the tokens it gave."""
+    # (first step ms, its tokens) per (method, question, turn); hf leaves q3 unreported at first.
+    first = {("hf", 1, 1): (1000.0, 1), ("hf", 1, 2): (1000.0, 1), ("hf", 2, 1): (1000.0, 1),
+             ("hf", 3, 1): (1000.0, 1), ("pld", 1, 1): (1000.0, 1), ("pld", 1, 2): (1000.0, 1),
+             ("pld", 2, 1): (500.0, 4), ("pld", 3, 1): (1000.0, 1)}
+    recs = [dataclasses.replace(r, prefill_ms=first[(r.method, r.question_id, r.turn)][0],
+                                prefill_tokens=first[(r.method, r.question_id, r.turn)][1]) for r in hand_records()]
+    s = summarize(recs, "hf")
+    # hf: q1 (100 - 2) / (10 - 2) s, q2 59 / 2, q3 49 / 4; pld: q1 98 / 3, q2 56 / 1.5, q3 49 / 1.
+    hf = [98 / 8, 59 / 2, 49 / 4]
+    pld = [98 / 3, 56 / 1.5, 49 / 1]
+    assert s[("pld", "qa")].decode_tokens_per_s == pytest.approx((pld[0] + pld[1]) / 2)
+    assert s[("pld", "qa")].decode_speedup == pytest.approx((pld[0] + pld[1]) / (hf[0] + hf[1]))
+    assert s[("pld", "overall")].decode_speedup == pytest.approx(sum(pld) / sum(hf))
+    # Leaving out what every method pays alike moves the ratio away from 1: here above the whole calls'.
+    assert s[("pld", "overall")].decode_speedup > s[("pld", "overall")].speedup
+    table = markdown_table(s, ["hf", "pld"])
+    assert "Decode only: speedup over `hf`" in table
+    row = [line for line in table.splitlines() if line.startswith("| `pld`")][-1]
+    assert row.split("|")[-2].strip() == f"{sum(pld) / sum(hf):.2f}× / {sum(pld) / 3:.1f}"
+    # A method that does not report its first step gets no decode-only figure, and a run where
+    # none does gets no such table.
+    unreported = [dataclasses.replace(r, prefill_ms=math.nan) if r.method == "hf" and r.question_id == 3 else r
+                  for r in recs]
+    s = summarize(unreported, "pld")
+    assert math.isnan(s[("hf", "overall")].decode_speedup) and not math.isnan(s[("hf", "qa")].decode_speedup)
+    assert "Decode only" not in markdown_table(summarize(hand_records(), "hf"), ["hf", "pld"])
+
+
+def test_both_kinds_of_method_time_their_first_step(tiny, monkeypatch):
+    """transformers' peer times its prefill from the prompt's streamer put to the first token's;
+    lookupdec's method reports its first step's forward, the drafter's ``begin`` left out."""
+    import specbench.methods as methods_module
+    import torch
+    from specbench.methods import HFGenerate, LookupdecMethod
+
+    from lookupdec import Decoder
+    from tests.conftest import FLAT
+
+    prompt = list(range(5, 25))
+    hf = HFGenerate("hf", tiny.model, tiny.eos_ids).generate(prompt, 8)
+    assert hf.step_lengths[0] == 1 and 0 < hf.prefill_ms < math.inf
+
+    dec = Decoder(tiny, cost_curve=FLAT)
+    seen = []
+    real = dec.generate
+    monkeypatch.setattr(dec, "generate", lambda *a, **k: seen.append(real(*a, **k)) or seen[-1])
+    out = LookupdecMethod(dec, "pld").generate(prompt, 8)
+    first = seen[0].step_stats[0]
+    assert out.prefill_ms == pytest.approx(first.verify_ms + first.other_ms) and out.step_lengths[0] == 1
+
+    # The streamer's clock: puts at 10.0 s (the prompt), 10.25 s and 10.5 s.
+    ticks = iter([10.0, 10.25, 10.5])
+    monkeypatch.setattr(methods_module, "time", type("Clock", (), {"perf_counter": staticmethod(lambda: next(ticks))}))
+    rec = methods_module._StepRecorder()
+    for value in ([1, 2, 3], [4, 5], [6]):
+        rec.put(torch.tensor(value))
+    assert rec.prefill_ms == pytest.approx(250.0) and rec.lengths == [2, 1]
+
+
 def test_summarize_refuses_uneven_question_sets():
     recs = hand_records()[:-1]  # pld lacks question 3
     with pytest.raises(ValueError, match="pld"):

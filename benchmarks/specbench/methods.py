@@ -23,6 +23,7 @@ Adding one is one line in ``LOOKUPDEC_METHODS``.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
@@ -62,6 +63,10 @@ class MethodOutput:
         forward_ms: time inside the target's forward passes (NaN when unknown).
         overhead_ms: time outside them: drafting, acceptance, cache commit,
             stop checks (NaN when unknown).
+        prefill_ms: the first step's time: the prompt's forward up to the first new
+            token (NaN when unknown); ``step_lengths[0]`` tokens came with it (more than one
+            where, as in transformers' assisted generation, the first forward also verifies
+            a draft). The rest of the call is the decoding proper.
     """
 
     token_ids: tuple[int, ...]
@@ -69,6 +74,7 @@ class MethodOutput:
     step_lengths: tuple[int, ...] = ()
     forward_ms: float = math.nan
     overhead_ms: float = math.nan
+    prefill_ms: float = math.nan
 
 
 class Method(Protocol):
@@ -89,16 +95,26 @@ class Method(Protocol):
 
 
 class _StepRecorder:
-    """A ``generate()`` streamer that records the size of every ``put()`` after the prompt."""
+    """A ``generate()`` streamer that records the size of every ``put()`` after the prompt.
+
+    It also times the prefill: from the prompt's ``put()`` (made before the first
+    forward) to the first new token's.
+    """
 
     def __init__(self) -> None:
         self.prompt_seen = False
         self.lengths: list[int] = []
+        self._prompt_at = math.nan
+        self.prefill_ms = math.nan
 
     def put(self, value) -> None:
+        now = time.perf_counter()
         if not self.prompt_seen:  # the first put() is the prompt itself
             self.prompt_seen = True
+            self._prompt_at = now
             return
+        if not self.lengths:
+            self.prefill_ms = (now - self._prompt_at) * 1e3
         self.lengths.append(int(value.numel()))
 
     def end(self) -> None:
@@ -157,7 +173,7 @@ class HFGenerate:
             out = self.model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config,
                                       streamer=recorder)
         new = tuple(int(t) for t in out[0, ids.shape[1]:].tolist())
-        return MethodOutput(new, len(recorder.lengths), tuple(recorder.lengths))
+        return MethodOutput(new, len(recorder.lengths), tuple(recorder.lengths), prefill_ms=recorder.prefill_ms)
 
 
 # What each lookupdec call starts from: kept (what the decoder learned on the run's earlier calls, as
@@ -228,7 +244,10 @@ class LookupdecMethod:
         lengths = step_lengths_from_stats(res.step_stats, res.new_tokens)
         forward = sum(s.verify_ms for s in res.step_stats)
         overhead = sum(s.draft_ms + s.other_ms for s in res.step_stats)
-        return MethodOutput(tuple(int(t) for t in res.token_ids), int(res.steps), lengths, forward, overhead)
+        # The prefill's forward (its first token chosen with it); the drafter's ``begin`` stays
+        # the method's own cost.
+        prefill = res.step_stats[0].verify_ms + res.step_stats[0].other_ms if res.step_stats else math.nan
+        return MethodOutput(tuple(int(t) for t in res.token_ids), int(res.steps), lengths, forward, overhead, prefill)
 
 
 def step_lengths_from_stats(step_stats, new_tokens: int) -> tuple[int, ...]:

@@ -11,6 +11,13 @@ task (or all questions, "overall"):
 - mean accepted tokens = the mean over all steps of the tokens each step
   committed = total committed tokens / total steps.
 
+Decode-only figures leave out every turn's first step (the prompt's forward up to
+its first new token), which every method pays alike and which pulls every ratio
+towards 1 on long prompts: a question's decode speed is its new tokens after
+those first steps divided by its wall time less theirs, and ``decode_speedup``
+is the same ratio of means over those speeds. They are NaN where a method does
+not report its first step.
+
 "overall" averages over questions, as speed.py does over its whole file: on
 the full benchmark every task has 80 questions, but with ``--per-category N``
 MT-bench (8 categories) holds 8N of the 13N questions and weighs accordingly.
@@ -46,10 +53,19 @@ class QuestionSpeed:
     steps: int
     forward_ms: float = math.nan
     overhead_ms: float = math.nan
+    prefill_ms: float = math.nan
+    prefill_tokens: int = 0
 
     @property
     def tokens_per_s(self) -> float:
         return self.new_tokens / self.seconds
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        """Tokens/s after each turn's first step (NaN when that step's time is unknown)."""
+        seconds = self.seconds - self.prefill_ms / 1e3
+        tokens = self.new_tokens - self.prefill_tokens
+        return tokens / seconds if seconds > 0 and tokens > 0 else math.nan
 
 
 @dataclass(frozen=True)
@@ -68,6 +84,8 @@ class TaskSummary:
         overhead_pct: share of the step time spent outside the target's
             forward passes (drafting, acceptance, cache commit), in percent;
             NaN for methods that do not report it (the transformers peers).
+        decode_tokens_per_s, decode_speedup: the same without each turn's first
+            step (module docstring); NaN where either side does not report it.
     """
 
     method: str
@@ -82,6 +100,8 @@ class TaskSummary:
     speedup_max: float
     mean_accepted: float
     overhead_pct: float = math.nan
+    decode_tokens_per_s: float = math.nan
+    decode_speedup: float = math.nan
 
 
 def question_speeds(records: Iterable[TurnRecord]) -> dict[tuple[str, int], QuestionSpeed]:
@@ -96,7 +116,7 @@ def question_speeds(records: Iterable[TurnRecord]) -> dict[tuple[str, int], Ques
     for r in records:
         key = (r.method, r.question_id)
         if key not in acc:
-            acc[key] = [r.task, 0, 0.0, 0, 0, 0.0, 0.0]
+            acc[key] = [r.task, 0, 0.0, 0, 0, 0.0, 0.0, 0.0, 0]
         a = acc[key]
         a[1] += r.new_tokens
         a[2] += r.seconds
@@ -104,6 +124,8 @@ def question_speeds(records: Iterable[TurnRecord]) -> dict[tuple[str, int], Ques
         a[4] += r.steps
         a[5] += r.forward_ms
         a[6] += r.overhead_ms
+        a[7] += r.prefill_ms
+        a[8] += r.prefill_tokens
     return {k: QuestionSpeed(k[0], k[1], *a) for k, a in acc.items()}
 
 
@@ -154,12 +176,15 @@ def summarize(records: Sequence[TurnRecord], baseline: str) -> dict[tuple[str, s
             steps = sum(s.steps for s in mine)
             forward = sum(s.forward_ms for s in mine)
             overhead = sum(s.overhead_ms for s in mine)
+            decode_tps = statistics.fmean(s.decode_tokens_per_s for s in mine)
+            decode_base = statistics.fmean(s.decode_tokens_per_s for s in theirs)
             out[(method, task)] = TaskSummary(
                 method=method, task=task, baseline=baseline, n_questions=len(ids),
                 tokens_per_s=tps, baseline_tokens_per_s=base_tps, speedup=tps / base_tps,
                 speedup_std=_sample_std(ratios), speedup_min=min(ratios), speedup_max=max(ratios),
                 mean_accepted=sum(s.committed_tokens for s in mine) / steps if steps else math.nan,
                 overhead_pct=100.0 * overhead / (forward + overhead) if forward + overhead > 0 else math.nan,
+                decode_tokens_per_s=decode_tps, decode_speedup=decode_tps / decode_base,
             )
     return out
 

@@ -55,6 +55,12 @@ def _num(x: float, digits: int = 2) -> str:
     return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
 
+def _decode_cell(s: TaskSummary) -> str:
+    if math.isnan(s.decode_speedup):
+        return "–"
+    return f"{_num(s.decode_speedup)}× / {_num(s.decode_tokens_per_s, 1)}"
+
+
 def markdown_table(summaries: Mapping[tuple[str, str], TaskSummary], methods: Sequence[str],
                    second: Mapping[tuple[str, str], TaskSummary] | None = None) -> str:
     """Spec-Bench's leaderboard table, plus per-task accepted tokens and tokens/s.
@@ -66,8 +72,9 @@ def markdown_table(summaries: Mapping[tuple[str, str], TaskSummary], methods: Se
             "Overall vs <second>" column.
 
     Returns:
-        Markdown: a caption line, the speedup table, a blank line, and the
-        table of mean accepted tokens / tokens/s per task.
+        Markdown: a caption line, the speedup table, a blank line, the
+        table of mean accepted tokens / tokens/s per task, and, when any method
+        reports its first steps' time, the decode-only speedups per task.
 
     Example:
         >>> print(markdown_table(summarize(records, "hf"), ["hf", "ar", "pld"]))  # doctest: +SKIP
@@ -110,6 +117,16 @@ def markdown_table(summaries: Mapping[tuple[str, str], TaskSummary], methods: Se
         row = [f"`{m}`"] + [f"{_num(summaries[(m, t)].mean_accepted)} / {_num(summaries[(m, t)].tokens_per_s, 1)}"
                             for t in tasks + [OVERALL]]
         lines.append("| " + " | ".join(row) + " |")
+
+    if any(not math.isnan(summaries[(m, OVERALL)].decode_speedup) for m in methods):
+        lines += ["", f"Decode only: speedup over `{baseline}` / tokens/s, each turn's first step (the prompt's "
+                  "forward up to its first token, which every method pays alike) left out; – where a method "
+                  "does not report it.", ""]
+        lines.append("| " + " | ".join(head2) + " |")
+        lines.append("|" + "|".join(["---"] + ["---:"] * (len(head2) - 1)) + "|")
+        for m in methods:
+            row = [f"`{m}`"] + [_decode_cell(summaries[(m, t)]) for t in tasks + [OVERALL]]
+            lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"
 
 

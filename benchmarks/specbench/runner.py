@@ -103,6 +103,9 @@ class TurnRecord:
         token_ids: the canonical new tokens.
         forward_ms, overhead_ms: time inside / outside the target's forward
             passes (first repeat; NaN for methods that do not report it).
+        prefill_ms: median over the repeats of the first step's time (the prompt's
+            forward up to the first new token; NaN when not reported).
+        prefill_tokens: new tokens that first step gave.
     """
 
     method: str
@@ -119,6 +122,8 @@ class TurnRecord:
     token_ids: tuple[int, ...] = ()
     forward_ms: float = math.nan
     overhead_ms: float = math.nan
+    prefill_ms: float = math.nan
+    prefill_tokens: int = 1
 
     @property
     def tokens_per_s(self) -> float:
@@ -136,6 +141,7 @@ def _record(method: str, q: Question, turn: int, outs: list[MethodOutput], secs:
         steps=first.steps, committed_tokens=len(first.token_ids),
         accept_hist=dict(sorted(Counter(lengths).items())), token_ids=ids,
         forward_ms=first.forward_ms, overhead_ms=first.overhead_ms,
+        prefill_ms=statistics.median(o.prefill_ms for o in outs), prefill_tokens=min(lengths[0] if lengths else 1, len(ids)),
     )
 
 

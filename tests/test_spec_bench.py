@@ -319,6 +319,10 @@ def test_decode_only_speed_by_hand():
     # none does gets no such table.
     unreported = [dataclasses.replace(r, prefill_ms=math.nan) if r.method == "hf" and r.question_id == 3 else r
                   for r in recs]
+    # Against a second baseline the decode-only table gets its overall column too.
+    table = markdown_table(s, ["hf", "pld"], summarize(recs, "pld"))
+    row = [line for line in table.splitlines() if line.startswith("| `hf`")][-1]
+    assert row.split("|")[-2].strip() == f"{sum(hf) / sum(pld):.2f}×"
     s = summarize(unreported, "pld")
     assert math.isnan(s[("hf", "overall")].decode_speedup) and not math.isnan(s[("hf", "qa")].decode_speedup)
     assert "Decode only" not in markdown_table(summarize(hand_records(), "hf"), ["hf", "pld"])

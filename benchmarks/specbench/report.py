@@ -69,7 +69,7 @@ def markdown_table(summaries: Mapping[tuple[str, str], TaskSummary], methods: Se
         summaries: ``summarize(records, baseline)`` for the main baseline.
         methods: row order.
         second: ``summarize`` against a second baseline (``ar``); adds an
-            "Overall vs <second>" column.
+            "Overall vs <second>" column to the speedup tables.
 
     Returns:
         Markdown: a caption line, the speedup table, a blank line, the
@@ -122,10 +122,14 @@ def markdown_table(summaries: Mapping[tuple[str, str], TaskSummary], methods: Se
         lines += ["", f"Decode only: speedup over `{baseline}` / tokens/s, each turn's first step (the prompt's "
                   "forward up to its first token, which every method pays alike) left out; – where a method "
                   "does not report it.", ""]
-        lines.append("| " + " | ".join(head2) + " |")
-        lines.append("|" + "|".join(["---"] + ["---:"] * (len(head2) - 1)) + "|")
+        head3 = head2 + ([f"Overall vs {sec_name}"] if second else [])
+        lines.append("| " + " | ".join(head3) + " |")
+        lines.append("|" + "|".join(["---"] + ["---:"] * (len(head3) - 1)) + "|")
         for m in methods:
             row = [f"`{m}`"] + [_decode_cell(summaries[(m, t)]) for t in tasks + [OVERALL]]
+            if second:
+                x = second[(m, OVERALL)].decode_speedup
+                row.append("–" if math.isnan(x) else f"{_num(x)}×")
             lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"
 

@@ -247,7 +247,8 @@ class LookupdecMethod:
         # The prefill's forward (its first token chosen with it); the drafter's ``begin`` stays
         # the method's own cost.
         prefill = res.step_stats[0].verify_ms + res.step_stats[0].other_ms if res.step_stats else math.nan
-        return MethodOutput(tuple(int(t) for t in res.token_ids), int(res.steps), lengths, forward, overhead, prefill)
+        return MethodOutput(tuple(int(t) for t in res.token_ids), int(res.steps), lengths, forward, overhead,
+                            prefill)
 
 
 def step_lengths_from_stats(step_stats, new_tokens: int) -> tuple[int, ...]:

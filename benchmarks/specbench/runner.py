@@ -141,7 +141,8 @@ def _record(method: str, q: Question, turn: int, outs: list[MethodOutput], secs:
         steps=first.steps, committed_tokens=len(first.token_ids),
         accept_hist=dict(sorted(Counter(lengths).items())), token_ids=ids,
         forward_ms=first.forward_ms, overhead_ms=first.overhead_ms,
-        prefill_ms=statistics.median(o.prefill_ms for o in outs), prefill_tokens=min(lengths[0] if lengths else 1, len(ids)),
+        prefill_ms=statistics.median(o.prefill_ms for o in outs),
+        prefill_tokens=min(lengths[0] if lengths else 1, len(ids)),
     )
 
 

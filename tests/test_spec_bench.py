@@ -359,6 +359,32 @@ def test_both_kinds_of_method_time_their_first_step(tiny, monkeypatch):
     assert rec.prefill_ms == pytest.approx(250.0) and rec.lengths == [2, 1]
 
 
+def test_turns_below_the_threshold_by_hand():
+    from specbench.metrics import turn_shortfalls
+    from specbench.report import turn_table
+
+    # Per turn, pld / hf tokens/s: q1 t1 (60/3)/(60/6) = 2.0, q1 t2 (40/2)/(40/4) = 2.0, q2 1.5, q3 2.5.
+    # Against pld, hf's turns are the reciprocals: every one below 0.97, the lowest 0.4 (q3).
+    t = turn_shortfalls(hand_records(), "pld")["hf"]
+    assert (t.turns, t.below, t.lowest, t.lowest_at) == (4, 4, pytest.approx(0.4), (3, 1))
+    assert t.decode_below == -1  # no first steps reported
+    slow_q2 = [dataclasses.replace(r, seconds=61.0) if (r.method, r.question_id) == ("pld", 2) else r
+               for r in hand_records()]  # pld's q2 now at 60/61 tok/s against hf's 20: 0.049x
+    t = turn_shortfalls(slow_q2, "hf")["pld"]
+    assert (t.below, t.lowest_at) == (1, (2, 1)) and t.lowest == pytest.approx((60 / 61) / 20)
+    # Decode only, each first step taking 1 s and one token: hf q1 turn 1 (59 / 5 s), pld (59 / 2 s).
+    timed = [dataclasses.replace(r, prefill_ms=1000.0) for r in hand_records()]
+    t = turn_shortfalls(timed, "hf", threshold=2.7)["pld"]
+    # Whole calls 2.0, 2.0, 1.5, 2.5; decode only (59/2)/(59/5) = 2.5, (39/1)/(39/3) = 3, (59/1)/(59/2) = 2,
+    # (49/1)/(49/4) = 4: all four under 2.7 whole, two decode only.
+    assert (t.below, t.decode_below) == (4, 2)
+    table = turn_table(turn_shortfalls(hand_records(), "hf"), ["hf", "pld"])
+    assert "| `pld` | 4 | 0 | – | 1.50× (q2, turn 1) |" in table and "`hf@fresh`" in table
+    assert turn_table({}, ["hf"]) == ""
+    with pytest.raises(ValueError, match="baseline 'ar'"):
+        turn_shortfalls(hand_records(), "ar")
+
+
 def test_summarize_refuses_uneven_question_sets():
     recs = hand_records()[:-1]  # pld lacks question 3
     with pytest.raises(ValueError, match="pld"):
@@ -415,8 +441,11 @@ def test_full_run_writes_json_table_and_plots(qfile, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "Overall vs ar" in printed
     rows = [line.split("|")[1].strip() for line in printed.splitlines() if line.startswith("| `")]
-    # Two tables, each with one row per method, the baseline first.
-    assert rows == ["`hf`", "`ar`", "`pld`", "`llma`"] * 2
+    # Two tables, each with one row per method, the baseline first; then the turns against ar.
+    assert rows == ["`hf`", "`ar`", "`pld`", "`llma`"] * 2 + ["`hf`", "`pld`", "`llma`"]
+    assert "Turns below 0.97x `ar`'s tokens/s" in printed
+    assert {m: (t["turns"], t["decode_below"]) for m, t in doc["turns"].items()} == \
+        {m: (n_turns, -1) for m in ("hf", "pld", "llma")}  # the fakes report no first step
 
 
 def test_turn_two_context_and_references(qfile):

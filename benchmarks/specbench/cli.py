@@ -13,9 +13,9 @@ from .documents import DOCUMENT_TASKS
 from .exactness import ExactnessCheck, OutputMismatch
 from .methods import (LOOKUPDEC_METHODS, PEER_METHODS, REFERENCE_METHOD, STATES, HFGenerate, LookupdecMethod,
                       Method, known_method_names, split_state)
-from .metrics import accept_histograms, summarize
+from .metrics import accept_histograms, summarize, turn_shortfalls
 from .plots import plot_accept_hist, plot_speedup
-from .report import markdown_table, ordered_methods, write_json
+from .report import markdown_table, ordered_methods, turn_table, write_json
 from .runner import ChatCodec, HFChatCodec, RunConfig, run_benchmark
 from .tasks import SPEC_BENCH_TASKS, load_questions
 
@@ -324,8 +324,10 @@ def main(argv: Sequence[str] | None = None,
     order = ordered_methods(records, [baseline] + list(env.methods))
     table = markdown_table(summaries[baseline], order, summaries.get(REFERENCE_METHOD)
                            if baseline != REFERENCE_METHOD else None)
+    turns = turn_shortfalls(records, REFERENCE_METHOD)
+    table += "\n" + turn_table(turns, order)
     write_json(args.out / JSON_NAME, run_config, records, summaries,
-               error="\n".join(str(e) for e in mismatches) if mismatches else None)
+               error="\n".join(str(e) for e in mismatches) if mismatches else None, turns=turns)
     (args.out / TABLE_NAME).write_text(table, encoding="utf-8")
     plot_speedup(summaries[baseline], order, args.out / SPEEDUP_PNG)
     plot_accept_hist(accept_histograms(records), order, args.out / HIST_PNG)

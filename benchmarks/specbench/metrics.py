@@ -34,7 +34,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
-from .runner import TurnRecord
+from .runner import TurnRecord, decode_rate
 from .tasks import TASKS
 
 OVERALL = "overall"
@@ -63,9 +63,7 @@ class QuestionSpeed:
     @property
     def decode_tokens_per_s(self) -> float:
         """Tokens/s after each turn's first step (NaN when that step's time is unknown)."""
-        seconds = self.seconds - self.prefill_ms / 1e3
-        tokens = self.new_tokens - self.prefill_tokens
-        return tokens / seconds if seconds > 0 and tokens > 0 else math.nan
+        return decode_rate(self.new_tokens, self.seconds, self.prefill_ms, self.prefill_tokens)
 
 
 @dataclass(frozen=True)
@@ -186,6 +184,63 @@ def summarize(records: Sequence[TurnRecord], baseline: str) -> dict[tuple[str, s
                 overhead_pct=100.0 * overhead / (forward + overhead) if forward + overhead > 0 else math.nan,
                 decode_tokens_per_s=decode_tps, decode_speedup=decode_tps / decode_base,
             )
+    return out
+
+
+@dataclass(frozen=True)
+class TurnShortfalls:
+    """One method's turns against the baseline's, turn by turn.
+
+    Attributes:
+        method, baseline: what is compared.
+        threshold: the ratio of tokens/s a turn is held to.
+        turns: turns compared.
+        below: turns whose tokens/s fell under ``threshold`` x the baseline's.
+        decode_below: the same decode only (``decode_rate``); -1 where either side
+            does not report its first steps.
+        lowest: the lowest whole-call ratio, and ``lowest_at`` its (question id, turn).
+    """
+
+    method: str
+    baseline: str
+    threshold: float
+    turns: int
+    below: int
+    decode_below: int
+    lowest: float
+    lowest_at: tuple[int, int]
+
+
+def turn_shortfalls(records: Sequence[TurnRecord], baseline: str,
+                    threshold: float = 0.97) -> dict[str, TurnShortfalls]:
+    """Per method (the baseline left out): how many turns ran under ``threshold`` x the baseline.
+
+    A turn's tokens/s is one call's, or the median of its repeats: on a noisy machine a
+    method timed against itself misses 0.97x on many turns, so read the counts beside
+    such a control (``ar@fresh`` runs ``ar`` again).
+
+    Raises:
+        ValueError: when ``baseline`` has no records.
+    """
+    base = {(r.question_id, r.turn): r for r in records if r.method == baseline}
+    if not base:
+        raise ValueError(f"baseline {baseline!r} has no records")
+    mine: dict[str, list[tuple[float, float, tuple[int, int]]]] = defaultdict(list)
+    for r in records:
+        b = base.get((r.question_id, r.turn))
+        if r.method == baseline or b is None:
+            continue
+        mine[r.method].append((r.tokens_per_s / b.tokens_per_s, r.decode_tokens_per_s / b.decode_tokens_per_s,
+                               (r.question_id, r.turn)))
+    out = {}
+    for method, rows in mine.items():
+        decode = [d for _, d, _ in rows]
+        low = min(rows)
+        out[method] = TurnShortfalls(
+            method=method, baseline=baseline, threshold=threshold, turns=len(rows),
+            below=sum(w < threshold for w, _, _ in rows),
+            decode_below=-1 if any(math.isnan(d) for d in decode) else sum(d < threshold for d in decode),
+            lowest=low[0], lowest_at=low[2])
     return out
 
 

@@ -8,7 +8,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from .metrics import OVERALL, TaskSummary, accept_histograms, as_dict, method_order
+from .metrics import OVERALL, TaskSummary, TurnShortfalls, accept_histograms, as_dict, method_order
 from .runner import TurnRecord
 from .tasks import TASK_TITLES, TASKS
 
@@ -23,7 +23,7 @@ def record_dict(r: TurnRecord) -> dict:
 
 def write_json(path: str | Path, config: Mapping, records: Sequence[TurnRecord],
                summaries: Mapping[str, Mapping[tuple[str, str], TaskSummary]] | None = None,
-               error: str | None = None) -> Path:
+               error: str | None = None, turns: Mapping[str, TurnShortfalls] | None = None) -> Path:
     """Write the run (config, per-turn records, summaries per baseline, error) atomically.
 
     Args:
@@ -32,6 +32,7 @@ def write_json(path: str | Path, config: Mapping, records: Sequence[TurnRecord],
         records: every ``TurnRecord``.
         summaries: baseline name -> ``summarize(records, baseline)``.
         error: the mismatch message of a failed run.
+        turns: ``turn_shortfalls(records, ...)``: each method's turns under the threshold.
 
     Returns:
         ``path``.
@@ -41,6 +42,7 @@ def write_json(path: str | Path, config: Mapping, records: Sequence[TurnRecord],
         "config": dict(config),
         "error": error,
         "summary": {b: as_dict(s) for b, s in (summaries or {}).items()},
+        "turns": {m: asdict(t) for m, t in (turns or {}).items()},
         "accept_hist": {m: {str(k): v for k, v in h.items()} for m, h in accept_histograms(records).items()},
         "records": [record_dict(r) for r in records],
     }
@@ -131,6 +133,29 @@ def markdown_table(summaries: Mapping[tuple[str, str], TaskSummary], methods: Se
                 x = second[(m, OVERALL)].decode_speedup
                 row.append("–" if math.isnan(x) else f"{_num(x)}×")
             lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def turn_table(shortfalls: Mapping[str, TurnShortfalls], methods: Sequence[str]) -> str:
+    """Markdown: per method, the turns under the threshold against the baseline ("" when none compared).
+
+    Example:
+        >>> print(turn_table(turn_shortfalls(records, "ar"), ["ar", "pld"]))  # doctest: +SKIP
+    """
+    rows = [m for m in methods if m in shortfalls]
+    if not rows:
+        return ""
+    first = shortfalls[rows[0]]
+    lines = [f"Turns below {first.threshold:.2f}x `{first.baseline}`'s tokens/s (one call a turn, or the median of "
+             f"its repeats). On a noisy machine a method timed against itself misses this on many turns: run "
+             f"`{first.baseline}@fresh` beside it as the control.", "",
+             "| Method | Turns | Below | Below, decode only | Lowest (question, turn) |",
+             "|---|---:|---:|---:|---:|"]
+    for m in rows:
+        t = shortfalls[m]
+        decode = "–" if t.decode_below < 0 else str(t.decode_below)
+        lines.append(f"| `{m}` | {t.turns} | {t.below} | {decode} | {_num(t.lowest)}× (q{t.lowest_at[0]}, "
+                     f"turn {t.lowest_at[1]}) |")
     return "\n".join(lines) + "\n"
 
 

@@ -129,6 +129,23 @@ class TurnRecord:
     def tokens_per_s(self) -> float:
         return self.new_tokens / self.seconds if self.seconds > 0 else float("nan")
 
+    @property
+    def decode_tokens_per_s(self) -> float:
+        """Tokens/s after the turn's first step (``decode_rate``)."""
+        return decode_rate(self.new_tokens, self.seconds, self.prefill_ms, self.prefill_tokens)
+
+
+def decode_rate(new_tokens: int, seconds: float, prefill_ms: float, prefill_tokens: int) -> float:
+    """Tokens/s without the first steps: NaN where their time is unknown or nothing is left.
+
+    Example:
+        >>> decode_rate(101, 3.0, 1000.0, 1)
+        50.0
+    """
+    seconds = seconds - prefill_ms / 1e3
+    tokens = new_tokens - prefill_tokens
+    return tokens / seconds if seconds > 0 and tokens > 0 else math.nan
+
 
 def _record(method: str, q: Question, turn: int, outs: list[MethodOutput], secs: list[float],
             eos_ids: Sequence[int]) -> TurnRecord:

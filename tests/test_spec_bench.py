@@ -448,6 +448,23 @@ def test_full_run_writes_json_table_and_plots(qfile, tmp_path, capsys):
         {m: (n_turns, -1) for m in ("hf", "pld", "llma")}  # the fakes report no first step
 
 
+def test_repeats_warn_about_methods_that_learn_from_their_own_repeats(qfile, tmp_path, capsys):
+    """A kept drafting state learns from a turn's first repeat and drafts its later ones from that:
+    the run says so (and records it) for those methods only; ar, the peers and @saved/@fresh are alike."""
+    from specbench.cli import repeats_warning
+
+    methods = {"ar": FakeMethod("ar"), "pld": FakeMethod("pld"), "hf": FakeMethod("hf")}
+    assert run_main(qfile, tmp_path / "a", methods, ["--repeats", "2"]) == 0
+    err = capsys.readouterr().err
+    assert "warning: --repeats 2 with a kept drafting state" in err and "taught pld," in err
+    assert "pld" in json.loads((tmp_path / "a" / "spec_bench.json").read_text())["config"]["warning"]
+    assert run_main(qfile, tmp_path / "b", methods, ["--repeats", "1"]) == 0
+    assert "warning" not in capsys.readouterr().err
+    assert repeats_warning(["ar", "hf", "pld@saved", "auto@fresh"], "kept", 3) is None
+    assert repeats_warning(["ar", "pld"], "fresh", 3) is None
+    assert "taught auto," in repeats_warning(["ar", "pld@fresh", "auto"], "kept", 3)
+
+
 def test_turn_two_context_and_references(qfile):
     ar, llma, pld = FakeMethod("ar"), FakeMethod("llma", takes_references=True), FakeMethod("pld")
     qs = load_questions(qfile)

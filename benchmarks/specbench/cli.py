@@ -218,6 +218,24 @@ def load_setup(args: argparse.Namespace, names: Sequence[str]) -> Setup:
                        getattr(args, "state_file", None))
 
 
+def repeats_warning(names: Sequence[str], default_state: str, repeats: int) -> str | None:
+    """What ``--repeats`` does to methods that keep their drafting state over the run (None: nothing).
+
+    A kept state learns from every call, so a turn's later repeats draft from what its
+    earlier repeats taught it (Token Recycling's table, the acceptance rates): their times,
+    and the median, flatter the method. ``NAME@saved`` starts every call from one file.
+    """
+    if repeats < 2:
+        return None
+    kept = [n for n in names if n not in PEER_METHODS and split_state(n)[0] != REFERENCE_METHOD
+            and (split_state(n)[1] or default_state) == "kept"]
+    if not kept:
+        return None
+    return (f"--repeats {repeats} with a kept drafting state: the later repeats of a turn draft from what its "
+            f"earlier repeats taught {', '.join(kept)}, so their median flatters them; for repeats that start "
+            f"alike run NAME@saved with --state-file FILE (or NAME@fresh)")
+
+
 def main(argv: Sequence[str] | None = None,
          setup: Callable[[argparse.Namespace, Sequence[str]], Setup] = load_setup,
          available: Sequence[str] | None = None) -> int:
@@ -270,6 +288,7 @@ def main(argv: Sequence[str] | None = None,
         if args.save_state is not None and args.state != "kept":
             raise ValueError("--save-state saves what one decoder learned over the run: it needs --state kept")
         config = RunConfig(args.max_new_tokens, args.repeats, args.warmup_tokens, sampled=args.temperature > 0)
+        warning = repeats_warning(names, args.state, args.repeats)
     except (ValueError, FileNotFoundError) as exc:
         print(f"spec_bench: error: {exc}", file=sys.stderr)
         return 2
@@ -289,6 +308,9 @@ def main(argv: Sequence[str] | None = None,
         "state_file": None if args.state_file is None else str(args.state_file),
         "eos_ids": list(env.eos_ids), **env.info,
     }
+    if warning:
+        run_config["warning"] = warning
+        print(f"spec_bench: warning: {warning}", file=sys.stderr)
     print(f"spec_bench: {len(questions)} questions, methods {', '.join(env.methods)}, "
           f"max_new_tokens {args.max_new_tokens}, repeats {args.repeats} (loaded in {load_s:.1f} s)",
           file=sys.stderr)

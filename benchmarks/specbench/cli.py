@@ -227,8 +227,8 @@ def repeats_warning(names: Sequence[str], default_state: str, repeats: int) -> s
     """
     if repeats < 2:
         return None
-    kept = [n for n in names if n not in PEER_METHODS and split_state(n)[0] != REFERENCE_METHOD
-            and (split_state(n)[1] or default_state) == "kept"]
+    kept = [n for n, (base, state) in ((n, split_state(n)) for n in names)
+            if n not in PEER_METHODS and base != REFERENCE_METHOD and (state or default_state) == "kept"]
     if not kept:
         return None
     return (f"--repeats {repeats} with a kept drafting state: the later repeats of a turn draft from what its "

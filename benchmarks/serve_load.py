@@ -103,7 +103,9 @@ class Server:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
         self.log = tempfile.TemporaryFile(mode="w+")
-        env = dict(os.environ, PYTHONPATH=str(REPO))
+        # The checkout ahead of the caller's own PYTHONPATH, which is kept (packages installed with
+        # ``pip --target``, say, stay importable by the server).
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p))
         cmd = ([c.replace("{port}", str(self.port)) for c in command] if command
                else [sys.executable, "-m", "lookupdec", "serve", *args, "--port", str(self.port)])
         self.has_metrics = command is None

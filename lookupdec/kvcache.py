@@ -281,6 +281,38 @@ class FlatKVCache:
         self.length = new_len
 
 
+def _all_stored(cache) -> bool:
+    store = getattr(cache, "store", None)
+    return store is not None and store.kv is not None and all(getattr(layer, "shared", False) for layer in cache.layers)
+
+
+def stored_rows(cache: DynamicCache, past: int) -> torch.Tensor:
+    """The first ``past`` rows of every layer, ``(layers, 2, batch, kv_heads, past, head_dim)``.
+
+    A view of the cache's ``LayerStore`` when every layer lives there; else a stacked copy.
+    """
+    if _all_stored(cache):
+        return cache.store.kv[:, :, :, :, :past]
+    return torch.stack([torch.stack([layer.keys[:, :, :past], layer.values[:, :, :past]]) for layer in cache.layers])
+
+
+def append_rows(cache: DynamicCache, rows: torch.Tensor) -> None:
+    """Append ``rows`` ``(layers, 2, batch, kv_heads, w, head_dim)`` to every layer of ``cache``
+    (one copy when every layer lives in the cache's ``LayerStore``), as a forward of ``w`` rows would."""
+    if not _all_stored(cache):
+        for i, layer in enumerate(cache.layers):
+            layer.update(rows[i, 0], rows[i, 1])
+        return
+    store = cache.store
+    start = cache.layers[0].keys.shape[2]
+    end = start + rows.shape[4]
+    store.reserve(end)
+    store.kv[:, :, :, :, start:end] = rows
+    for layer in cache.layers:
+        layer.keys = layer._kbuf[:, :, :end]
+        layer.values = layer._vbuf[:, :, :end]
+
+
 def keep_rows(cache: DynamicCache, past: int, rows: Sequence[int]) -> None:
     """Keep rows ``0..past-1`` plus ``rows`` (absolute, ascending, all >= past); drop the rest.
 

@@ -339,7 +339,10 @@ class TreeVerifier:
         each row sees only its own sequence's past, its root and its tree ancestors (and an
         extra row the rows its ``visible`` names), so every item's result equals its own
         ``forward`` up to the float rounding of the wider products. The first ``lm_head``
-        product is shared too. transformers' backend runs the items one after another.
+        product is shared too. On transformers' backend the items run as one padded batch
+        (``lookupdec.batch_cache.BatchView``: each sequence's cached rows copied into the batch's
+        cache, its new rows written back to its own), with the same isolation; under chain
+        verification (no 4D masks) they run one after another.
 
         Args:
             items: one ``VerifyItem`` per sequence, each with its own cache.
@@ -354,7 +357,7 @@ class TreeVerifier:
         items = list(items)
         if len({id(it.cache) for it in items}) != len(items):
             raise ValueError("forward_batch got the same cache in two items; every sequence needs its own")
-        if self.fast is None or len(items) <= 1:
+        if len(items) <= 1 or (self.fast is None and not self.tree_masks):
             return [self.forward(it.cache, it.past, it.root, it.tree, extra=it.extra, topk=it.topk) for it in items]
         prepared = []
         for it in items:
@@ -366,8 +369,10 @@ class TreeVerifier:
                 nodes = np.asarray(best_path_nodes(tree), np.int64)
                 if len(nodes) < len(tree):
                     tree, kept = tree.subset(nodes), nodes
-            assert it.cache.length == it.past, (it.cache.length, it.past)
+            assert it.cache.get_seq_length() == it.past, (it.cache.get_seq_length(), it.past)
             prepared.append((it, tree, kept, extra))
+        if self.fast is None:
+            return self._hf_forward_batch(prepared)
         ids_list, pos_list, bias_list = [], [], []
         for it, tree, _, extra in prepared:
             n, m = len(tree), 0 if extra is None else len(extra)
@@ -405,6 +410,39 @@ class TreeVerifier:
                 rows.store(want, mine[: len(want)])
             rows.compute_s += share * pick.shape[0]
             res = self._result(rows, tree, it.root, mine[len(want):] if m else None, it.topk)
+            results.append(res if kept is None else replace(res, kept=kept))
+        return results
+
+    def _hf_forward_batch(self, prepared) -> list[VerifyResult]:
+        """transformers' forward over every item at once: a padded batch (``BatchView``).
+
+        Each item gets the batch's width ``W`` (its own rows, then padding rows that repeat its
+        root, as in its own forward); its 4D bias (``tree_attention_bias`` at width ``W``) sits
+        at its own columns of the batch's cache, every other column masked. Its own cache then
+        gets the rows its own forward would have written (its own width), so ``commit`` and
+        the next step see no difference.
+        """
+        from lookupdec.batch_cache import BatchView
+
+        shapes = [(len(tree), 0 if extra is None else len(extra)) for _, tree, _, extra in prepared]
+        widths = [1 if n + m == 0 else self.width(n + m) for n, m in shapes]
+        width = max(widths)
+        view = BatchView([it.cache for it, *_ in prepared], [it.past for it, *_ in prepared], width)
+        columns = view.longest + width
+        bias = torch.full((len(prepared), 1, width, columns), torch.finfo(self.dtype).min, dtype=self.dtype)
+        ids, pos = [], []
+        for b, (it, tree, _, extra) in enumerate(prepared):
+            i, p = tree_inputs(it.root, tree, it.past, width, extra)
+            ids.append(i)
+            pos.append(p)
+            bias[b, 0, :, : it.past + width] = tree_attention_bias(tree, it.past, width, self.dtype, "cpu", extra)[0, 0]
+        out = self.model(input_ids=torch.stack(ids).to(self.device), position_ids=torch.stack(pos).to(self.device),
+                         attention_mask=bias.to(self.device), **with_cache(self.model, view), use_cache=True)
+        view.write_back([it.cache for it, *_ in prepared], widths)
+        results = []
+        for b, ((it, tree, kept, extra), (n, m)) in enumerate(zip(prepared, shapes)):
+            logits = out.logits[b, : 1 + n + m]
+            res = self._result(LazyLogits.of(logits[: 1 + n]), tree, it.root, logits[1 + n:] if m else None, it.topk)
             results.append(res if kept is None else replace(res, kept=kept))
         return results
 

@@ -3,6 +3,8 @@
 Oracles: each sequence's own single forward (``TreeVerifier.forward`` on a cache prefilled
 the same way), and the model's own causal forward of each node's root-to-node chain.
 Isolation: changing one sequence's tokens leaves the others' logits where they were.
+Both backends: the fast CPU forward (one product over all rows, attention per sequence) and
+transformers' forward over a padded batch (``lookupdec.batch_cache``).
 """
 from __future__ import annotations
 
@@ -55,13 +57,31 @@ def _run(verifier, specs, batched: bool):
     return caches, res
 
 
+def _verifier(model, backend: str) -> TreeVerifier:
+    verifier = TreeVerifier(model, fast=backend == "fast")
+    assert verifier.backend == backend
+    return verifier
+
+
+def _cache_rows(cache, w):
+    """A cache's first ``w`` rows, ``(layers, 2, heads, w, dim)``, whichever backend made it."""
+    if hasattr(cache, "kv"):
+        assert cache.length == w
+        return cache.kv[:, :, :, :w]
+    assert cache.get_seq_length() == w
+    return torch.stack([torch.stack([layer.keys[0], layer.values[0]]) for layer in cache.layers])
+
+
+# The fast forward's shared batch forward is CPU code; transformers' padded batch runs anywhere.
+BACKENDS = [pytest.param("fast", marks=pytest.mark.cpu), "hf"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("scale", [4.0, 1.0])
-@pytest.mark.cpu  # the fast forward's shared batch forward (CPU only)
-def test_each_sequence_in_a_batch_equals_its_own_forward(scale):
+def test_each_sequence_in_a_batch_equals_its_own_forward(scale, backend):
     """Logits, top-k, window argmax and cache rows of every sequence equal those of its own forward."""
     model = tiny_model(3, layers=3, scale=scale)
-    verifier = TreeVerifier(model, fast=True)
-    assert verifier.backend == "fast"
+    verifier = _verifier(model, backend)
     rng = np.random.default_rng(0)
     specs = _specs(rng, [5, 9, 6, 0, 14, 1])
     c_b, batch = _run(verifier, specs, True)
@@ -78,16 +98,16 @@ def test_each_sequence_in_a_batch_equals_its_own_forward(scale):
             assert len(b.extra_argmax) == len(extra)
             # argmax of a near-tie could differ by rounding; the tiny scaled model has none here
             assert b.extra_argmax.tolist() == s.extra_argmax.tolist()
-        w = len(prompt) + 1 + len(tree) + (0 if extra is None else len(extra))
-        assert cb.length == cs.length == w
-        torch.testing.assert_close(cb.kv[:, :, :, :w], cs.kv[:, :, :, :w], atol=1e-5, rtol=1e-5)
+        rows = 1 + len(tree) + (0 if extra is None else len(extra))
+        w = len(prompt) + (rows if rows == 1 else verifier.width(rows - 1))  # the hf backend pads widths
+        torch.testing.assert_close(_cache_rows(cb, w), _cache_rows(cs, w), atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.cpu  # the fast forward's shared batch forward (CPU only)
-def test_batch_rows_equal_the_models_own_chains():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_batch_rows_equal_the_models_own_chains(backend):
     """Every node of every sequence equals transformers' causal forward of its root-to-node chain."""
     model = tiny_model(4, layers=2)
-    verifier = TreeVerifier(model, fast=True)
+    verifier = _verifier(model, backend)
     rng = np.random.default_rng(1)
     specs = _specs(rng, [4, 0, 7])
     _, batch = _run(verifier, specs, True)
@@ -101,10 +121,11 @@ def test_batch_rows_equal_the_models_own_chains():
             torch.testing.assert_close(res.row(1 + i), ref, atol=ATOL, rtol=1e-5)
 
 
-def test_a_row_never_sees_another_sequence():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_row_never_sees_another_sequence(backend):
     """Changing one sequence's prompt, root and tree tokens (same shapes) leaves the others' logits unchanged."""
     model = tiny_model(5, layers=2, scale=1.0)
-    verifier = TreeVerifier(model, fast=True)
+    verifier = _verifier(model, backend)
     rng = np.random.default_rng(2)
     specs = _specs(rng, [6, 3, 8])
     _, before = _run(verifier, specs, True)
@@ -134,12 +155,60 @@ def test_one_item_batch_is_forward_and_errors():
     assert verifier.forward_batch([]) == []
 
 
-def test_chain_verification_and_hf_backend_in_a_batch():
-    """tree_masks=False cuts every tree to its longest path (kept says which); the hf backend loops."""
+def test_hf_backend_verifies_a_batch_in_one_forward_of_the_model():
+    """Three sequences, one call of the model's forward with a batch of three (not three calls)."""
+    model = tiny_model(9, layers=2)
+    verifier = _verifier(model, "hf")
+    calls = []
+    hook = model.register_forward_pre_hook(lambda mod, args, kwargs: calls.append(kwargs["input_ids"].shape),
+                                           with_kwargs=True)
+    rng = np.random.default_rng(5)
+    specs = _specs(rng, [3, 0, 7])
+    caches, items = [], []
+    for prompt, root, tree, extra, topk in specs:
+        cache = verifier.new_cache(8)
+        verifier.prefill(cache, prompt)
+        caches.append(cache)
+        items.append(VerifyItem(cache, len(prompt), root, tree, extra, topk))
+    calls.clear()
+    try:
+        verifier.forward_batch(items)
+    finally:
+        hook.remove()
+    assert len(calls) == 1 and calls[0][0] == 3
+
+
+def test_hf_batch_cache_rows_without_a_layer_store():
+    """Caches whose layers keep buffers of their own (no ``LayerStore``) are read and written per layer."""
+    from lookupdec.kvcache import BufferedCache, BufferedLayer
+
+    model = tiny_model(10, layers=2)
+    verifier = _verifier(model, "hf")
+    rng = np.random.default_rng(6)
+    specs = [(p, r, t, None, k) for p, r, t, _, k in _specs(rng, [4, 6])]
+    got = []
+    for own in (False, True):
+        caches, items = [], []
+        for prompt, root, tree, _, _ in specs:
+            cache = BufferedCache([BufferedLayer(8) for _ in range(2)]) if own else verifier.new_cache(8)
+            verifier.prefill(cache, prompt)
+            caches.append(cache)
+            items.append(VerifyItem(cache, len(prompt), root, tree))
+        got.append((caches, verifier.forward_batch(items)))
+    (c_store, r_store), (c_own, r_own) = got
+    for a, b, (prompt, _, tree, _, _) in zip(c_store, c_own, specs):
+        w = len(prompt) + verifier.width(len(tree))
+        torch.testing.assert_close(_cache_rows(a, w), _cache_rows(b, w), atol=0, rtol=0)
+    for a, b in zip(r_store, r_own):
+        torch.testing.assert_close(a.logits, b.logits, atol=0, rtol=0)
+
+
+def test_chain_verification_in_a_batch():
+    """tree_masks=False cuts every tree to its longest path (kept says which), on both backends."""
     model = tiny_model(7)
     rng = np.random.default_rng(4)
     specs = [(p, r, t, None, k) for p, r, t, _, k in _specs(rng, [6, 0, 5])]
-    for verifier in (TreeVerifier(model, fast=True, tree_masks=False), TreeVerifier(model, fast=False)):
+    for verifier in (TreeVerifier(model, fast=True, tree_masks=False), TreeVerifier(model, fast=False, tree_masks=False)):
         _, b = _run(verifier, specs, True)
         _, s = _run(verifier, specs, False)
         for rb, rs in zip(b, s):

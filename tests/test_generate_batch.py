@@ -30,12 +30,18 @@ def _flat(ms1=10.0, slope=0.05):
     return CostCurve((1, 64), (ms1, ms1 + 63 * slope), 0, (0.0, 0.0), "cpu", "flat")
 
 
+# The fast forward's shared batch forward is CPU code; transformers' padded batch runs anywhere.
+BACKENDS = [pytest.param("fast", marks=pytest.mark.cpu), "hf"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("scale", [4.0, 1.0])
 @pytest.mark.parametrize("method", ["ar", "pld", "auto"])
-def test_batched_greedy_equals_each_prompt_alone(scale, method):
+def test_batched_greedy_equals_each_prompt_alone(scale, method, backend):
     """Every prompt's tokens through a batch of 3 (prompts joining as others finish) equal ``ar`` alone."""
     lm = tiny_loaded(1, scale=scale)
-    dec = Decoder(lm, cost_curve=_flat(), draft_budget=16)
+    dec = Decoder(lm, cost_curve=_flat(), draft_budget=16, hf_kernels=backend == "hf")
+    assert dec.verifier.backend == backend
     order = []
     res = dec.generate_batch(PROMPTS, method=method, max_new_tokens=40, batch_size=3,
                              on_result=lambda i, r: order.append(i))
@@ -153,13 +159,13 @@ def test_windows_dropped_and_sampled_trees_kept_whole_in_a_batch():
     assert price_batch([plan], _flat()).plans[0].extra is x  # alone, its drafter already priced it
 
 
-@pytest.mark.cpu  # one shared forward for the batch: the fast forward's (CPU only)
-def test_sampling_through_a_batch_keeps_the_target_distribution():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_sampling_through_a_batch_keeps_the_target_distribution(backend):
     """The first three tokens' marginals of one prompt sampled inside batches of 6 mixed sequences
     (trees three deep, every verify forward shared) equal the exact marginals."""
     lm = tiny_loaded(7)
-    dec = Decoder(lm)
-    assert dec.verifier.backend == "fast"
+    dec = Decoder(lm, hf_kernels=backend == "hf")
+    assert dec.verifier.backend == backend
     params = dict(temperature=1.0, top_k=4, top_p=0.95)
     prompt = [10, 11, 12]
     exact = _exact_marginals(lm, prompt, SamplingParams(1.0, 0.95, 4), 3)

@@ -5,6 +5,7 @@ import subprocess
 import sys
 import textwrap
 
+from tests.conftest import checkout_env
 from tests.index_fixtures import tiny_tokenizer, write_jsonl
 
 
@@ -27,4 +28,4 @@ def test_index_never_imports_torch(tmp_path):
         heavy = [m for m in ("torch", "transformers") if m in sys.modules]
         assert not heavy, "imported " + ", ".join(heavy)
     """)
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=tmp_path)
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=tmp_path, env=checkout_env())

@@ -62,7 +62,7 @@ class BatchPrice:
 
 
 def price_batch(plans: "Seq[StepPlan]", curve: "CostCurve | None", past: int | None = None,
-                margin: float = DEFAULT_MARGIN) -> BatchPrice:
+                margin: float = DEFAULT_MARGIN, padded: bool = False) -> BatchPrice:
     """Cut the plans of one batched step to the drafts that pay at the batch's total width.
 
     Args:
@@ -70,45 +70,77 @@ def price_batch(plans: "Seq[StepPlan]", curve: "CostCurve | None", past: int | N
         curve: the verifier's cost curve (None: every width costs the same, so every node is kept).
         past: cached rows to price at (the batch's mean; None: the curve's own).
         margin: a draft must beat plain decoding's tokens per ms by this fraction.
+        padded: the forward pads every sequence to the widest one's rows (transformers'
+            padded batch, ``TreeVerifier.pads_batches``): ``B`` sequences of up to ``D`` rows
+            cost ``c(B * D)``. Without it they cost ``c(B + nodes)`` (the fast forward).
     Returns:
         A ``BatchPrice``; its plans keep their node provenance (``kept``) so drafters learn
         from the nodes they proposed.
 
     Under a flat curve (every width costs the same) every node is kept, so two sequences with
-    trees of ``a`` and ``b`` nodes give ``width == 2 + a + b``.
+    trees of ``a`` and ``b`` nodes give ``width == 2 + a + b`` (padded: ``2 * (1 + max(a, b))``).
+
+    Unpadded, nodes are taken best first while the modelled tokens per ms rise (a node never
+    before its ancestors: their path scores are at least its own). Padded, the rows a sequence
+    adds below the widest one's are free, so the choice is the rows per sequence ``D``: every
+    sequence keeps its best ``D - 1`` nodes, for the ``D`` with the most tokens per ms. Both
+    are the best ancestor-closed choice (tested against a search over every choice).
     """
     plans = list(plans)
     b = len(plans)
+    padded = padded and b > 1
     fixed = sum(len(p.tree) for p in plans if p.tree.sampled)
-    cand = []  # (path score, depth, sequence, node)
+    floor = max([1] + [1 + len(p.tree) for p in plans if p.tree.sampled])  # a sampled tree is never cut
+    own: list[list[tuple]] = [[] for _ in plans]  # per sequence: (path score, depth, sequence, node), best first
     for s, p in enumerate(plans):
         t = p.tree
         if len(t) and not t.sampled:
             ps, depth = t.path_scores(), t.depth
-            cand.extend((float(ps[i]), int(depth[i]), s, i) for i in range(len(t)))
-    cand.sort(key=lambda c: (-c[0], c[1], c[2], c[3]))  # a node never before its ancestors
+            own[s] = sorted(((float(ps[i]), int(depth[i]), s, i) for i in range(len(t))),
+                            key=lambda c: (-c[0], c[1], c[2], c[3]))
+    cand = sorted((c for cs in own for c in cs), key=lambda c: (-c[0], c[1], c[2], c[3]))
 
     def ms(width: int) -> float:
         return 1.0 if curve is None else curve.ms_at(width, past)
 
+    def rows(depth: int) -> int:  # padded: the forward's rows when every sequence keeps up to depth - 1 nodes
+        return b * max(floor, min(depth, 1 + max(len(cs) for cs in own)))
+
     plain_ms = ms(b)
     plain_rate = b / plain_ms
     base_tokens = b + sum(float(p.tree.path_scores().sum()) for p in plans if p.tree.sampled)
-    best_k, best_rate = 0, (base_tokens / ms(b + fixed))
-    if curve is None:
-        best_k = len(cand)
-    else:
-        tokens = base_tokens
-        for k, c in enumerate(cand, 1):
-            tokens += c[0]
-            rate = tokens / ms(b + fixed + k)
-            if rate > best_rate:
-                best_k, best_rate = k, rate
-        if best_k and best_rate <= plain_rate * (1.0 + margin):
-            best_k = 0
     keep: list[list[int]] = [[] for _ in plans]
-    for c in cand[:best_k]:
-        keep[c[2]].append(c[3])
+    if padded:
+        top = 1 + max(len(cs) for cs in own)
+        best_d = top if curve is None else 1
+        if curve is not None:
+            best_rate = base_tokens / ms(rows(1))
+            for depth in range(2, top + 1):
+                tokens = base_tokens + sum(c[0] for cs in own for c in cs[:depth - 1])
+                rate = tokens / ms(rows(depth))
+                if rate > best_rate:
+                    best_d, best_rate = depth, rate
+            if best_d > 1 and best_rate <= plain_rate * (1.0 + margin):
+                best_d = 1
+        for s, cs in enumerate(own):
+            keep[s] = [c[3] for c in cs[:best_d - 1]]
+        width = rows(best_d)
+    else:
+        best_k, best_rate = 0, (base_tokens / ms(b + fixed))
+        if curve is None:
+            best_k = len(cand)
+        else:
+            tokens = base_tokens
+            for k, c in enumerate(cand, 1):
+                tokens += c[0]
+                rate = tokens / ms(b + fixed + k)
+                if rate > best_rate:
+                    best_k, best_rate = k, rate
+            if best_k and best_rate <= plain_rate * (1.0 + margin):
+                best_k = 0
+        for c in cand[:best_k]:
+            keep[c[2]].append(c[3])
+        width = b + fixed + best_k
     out = []
     expected = base_tokens
     for s, p in enumerate(plans):
@@ -120,7 +152,6 @@ def price_batch(plans: "Seq[StepPlan]", curve: "CostCurve | None", past: int | N
         if len(t) and not t.sampled:
             expected += float(t.path_scores()[keep[s]].sum()) if keep[s] else 0.0
         out.append(plan)
-    width = b + fixed + best_k
     return BatchPrice(tuple(out), width, expected, ms(width), plain_ms)
 
 
@@ -297,7 +328,7 @@ def step_together(verifier, seqs: "Seq[Sequence]", curve: "CostCurve | None", bu
     plans = [s.plan(step_budget) for s in seqs]
     if len(seqs) > 1:
         past = int(np.mean([s.past for s in seqs]))
-        price = price_batch(plans, curve, past, margin)
+        price = price_batch(plans, curve, past, margin, padded=verifier.pads_batches)
         plans = list(price.plans)
         kept = price.width > len(seqs)
     else:

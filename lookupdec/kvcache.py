@@ -286,6 +286,19 @@ def _all_stored(cache) -> bool:
     return store is not None and store.kv is not None and all(getattr(layer, "shared", False) for layer in cache.layers)
 
 
+def uniform_layers(cache: DynamicCache) -> bool:
+    """Whether every layer of ``cache`` holds keys and values of one shape, dtype and device (so the
+    layers stack into one tensor: ``stored_rows``)."""
+    if _all_stored(cache):
+        return True
+    layers = cache.layers
+    if not layers or not all(getattr(layer, "is_initialized", False) for layer in layers):
+        return False
+    k = layers[0].keys
+    return all(x.shape == k.shape and x.dtype == k.dtype and x.device == k.device
+               for layer in layers for x in (layer.keys, layer.values))
+
+
 def stored_rows(cache: DynamicCache, past: int) -> torch.Tensor:
     """The first ``past`` rows of every layer, ``(layers, 2, batch, kv_heads, past, head_dim)``.
 

@@ -57,7 +57,7 @@ import torch
 
 from lookupdec.accept import Acceptance, greedy_accept, main_path, sample_accept  # noqa: F401  (re-exported)
 from lookupdec.logit_rows import LazyLogits, subtree  # noqa: F401  (re-exported)
-from lookupdec.kvcache import all_full_attention, keep_rows, new_cache, with_cache
+from lookupdec.kvcache import all_full_attention, keep_rows, new_cache, uniform_layers, with_cache
 from lookupdec.tree import DraftTree
 from lookupdec.tree_rows import (argmax_rows, best_path_nodes, clip_depth, longest_path, longest_path_nodes,  # noqa: F401
                                  topk_of_rows, topk_rows, tree_attention_bias, tree_inputs)  # (re-exported)
@@ -217,6 +217,12 @@ class TreeVerifier:
         param = next(p for p in model.parameters() if p.numel()) if release else next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
 
+    @property
+    def pads_batches(self) -> bool:
+        """Whether ``forward_batch`` pads every sequence to the widest one's rows (transformers'
+        padded batch; the fast forward's batch has no padding, chain verification no batch)."""
+        return self.fast is None and self.tree_masks
+
     def new_cache(self, capacity: int):
         """An empty KV cache for this verifier's backend, for up to ``capacity`` rows (it grows)."""
         if self.fast is not None:
@@ -342,7 +348,8 @@ class TreeVerifier:
         product is shared too. On transformers' backend the items run as one padded batch
         (``lookupdec.batch_cache.BatchView``: each sequence's cached rows copied into the batch's
         cache, its new rows written back to its own), with the same isolation; under chain
-        verification (no 4D masks) they run one after another.
+        verification (no 4D masks), or where a cache's layers differ in shape, they run one
+        after another.
 
         Args:
             items: one ``VerifyItem`` per sequence, each with its own cache.
@@ -372,7 +379,9 @@ class TreeVerifier:
             assert it.cache.get_seq_length() == it.past, (it.cache.get_seq_length(), it.past)
             prepared.append((it, tree, kept, extra))
         if self.fast is None:
-            return self._hf_forward_batch(prepared)
+            if all(uniform_layers(it.cache) for it, *_ in prepared):
+                return self._hf_forward_batch(prepared)
+            return [self.forward(it.cache, it.past, it.root, it.tree, extra=it.extra, topk=it.topk) for it in items]
         ids_list, pos_list, bias_list = [], [], []
         for it, tree, _, extra in prepared:
             n, m = len(tree), 0 if extra is None else len(extra)

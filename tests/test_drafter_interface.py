@@ -242,3 +242,27 @@ def test_a_second_stage_source_is_asked_only_where_it_says_it_pays():
     has_late = [bool((t.tokens == 99).any()) for t in trees]
     assert has_late == [False, True] * 3
     assert all(n > 0 for n in late.lookup_sizes)  # pld's match was selected first
+
+
+def test_a_copied_drafting_state_learns_apart_and_shares_the_hardware_and_draft_model():
+    """``DrafterState.copy``: what the copy learns (tables, calibration, accounts) never reaches the
+    original or back; the cost provider and the draft model are the same objects."""
+    dec = Decoder(tiny_loaded(0))
+    dec.generate(PROMPT, method="auto", max_new_tokens=8, chat_template=False)
+    original = dec.state
+    copy = original.copy()
+    assert copy.cost is original.cost and copy.draft_model is original.draft_model
+    assert copy.calibration is not original.calibration and copy.ledgers.keys() == original.ledgers.keys()
+    before = {key: table.ids.copy() for key, table in original.recycle_tables.items()}
+    assert before and all(key[1] == "auto" for key in before)
+    dec.state = copy
+    dec.generate(PROMPT[::-1] * 2, method="recycle", max_new_tokens=16, chat_template=False)
+    dec.generate(PROMPT[::-1] * 2, method="auto", max_new_tokens=16, chat_template=False)
+    assert any(key[1] == "recycle" for key in copy.recycle_tables)
+    assert not any(key[1] == "recycle" for key in original.recycle_tables)
+
+    def same(a, b):
+        return a.shape == b.shape and bool((a == b).all())
+
+    assert all(same(original.recycle_tables[key].ids, ids) for key, ids in before.items())  # as they were
+    assert not all(same(copy.recycle_tables[key].ids, ids) for key, ids in before.items())  # the copy learnt

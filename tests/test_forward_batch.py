@@ -226,3 +226,44 @@ def test_fast_forward_batch_checks_its_lists():
         ff.forward_batch([c1, c2], [torch.tensor([5])], [torch.tensor([0])], [None])
     with pytest.raises(ValueError, match="same cache"):
         ff.forward_batch([c1, c1], [torch.tensor([5])] * 2, [torch.tensor([0])] * 2, [None, None])
+
+
+def test_uniform_layers_says_when_a_cache_stacks():
+    from lookupdec.kvcache import BufferedCache, BufferedLayer, uniform_layers
+
+    model = tiny_model(11, layers=2)
+    verifier = _verifier(model, "hf")
+    stored = verifier.new_cache(8)
+    verifier.prefill(stored, [5, 6, 7])
+    assert uniform_layers(stored)
+    own = BufferedCache([BufferedLayer(8) for _ in range(2)])
+    assert not uniform_layers(own)  # nothing written yet
+    own.layers[0].update(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4))
+    own.layers[1].update(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4))
+    assert uniform_layers(own)
+    odd = BufferedCache([BufferedLayer(8) for _ in range(2)])
+    odd.layers[0].update(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4))
+    odd.layers[1].update(torch.zeros(1, 1, 3, 4), torch.zeros(1, 1, 3, 4))
+    assert not uniform_layers(odd)
+
+
+def test_hf_batch_of_caches_that_do_not_stack_runs_one_forward_each(monkeypatch):
+    """Where a cache's layers differ in shape (``uniform_layers`` false) the items run one after
+    another, with the same results."""
+    import lookupdec.verify as verify
+
+    model = tiny_model(12, layers=2)
+    verifier = _verifier(model, "hf")
+    rng = np.random.default_rng(7)
+    specs = _specs(rng, [4, 0, 5])
+    _, together = _run(verifier, specs, True)
+    monkeypatch.setattr(verify, "uniform_layers", lambda cache: False)
+    calls = []
+    hook = model.register_forward_pre_hook(lambda mod, args, kwargs: calls.append(1), with_kwargs=True)
+    try:
+        _, apart = _run(verifier, specs, True)
+    finally:
+        hook.remove()
+    assert len(calls) == 2 * len(specs)  # a prefill and a forward each
+    for a, b in zip(together, apart):
+        torch.testing.assert_close(a.logits, b.logits, atol=ATOL, rtol=1e-5)

@@ -87,8 +87,9 @@ def _plan(tree: DraftTree) -> StepPlan:
     return StepPlan(1, tree, None, None, 0, DraftRequest(64, 64), 0.0)
 
 
-def _brute(trees, curve, margin):
-    """Best (tokens per ms) over every ancestor-closed choice of nodes, and the plain rate."""
+def _brute(trees, curve, margin, padded=False):
+    """Best (tokens per ms) over every ancestor-closed choice of nodes, and the plain rate.
+    ``padded``: ``B`` sequences of up to ``D`` rows (root and kept nodes) cost ``c(B * D)``."""
     b = len(trees)
     options = []
     for t in trees:
@@ -101,13 +102,14 @@ def _brute(trees, curve, margin):
         options.append(subsets)
     best = 0.0
     for combo in itertools.product(*options):
-        k = sum(c[0] for c in combo)
-        rate = (b + sum(c[1] for c in combo)) / curve.ms_at(b + k)
+        width = b * max(1 + c[0] for c in combo) if padded and b > 1 else b + sum(c[0] for c in combo)
+        rate = (b + sum(c[1] for c in combo)) / curve.ms_at(width)
         best = max(best, rate)
     return best, b / curve.ms_at(b)
 
 
-def test_price_batch_equals_brute_force_and_never_beats_plain_slower():
+@pytest.mark.parametrize("padded", [False, True])
+def test_price_batch_equals_brute_force_and_never_beats_plain_slower(padded):
     rng = np.random.default_rng(0)
     curves = [_flat(), CostCurve((1, 4, 8, 64), (10.0, 10.5, 14.0, 80.0), 0, (0.0,) * 4, "cpu", "knee"),
               CostCurve((1, 64), (1.0, 64.0), 0, (0.0, 0.0), "cpu", "compute-bound")]
@@ -118,8 +120,10 @@ def test_price_batch_equals_brute_force_and_never_beats_plain_slower():
             parents = [int(rng.integers(-1, i)) for i in range(n)]
             trees.append(DraftTree(rng.integers(3, 100, n), np.array(parents, np.int32), rng.uniform(0.01, 1.0, n)))
         curve = curves[trial % 3]
-        price = price_batch([_plan(t) for t in trees], curve, margin=0.02)
-        best, plain = _brute(trees, curve, 0.02)
+        price = price_batch([_plan(t) for t in trees], curve, margin=0.02, padded=padded)
+        best, plain = _brute(trees, curve, 0.02, padded)
+        kept_rows = [1 + len(p.tree) for p in price.plans]
+        assert price.width == (len(trees) * max(kept_rows) if padded and len(trees) > 1 else sum(kept_rows))
         rate = price.expected_tokens / price.ms
         assert rate >= plain - 1e-12  # never priced slower than the batch decoding plainly
         if best > plain * 1.02:
@@ -130,6 +134,20 @@ def test_price_batch_equals_brute_force_and_never_beats_plain_slower():
             if len(p.tree) < len(t):
                 assert p.kept is not None and len(p.kept) == len(p.tree)
                 assert p.tree.tokens.tolist() == t.tokens[p.kept].tolist()
+
+
+def test_padded_batches_keep_the_nodes_that_ride_free_below_the_widest_tree():
+    """Padded (transformers' batch), a short tree's rows below the widest tree's cost nothing, so
+    its weak nodes are kept; priced by rows (the fast forward) they are not worth their rows."""
+    strong = DraftTree.chain([5, 6, 7, 8, 9, 10], scores=[0.95] * 6)
+    weak = DraftTree.chain([11, 12], scores=[0.01, 0.5])
+    curve = CostCurve((1, 16, 64), (10.0, 10.4, 64.0), 0, (0.0,) * 3, "cpu", "flat to 16")
+    rows = price_batch([_plan(strong), _plan(weak)], curve)
+    pads = price_batch([_plan(strong), _plan(weak)], curve, padded=True)
+    assert len(rows.plans[0].tree) == 6 and len(rows.plans[1].tree) == 0 and rows.width == 8
+    assert len(pads.plans[0].tree) == 6 and len(pads.plans[1].tree) == 2 and pads.width == 14
+    steep = CostCurve((1, 64), (1.0, 64.0), 0, (0.0, 0.0), "cpu", "compute-bound")
+    assert price_batch([_plan(strong), _plan(weak)], steep, padded=True).width == 2  # nothing pays
 
 
 def test_speculation_shrinks_as_the_batch_grows():

@@ -75,6 +75,12 @@ class FakeMethod:
         self.break_on_call, self.drop_eos = break_on_call, drop_eos
         self.calls = []
 
+    def snapshot(self):
+        return None
+
+    def restore(self, snapshot):
+        pass
+
     def generate(self, prompt_ids, max_new_tokens, references=()):
         self.calls.append((list(prompt_ids), max_new_tokens, tuple(references)))
         out = fake_greedy(prompt_ids, max_new_tokens)
@@ -448,21 +454,68 @@ def test_full_run_writes_json_table_and_plots(qfile, tmp_path, capsys):
         {m: (n_turns, -1) for m in ("hf", "pld", "llma")}  # the fakes report no first step
 
 
-def test_repeats_warn_about_methods_that_learn_from_their_own_repeats(qfile, tmp_path, capsys):
-    """A kept drafting state learns from a turn's first repeat and drafts its later ones from that:
-    the run says so (and records it) for those methods only; ar, the peers and @saved/@fresh are alike."""
-    from specbench.cli import repeats_warning
+class LearningMethod(FakeMethod):
+    """A fake that learns: each call commits ``1 + learnt`` tokens a step, then learns one more."""
 
-    methods = {"ar": FakeMethod("ar"), "pld": FakeMethod("pld"), "hf": FakeMethod("hf")}
-    assert run_main(qfile, tmp_path / "a", methods, ["--repeats", "2"]) == 0
-    err = capsys.readouterr().err
-    assert "warning: --repeats 2 with a kept drafting state" in err and "taught pld," in err
-    assert "pld" in json.loads((tmp_path / "a" / "spec_bench.json").read_text())["config"]["warning"]
-    assert run_main(qfile, tmp_path / "b", methods, ["--repeats", "1"]) == 0
-    assert "warning" not in capsys.readouterr().err
-    assert repeats_warning(["ar", "hf", "pld@saved", "auto@fresh"], "kept", 3) is None
-    assert repeats_warning(["ar", "pld"], "fresh", 3) is None
-    assert "taught auto," in repeats_warning(["ar", "pld@fresh", "auto"], "kept", 3)
+    def __init__(self, name):
+        super().__init__(name)
+        self.learnt = 0
+        self.chunks = []  # each call's tokens per step
+
+    def snapshot(self):
+        return {"learnt": self.learnt}
+
+    def restore(self, snapshot):
+        self.learnt = snapshot["learnt"]
+
+    def generate(self, prompt_ids, max_new_tokens, references=()):
+        self.chunk = 1 + self.learnt
+        self.chunks.append(self.chunk)
+        self.learnt += 1
+        return super().generate(prompt_ids, max_new_tokens, references)
+
+
+def test_repeats_start_from_the_state_the_first_repeat_started_from(qfile):
+    """A method that learns from its calls: every repeat of a turn starts where the first did, and
+    the next turn starts where the first repeat left it (as with one repeat)."""
+    qs = load_questions(qfile, per_category=1)[:2]
+    runs = {}
+    for repeats in (1, 3):
+        learner = LearningMethod("pld")
+        recs = run_benchmark(qs, {"ar": FakeMethod("ar"), "pld": learner}, FakeCodec(), ExactnessCheck("ar", (EOS,)),
+                             RunConfig(max_new_tokens=12, repeats=repeats, warmup_tokens=0))
+        runs[repeats] = (learner.chunks, [r.steps for r in recs if r.method == "pld"], learner.learnt)
+    (chunks1, steps1, learnt1), (chunks3, steps3, learnt3) = runs[1], runs[3]
+    assert chunks3 == [c for c in chunks1 for _ in range(3)]  # every repeat drafted as the first
+    assert steps3 == steps1 and learnt3 == learnt1 == len(chunks1) >= 2  # and the run went on as with one
+    assert len(set(chunks1)) == len(chunks1)  # the state mattered: each turn drafted otherwise
+
+
+def test_a_kept_decoder_repeats_a_call_from_its_snapshot(tiny, monkeypatch):
+    """``LookupdecMethod.snapshot``/``restore`` on a real decoder: a call from the snapshot drafts as
+    the first did; a call from the learnt state drafts otherwise (Token Recycling learnt the text).
+    The cost model, shared by every copy (it measures the machine), is kept from learning the
+    steps' wall-clock times here, so that drafting depends on the drafting state alone."""
+    from lookupdec.decoder import Decoder
+    from specbench.methods import LookupdecMethod
+    from tests.conftest import FLAT
+
+    dec = Decoder(tiny, cost_curve=FLAT)
+    monkeypatch.setattr(dec.costs(), "observe", lambda timing: None)
+    method = LookupdecMethod(dec, "recycle")
+    prompt = [5, 6, 7, 8, 9] * 3
+    before = method.snapshot()
+    first = method.generate(prompt, 40)
+    learnt = method.snapshot()
+    again = method.generate(prompt, 40)
+    method.restore(before)
+    repeated = method.generate(prompt, 40)
+    assert repeated.step_lengths == first.step_lengths
+    assert again.step_lengths != first.step_lengths
+    assert again.token_ids == first.token_ids == repeated.token_ids
+    method.restore(learnt)
+    assert method.generate(prompt, 40).step_lengths == again.step_lengths
+    assert LookupdecMethod(dec, "ar").snapshot() is None
 
 
 def test_turn_two_context_and_references(qfile):

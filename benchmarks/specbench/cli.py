@@ -87,7 +87,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                     help=f"comma list from {','.join(list(PEER_METHODS) + list(LOOKUPDEC_METHODS))}; "
                          f"'all' = the peers and every method the decoder registers; "
                          f"{REFERENCE_METHOD!r} is always run (the exactness reference)")
-    ap.add_argument("--repeats", type=int, default=1, help="timed generations per turn; times are medians")
+    ap.add_argument("--repeats", type=int, default=1, help="timed generations per turn; times are medians; each repeat starts from the "
+                         "drafting state the turn's first started from")
     ap.add_argument("--warmup-tokens", type=int, default=16, help="tokens of each method's warm-up (0: none)")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output directory")
     ap.add_argument("--model", default=None, help="model name or path (default: the embedded SmolLM2-135M)")
@@ -218,24 +219,6 @@ def load_setup(args: argparse.Namespace, names: Sequence[str]) -> Setup:
                        getattr(args, "state_file", None))
 
 
-def repeats_warning(names: Sequence[str], default_state: str, repeats: int) -> str | None:
-    """What ``--repeats`` does to methods that keep their drafting state over the run (None: nothing).
-
-    A kept state learns from every call, so a turn's later repeats draft from what its
-    earlier repeats taught it (Token Recycling's table, the acceptance rates): their times,
-    and the median, flatter the method. ``NAME@saved`` starts every call from one file.
-    """
-    if repeats < 2:
-        return None
-    kept = [n for n, (base, state) in ((n, split_state(n)) for n in names)
-            if n not in PEER_METHODS and base != REFERENCE_METHOD and (state or default_state) == "kept"]
-    if not kept:
-        return None
-    return (f"--repeats {repeats} with a kept drafting state: the later repeats of a turn draft from what its "
-            f"earlier repeats taught {', '.join(kept)}, so their median flatters them; for repeats that start "
-            f"alike run NAME@saved with --state-file FILE (or NAME@fresh)")
-
-
 def main(argv: Sequence[str] | None = None,
          setup: Callable[[argparse.Namespace, Sequence[str]], Setup] = load_setup,
          available: Sequence[str] | None = None) -> int:
@@ -288,7 +271,6 @@ def main(argv: Sequence[str] | None = None,
         if args.save_state is not None and args.state != "kept":
             raise ValueError("--save-state saves what one decoder learned over the run: it needs --state kept")
         config = RunConfig(args.max_new_tokens, args.repeats, args.warmup_tokens, sampled=args.temperature > 0)
-        warning = repeats_warning(names, args.state, args.repeats)
     except (ValueError, FileNotFoundError) as exc:
         print(f"spec_bench: error: {exc}", file=sys.stderr)
         return 2
@@ -308,9 +290,6 @@ def main(argv: Sequence[str] | None = None,
         "state_file": None if args.state_file is None else str(args.state_file),
         "eos_ids": list(env.eos_ids), **env.info,
     }
-    if warning:
-        run_config["warning"] = warning
-        print(f"spec_bench: warning: {warning}", file=sys.stderr)
     print(f"spec_bench: {len(questions)} questions, methods {', '.join(env.methods)}, "
           f"max_new_tokens {args.max_new_tokens}, repeats {args.repeats} (loaded in {load_s:.1f} s)",
           file=sys.stderr)

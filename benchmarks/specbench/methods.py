@@ -93,6 +93,12 @@ class Method(Protocol):
     def generate(self, prompt_ids: Sequence[int], max_new_tokens: int,
                  references: Sequence[str]) -> MethodOutput: ...
 
+    def snapshot(self) -> object | None:
+        """A copy of what the next call starts from, where calls learn from each other (None: they don't)."""
+
+    def restore(self, snapshot: object | None) -> None:
+        """Make the next call start from (a copy of) ``snapshot``; None changes nothing."""
+
 
 class _StepRecorder:
     """A ``generate()`` streamer that records the size of every ``put()`` after the prompt.
@@ -139,6 +145,12 @@ class HFGenerate:
 
     takes_references = False
     same_draws = False  # transformers' sampling draws its own way
+
+    def snapshot(self) -> None:
+        return None  # every call starts from nothing
+
+    def restore(self, snapshot: None) -> None:
+        pass
 
     def __init__(self, name: str, model, eos_ids: Sequence[int], prompt_lookup_num_tokens: int | None = None,
                  temperature: float = 0.0, seed: int = 0):
@@ -224,6 +236,14 @@ class LookupdecMethod:
         # Sampled, every method but ``draft`` (its small LM samples its drafts) draws each
         # position as sampled ``ar`` does for the same seed: its tokens are ``ar``'s.
         self.same_draws = method != "draft"
+
+    def snapshot(self):
+        """A copy of the decoder's drafting state, where this method's calls keep it (``kept``, not ``ar``)."""
+        return self.decoder.state.copy() if self.state == "kept" and self.name != "ar" else None
+
+    def restore(self, snapshot) -> None:
+        if snapshot is not None:
+            self.decoder.state = snapshot.copy()
 
     def generate(self, prompt_ids: Sequence[int], max_new_tokens: int,
                  references: Sequence[str] = ()) -> MethodOutput:

@@ -7,7 +7,13 @@ a slow spell of a shared machine hits every method alike):
     for each question, for each turn:
         prompt ids = chat template over the conversation so far
         for each repeat, for each method (the reference ``ar`` first):
+            (repeats after the first: method.restore(its snapshot before the first))
             time method.generate(prompt ids); check its tokens against ar's
+        (with repeats: each method restored to what its first repeat left)
+
+A method whose calls learn from each other (a kept drafting state) thus times every repeat of
+a turn from the same state, and the run goes on as with one repeat: the median of several
+calls is not flattered by what the earlier ones taught it.
 
 Turn 2 of an MT-bench question is asked with the first question and ``ar``'s
 first answer in the context, for every method. Every method's first answer
@@ -221,8 +227,15 @@ def run_benchmark(questions: Sequence[Question], methods: Mapping[str, Method], 
             outs: dict[str, list[MethodOutput]] = {name: [] for name in order}
             secs: dict[str, list[float]] = {name: [] for name in order}
             expected: tuple[int, ...] | None = None
-            for _ in range(config.repeats):
+            starts: dict[str, object] = {}
+            ends: dict[str, object] = {}
+            for r in range(config.repeats):
                 for name in order:
+                    if config.repeats > 1:  # every repeat starts from what the first started from
+                        if r == 0:
+                            starts[name] = methods[name].snapshot()
+                        else:
+                            methods[name].restore(starts[name])
                     t0 = time.perf_counter()
                     out = methods[name].generate(prompt_ids, config.max_new_tokens, refs)
                     dt = time.perf_counter() - t0
@@ -237,6 +250,11 @@ def run_benchmark(questions: Sequence[Question], methods: Mapping[str, Method], 
                             mismatches.append(exc)
                     outs[name].append(out)
                     secs[name].append(dt)
+                    if config.repeats > 1 and r == 0:
+                        ends[name] = methods[name].snapshot()
+            for name in order:  # and the next turn from what the first repeat left (in the run's order)
+                if config.repeats > 1:
+                    methods[name].restore(ends[name])
             for name in order:
                 rec = _record(name, q, turn, outs[name], secs[name], check.eos_ids)
                 records.append(rec)

@@ -279,7 +279,8 @@ class BatchStep:
 
     Attributes:
         size: sequences verified together.
-        width: rows of the forward.
+        width: rows of the forward (a padded batch's: sequences times the widest one's rows,
+            before the verifier rounds widths up to its ``pad_multiple``).
         drafted: draft nodes verified (all sequences).
         accepted: draft tokens accepted (all sequences).
         new_tokens: tokens committed (all sequences).
@@ -338,6 +339,8 @@ def step_together(verifier, seqs: "Seq[Sequence]", curve: "CostCurve | None", bu
     results = verifier.forward_batch(items)
     forward_s = time.perf_counter() - t1
     rows = [1 + len(p.tree) + (0 if p.extra is None else len(p.extra)) for p in plans]
+    if verifier.pads_batches and len(rows) > 1:
+        rows = [max(rows)] * len(rows)  # transformers' padded batch: every sequence has the widest one's rows
     width = sum(rows)
     before = [(len(s.new), dict(s.by_source)) for s in seqs]
     for s, p, r, w in zip(seqs, plans, results, rows):

@@ -425,3 +425,19 @@ def test_a_lone_sequence_in_step_together_is_judged_by_the_lone_gate_and_still_e
     assert widths[:6] == [1] * 6 and max(widths[6:]) > 1  # paused, then drafting again
     assert 0 < drafter.calls <= len(widths) - 6  # none while paused (later pauses are timing-dependent)
     assert 1 in lone._plain and not batch_gate._plain  # the lone gate timed its plain steps; the batch gate saw none
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_steps_width_counts_the_rows_its_forward_ran(backend):
+    """Two sequences drafting 5 and 1 nodes: the fast forward runs 6 + 2 rows, transformers' padded
+    batch 2 x 6 (each sequence the widest one's rows)."""
+    lm = tiny_loaded(8)
+    dec = Decoder(lm, hf_kernels=backend == "hf")
+    assert dec.verifier.backend == backend
+    seqs = [dec.new_sequence([10, 11, 12], max_new_tokens=8, drafter=TopTokensDrafter([[20, 21, 22, 23, 24]])),
+            dec.new_sequence([30, 31], max_new_tokens=8, drafter=TopTokensDrafter([[40]]))]
+    for s in seqs:
+        s.prefill()
+    step = step_together(dec.verifier, seqs, None)  # no curve: every node kept
+    assert step.drafted == 6
+    assert step.width == (12 if backend == "hf" else 8)

@@ -186,8 +186,13 @@ def run_load(server: Server, prompts: list[str], concurrency: int,
     client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=3600)
     before = server.counters()
     t0 = time.perf_counter()
-    with cf.ThreadPoolExecutor(concurrency) as pool:
+    pool = cf.ThreadPoolExecutor(concurrency)
+    try:
         samples = list(pool.map(lambda kp: one_request(client, kp[0], kp[1], max_tokens), enumerate(prompts)))
+    except BaseException:  # a stop (SIGTERM): drop the queued requests; those in flight end with their server
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
     wall = time.perf_counter() - t0
     after = server.counters()
     if not after:  # a peer server without our metrics: tau unknown
@@ -228,7 +233,8 @@ def ratios(rows: list[Row]) -> dict[tuple[str, int], list[float]]:
 
 def markdown(rows: list[Row], meta: dict) -> str:
     lines = [f"Serving load: {meta['prompts']} Spec-Bench prompts, {meta['max_new_tokens']} new tokens max, greedy; "
-             f"{meta['cpu']}, {meta['threads']}; {meta['rounds']} round(s), the configurations interleaved.", "",
+             f"{meta['cpu']}, {meta['threads']}; {meta['rounds']} round(s), the configurations interleaved."
+             + (f" Stopped early: {meta['stopped']}." if meta.get("stopped") else ""), "",
              "| config | concurrency | round | tokens/s | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | TPOT p99 ms | tau "
              "| steps | step ms | forward ms | in steps | exact |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
@@ -315,6 +321,10 @@ def start(config: str, args, n_prompts: int) -> Server:
     return Server(serve_args, command=command, ready_path="/v1/models" if command else "/health")
 
 
+class _Stop(Exception):
+    """The run was told to stop (SIGTERM): report what it gathered."""
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default=None, help="model for the server (default: the embedded SmolLM2-135M)")
@@ -338,6 +348,9 @@ def main(argv=None) -> int:
                     help="an interpreter with llama-cpp-python[server]: adds the llama_cpp peer configuration")
     ap.add_argument("--gguf", type=Path, default=None,
                     help="the GGUF file the llama_cpp peer serves (default: the embedded model's)")
+    ap.add_argument("--time-limit", type=float, default=None, metavar="S",
+                    help="start no pass after S seconds (the first always runs); the passes done are reported. "
+                         "SIGTERM likewise stops the run and writes what it gathered")
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "out", help="where the JSON and Markdown go")
     ap.add_argument("--plot", type=Path, default=None,
                     help="where the throughput plot goes (default: serve_load_throughput.png in --out)")
@@ -371,12 +384,22 @@ def main(argv=None) -> int:
         os.environ["OMP_NUM_THREADS"] = str(args.threads)
     runs: list[tuple[Row, dict[str, str]]] = []  # each row with its outputs by prompt
     servers: dict[str, Server] = {}
+    stopped = None  # why the run ended before its last pass, if it did
+    began = time.perf_counter()
+
+    def on_term(signum, frame):
+        raise _Stop("stopped by SIGTERM")
+
+    previous = signal.signal(signal.SIGTERM, on_term)
     try:
         order = sorted(configs, key=lambda c: c != "ar")  # ar first in even rounds, last in odd ones
         for config in order:
             servers[config] = start(config, args, len(prompts))
             run_load(servers[config], prompts[:1], 1, min(16, args.max_new_tokens))  # warm-up
         for j, (rnd, c) in enumerate(passes):
+            if j and args.time_limit is not None and time.perf_counter() - began > args.time_limit:
+                stopped = f"--time-limit {args.time_limit:g} s reached after {j} of {len(passes)} passes"
+                break
             todo = pass_prompts[j]
             for config in (order if rnd % 2 == 0 else order[::-1]):
                 samples, wall, tau, counters = run_load(servers[config], todo, c, args.max_new_tokens)
@@ -386,9 +409,14 @@ def main(argv=None) -> int:
                 print(f"[{config}] round {rnd} c={c}: {r.tokens_per_s:.1f} tok/s, TTFT p50 "
                       f"{r.ttft_p50_ms:.0f} ms, tau {r.tau:.2f}, {r.steps} steps of {r.step_ms:.1f} ms "
                       f"({r.in_steps:.0%} of the wall time)", file=sys.stderr)
+    except _Stop as exc:
+        stopped = f"{exc} during pass {len({(r.round, r.concurrency) for r, _ in runs}) + 1} of {len(passes)}"
     finally:
+        signal.signal(signal.SIGTERM, previous)
         for server in servers.values():
             server.stop()
+    if stopped:
+        print(f"serve_load: {stopped}; reporting the passes done", file=sys.stderr)
     # Exactness: every output against ar's first output for the same prompt.
     reference: dict[str, str] = {}
     for row, got in runs:
@@ -402,7 +430,8 @@ def main(argv=None) -> int:
         rows.append(replace(row, exact=exact))
     meta = {"prompts": len(prompts), "max_new_tokens": args.max_new_tokens, "cpu": cpu_name(),
             "threads": f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}",
-            "python": platform.python_version(), "max_batch": args.max_batch, "rounds": args.rounds}
+            "python": platform.python_version(), "max_batch": args.max_batch, "rounds": args.rounds,
+            "stopped": stopped}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "serve_load.json").write_text(json.dumps({"meta": meta, "rows": [asdict(r) for r in rows]}, indent=1))
     md = markdown(rows, meta)

@@ -7,7 +7,7 @@ sequences whose own caches (``kvcache.new_cache``) hold different numbers of row
 - layout: a buffer ``(layers, 2, B, kv_heads, P + W, head_dim)``, ``P`` the longest past,
   ``W`` the forward's width. Sequence ``b``'s cached rows are copied to columns
   ``0 .. past_b - 1``, its ``W`` new rows are written at ``past_b .. past_b + W - 1`` as each
-  layer computes them, and its other columns are zeros. The caller's 4D mask (``batch_bias``)
+  layer computes them, and its other columns are zeros. The 4D mask ``padded_forward`` builds
   lets each sequence's rows see only its own columns, so a zero column never weighs (a masked
   column's softmax weight is exactly 0, and zeros are finite);
 - ``get_seq_length`` reports ``P``, so transformers' query offsets and mask sizes
@@ -27,7 +27,8 @@ from typing import Sequence
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
-from lookupdec.kvcache import append_rows, stored_rows
+from lookupdec.kvcache import append_rows, stored_rows, with_cache
+from lookupdec.tree_rows import tree_attention_bias, tree_inputs
 
 
 class _ViewLayer(DynamicLayer):
@@ -84,3 +85,35 @@ class BatchView(Cache):
         """Append sequence ``b``'s first ``widths[b]`` new rows to ``caches[b]``."""
         for b, (cache, past, w) in enumerate(zip(caches, self.pasts, widths)):
             append_rows(cache, self.buf[:, :, b:b + 1, :, past:past + int(w)])
+
+
+def padded_forward(model, items: Sequence[tuple], widths: Sequence[int], dtype: torch.dtype, device) -> torch.Tensor:
+    """One forward of ``model`` over several sequences' verify rows, as one padded batch.
+
+    Args:
+        model: a transformers causal LM whose attention takes a 4D float mask.
+        items: ``(cache, past, root, tree, extra)`` per sequence (``verify.tree_inputs``' layout).
+        widths: each sequence's own width (what its own forward would run and write to its cache).
+    Returns:
+        ``(B, W, vocab)`` logits, ``W = max(widths)``: row ``r`` of sequence ``b`` is row ``r`` of
+        its own forward (rows past its own width are padding). Each cache then holds its past plus
+        its own width's rows, as after its own forward.
+
+    Every sequence gets width ``W``: its rows, then padding rows that repeat its root (as in its own
+    forward); its bias (``tree_attention_bias`` at width ``W``) sits at its own columns of the batch
+    cache, every other column masked.
+    """
+    width = max(widths)
+    caches = [c for c, *_ in items]
+    view = BatchView(caches, [past for _, past, *_ in items], width)
+    bias = torch.full((len(items), 1, width, view.longest + width), torch.finfo(dtype).min, dtype=dtype)
+    ids, pos = [], []
+    for b, (_, past, root, tree, extra) in enumerate(items):
+        i, p = tree_inputs(root, tree, past, width, extra)
+        ids.append(i)
+        pos.append(p)
+        bias[b, 0, :, : past + width] = tree_attention_bias(tree, past, width, dtype, "cpu", extra)[0, 0]
+    out = model(input_ids=torch.stack(ids).to(device), position_ids=torch.stack(pos).to(device),
+                attention_mask=bias.to(device), **with_cache(model, view), use_cache=True)
+    view.write_back(caches, widths)
+    return out.logits

@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING, Sequence as Seq
 import numpy as np
 import torch
 
+from lookupdec.batch_cache import padded_forward
 from lookupdec.accept import Acceptance, greedy_accept, main_path, sample_accept  # noqa: F401  (re-exported)
 from lookupdec.logit_rows import LazyLogits, subtree  # noqa: F401  (re-exported)
 from lookupdec.kvcache import all_full_attention, keep_rows, new_cache, uniform_layers, with_cache
@@ -364,7 +365,9 @@ class TreeVerifier:
         items = list(items)
         if len({id(it.cache) for it in items}) != len(items):
             raise ValueError("forward_batch got the same cache in two items; every sequence needs its own")
-        if len(items) <= 1 or (self.fast is None and not self.tree_masks):
+        # transformers' forward batches only under tree masks (4D masks) and over caches whose layers stack.
+        if len(items) <= 1 or (self.fast is None and not (self.pads_batches and
+                                                          all(uniform_layers(it.cache) for it in items))):
             return [self.forward(it.cache, it.past, it.root, it.tree, extra=it.extra, topk=it.topk) for it in items]
         prepared = []
         for it in items:
@@ -379,9 +382,7 @@ class TreeVerifier:
             assert it.cache.get_seq_length() == it.past, (it.cache.get_seq_length(), it.past)
             prepared.append((it, tree, kept, extra))
         if self.fast is None:
-            if all(uniform_layers(it.cache) for it, *_ in prepared):
-                return self._hf_forward_batch(prepared)
-            return [self.forward(it.cache, it.past, it.root, it.tree, extra=it.extra, topk=it.topk) for it in items]
+            return self._hf_forward_batch(prepared)
         ids_list, pos_list, bias_list = [], [], []
         for it, tree, _, extra in prepared:
             n, m = len(tree), 0 if extra is None else len(extra)
@@ -423,37 +424,13 @@ class TreeVerifier:
         return results
 
     def _hf_forward_batch(self, prepared) -> list[VerifyResult]:
-        """transformers' forward over every item at once: a padded batch (``BatchView``).
-
-        Each item gets the batch's width ``W`` (its own rows, then padding rows that repeat its
-        root, as in its own forward); its 4D bias (``tree_attention_bias`` at width ``W``) sits
-        at its own columns of the batch's cache, every other column masked. Its own cache then
-        gets the rows its own forward would have written (its own width), so ``commit`` and
-        the next step see no difference.
-        """
-        from lookupdec.batch_cache import BatchView
-
+        """transformers' forward over every item at once (``batch_cache.padded_forward``); under tree
+        masks no tree was cut, so no result carries ``kept``."""
         shapes = [(len(tree), 0 if extra is None else len(extra)) for _, tree, _, extra in prepared]
-        widths = [1 if n + m == 0 else self.width(n + m) for n, m in shapes]
-        width = max(widths)
-        view = BatchView([it.cache for it, *_ in prepared], [it.past for it, *_ in prepared], width)
-        columns = view.longest + width
-        bias = torch.full((len(prepared), 1, width, columns), torch.finfo(self.dtype).min, dtype=self.dtype)
-        ids, pos = [], []
-        for b, (it, tree, _, extra) in enumerate(prepared):
-            i, p = tree_inputs(it.root, tree, it.past, width, extra)
-            ids.append(i)
-            pos.append(p)
-            bias[b, 0, :, : it.past + width] = tree_attention_bias(tree, it.past, width, self.dtype, "cpu", extra)[0, 0]
-        out = self.model(input_ids=torch.stack(ids).to(self.device), position_ids=torch.stack(pos).to(self.device),
-                         attention_mask=bias.to(self.device), **with_cache(self.model, view), use_cache=True)
-        view.write_back([it.cache for it, *_ in prepared], widths)
-        results = []
-        for b, ((it, tree, kept, extra), (n, m)) in enumerate(zip(prepared, shapes)):
-            logits = out.logits[b, : 1 + n + m]
-            res = self._result(LazyLogits.of(logits[: 1 + n]), tree, it.root, logits[1 + n:] if m else None, it.topk)
-            results.append(res if kept is None else replace(res, kept=kept))
-        return results
+        logits = padded_forward(self.model, [(it.cache, it.past, it.root, tree, extra) for it, tree, _, extra in prepared],
+                                [1 if n + m == 0 else self.width(n + m) for n, m in shapes], self.dtype, self.device)
+        return [self._result(LazyLogits.of(rows[: 1 + n]), tree, it.root, rows[1 + n: 1 + n + m] if m else None, it.topk)
+                for (it, tree, _, _), (n, m), rows in zip(prepared, shapes, logits)]
 
     @torch.inference_mode()
     def commit(self, cache, past: int, nodes: tuple[int, ...]) -> None:

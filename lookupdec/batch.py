@@ -27,6 +27,7 @@ bias the sampling, so it is verified whole, as its drafter sized it.
 """
 from __future__ import annotations
 
+import heapq
 import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Sequence as Seq
@@ -59,6 +60,11 @@ class BatchPrice:
     expected_tokens: float
     ms: float
     plain_ms: float
+
+
+def _best_first(c: tuple) -> tuple:
+    """Sort key of a node ``(path score, depth, sequence, node)``: a node never before its ancestors."""
+    return -c[0], c[1], c[2], c[3]
 
 
 def price_batch(plans: "Seq[StepPlan]", curve: "CostCurve | None", past: int | None = None,
@@ -96,27 +102,27 @@ def price_batch(plans: "Seq[StepPlan]", curve: "CostCurve | None", past: int | N
         t = p.tree
         if len(t) and not t.sampled:
             ps, depth = t.path_scores(), t.depth
-            own[s] = sorted(((float(ps[i]), int(depth[i]), s, i) for i in range(len(t))),
-                            key=lambda c: (-c[0], c[1], c[2], c[3]))
-    cand = sorted((c for cs in own for c in cs), key=lambda c: (-c[0], c[1], c[2], c[3]))
+            own[s] = sorted(((float(ps[i]), int(depth[i]), s, i) for i in range(len(t))), key=_best_first)
 
     def ms(width: int) -> float:
         return 1.0 if curve is None else curve.ms_at(width, past)
-
-    def rows(depth: int) -> int:  # padded: the forward's rows when every sequence keeps up to depth - 1 nodes
-        return b * max(floor, min(depth, 1 + max(len(cs) for cs in own)))
 
     plain_ms = ms(b)
     plain_rate = b / plain_ms
     base_tokens = b + sum(float(p.tree.path_scores().sum()) for p in plans if p.tree.sampled)
     keep: list[list[int]] = [[] for _ in plans]
     if padded:
-        top = 1 + max(len(cs) for cs in own)
+        top = 1 + max(len(cs) for cs in own)  # rows of the widest sequence keeping every node
+
+        def rows(depth: int) -> int:  # the forward's rows when every sequence keeps up to depth - 1 nodes
+            return b * max(floor, depth)
+
         best_d = top if curve is None else 1
         if curve is not None:
+            tokens = base_tokens
             best_rate = base_tokens / ms(rows(1))
             for depth in range(2, top + 1):
-                tokens = base_tokens + sum(c[0] for cs in own for c in cs[:depth - 1])
+                tokens += sum(cs[depth - 2][0] for cs in own if len(cs) >= depth - 1)  # each one's next best node
                 rate = tokens / ms(rows(depth))
                 if rate > best_rate:
                     best_d, best_rate = depth, rate
@@ -126,6 +132,7 @@ def price_batch(plans: "Seq[StepPlan]", curve: "CostCurve | None", past: int | N
             keep[s] = [c[3] for c in cs[:best_d - 1]]
         width = rows(best_d)
     else:
+        cand = list(heapq.merge(*own, key=_best_first))  # every sequence's nodes, best first
         best_k, best_rate = 0, (base_tokens / ms(b + fixed))
         if curve is None:
             best_k = len(cand)

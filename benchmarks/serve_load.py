@@ -105,7 +105,8 @@ class Server:
         self.log = tempfile.TemporaryFile(mode="w+")
         # The checkout ahead of the caller's own PYTHONPATH, which is kept (packages installed with
         # ``pip --target``, say, stay importable by the server).
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p))
+        path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+        env = dict(os.environ, PYTHONPATH=path)
         cmd = ([c.replace("{port}", str(self.port)) for c in command] if command
                else [sys.executable, "-m", "lookupdec", "serve", *args, "--port", str(self.port)])
         self.has_metrics = command is None

@@ -87,7 +87,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                     help=f"comma list from {','.join(list(PEER_METHODS) + list(LOOKUPDEC_METHODS))}; "
                          f"'all' = the peers and every method the decoder registers; "
                          f"{REFERENCE_METHOD!r} is always run (the exactness reference)")
-    ap.add_argument("--repeats", type=int, default=1, help="timed generations per turn; times are medians; each repeat starts from the "
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="timed generations per turn; times are medians; each repeat starts from the "
                          "drafting state the turn's first started from")
     ap.add_argument("--warmup-tokens", type=int, default=16, help="tokens of each method's warm-up (0: none)")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output directory")

@@ -298,8 +298,8 @@ def test_as_run_prices_host_time_and_each_forward_at_its_cache_length():
 class Wrong:
     """Always drafts three tokens the output never has; counts its proposals."""
 
-    def __init__(self, name, sleep_s=0.0):
-        self.name, self.sleep_s, self.proposals = name, sleep_s, 0
+    def __init__(self, name, sleep_s=0.0, clock=None):
+        self.name, self.sleep_s, self.proposals, self.clock = name, sleep_s, 0, clock
 
     def begin(self, prompt_ids):
         pass
@@ -308,7 +308,10 @@ class Wrong:
         import time
 
         self.proposals += 1
-        time.sleep(self.sleep_s)
+        if self.clock is not None:
+            self.clock.now += self.sleep_s  # its drafting time, on the clock the simulator reads
+        else:
+            time.sleep(self.sleep_s)
         return DraftTree.chain([1, 2, 3][:request.budget])
 
     def commit(self, outcome):
@@ -334,11 +337,24 @@ def test_as_run_gate_pauses_auto_drafting_that_never_pays_and_leaves_other_draft
     assert gated.overall.est_speedup > other.overall.est_speedup
 
 
-def test_as_run_adds_the_drafters_own_time():
+class _Clock:
+    """A clock that moves only when a drafter says it spent time (the wall clock of a loaded
+    machine once made the quick drafter's own Python look as slow as the sleeping one)."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self):
+        return self.now
+
+
+def test_as_run_adds_the_drafters_own_time(monkeypatch):
+    clock = _Clock()
+    monkeypatch.setattr(sim, "time", clock)
     cost = sim.curve_from_points(((1, 10.0), (4, 20.0)))
     run = sim.RunModel(step_host_ms=0.0, gate=False, past=False)
-    quick = sim.simulate(lambda: Wrong("pld"), RECORDS, budget=3, cost=cost, run=run)
-    slow = sim.simulate(lambda: Wrong("pld", sleep_s=0.005), RECORDS, budget=3, cost=cost, run=run)
+    quick = sim.simulate(lambda: Wrong("pld", clock=clock), RECORDS, budget=3, cost=cost, run=run)
+    slow = sim.simulate(lambda: Wrong("pld", sleep_s=0.005, clock=clock), RECORDS, budget=3, cost=cost, run=run)
     # 17 steps, each at least 5 ms of drafting more: the modelled time grows by at least 85 ms.
     plain = 17 * 10.0
     assert plain / slow.overall.est_speedup >= plain / quick.overall.est_speedup + 17 * 5.0 - 1e-6

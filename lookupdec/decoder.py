@@ -352,9 +352,10 @@ class Decoder:
         Raises:
             As ``generate`` (every check happens here, before any model work).
         """
-        from lookupdec.sampling import SamplingParams, request_generators
+        from lookupdec.sampling import SamplingParams, check_seed, request_generators
 
         params = SamplingParams(sampled_temperature(temperature, do_sample), float(top_p), int(top_k))
+        check_seed(seed)
         if isinstance(max_new_tokens, bool) or int(max_new_tokens) != max_new_tokens or max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
         stops = [stop] if isinstance(stop, str) else list(stop or [])

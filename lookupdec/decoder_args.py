@@ -83,6 +83,31 @@ def prediction_ids(tokenizer, prediction) -> list[int] | None:
     return list(tokenizer(prediction, add_special_tokens=False)["input_ids"]) if prediction.strip() else None
 
 
+# The seeds a torch generator takes.
+SEED_RANGE = (-(1 << 63), (1 << 64) - 1)
+
+
+def check_seed(seed) -> None:
+    """Raise ValueError, naming the seed, unless it is None or an integer a generator takes.
+
+    Example:
+        >>> check_seed(2 ** 64)
+        Traceback (most recent call last):
+        ...
+        ValueError: seed must be an integer from -2**63 to 2**64 - 1, got 18446744073709551616
+    """
+    import operator
+
+    if seed is None:
+        return
+    try:
+        value = None if isinstance(seed, bool) else operator.index(seed)  # numpy integers too
+    except TypeError:
+        value = None
+    if value is None or not SEED_RANGE[0] <= value <= SEED_RANGE[1]:
+        raise ValueError(f"seed must be an integer from -2**63 to 2**64 - 1, got {seed!r}")
+
+
 def sampled_temperature(temperature: float, do_sample: bool | None) -> float:
     """The temperature a request samples at, with transformers' ``do_sample`` switch (see ``Decoder.generate``).
 

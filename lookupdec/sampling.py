@@ -11,6 +11,12 @@ from dataclasses import dataclass
 import torch
 
 from lookupdec._native import sample_row_ptr
+from lookupdec.decoder_args import check_seed
+
+# Below this temperature the logits over the temperature can overflow float32 (a CPU's native
+# draw takes float32), so the scaled logits are taken in float64 from the row's maximum: the
+# same distribution, with no infinities (``target_probs``).
+TINY_TEMPERATURE = 1e-20
 
 
 @dataclass(frozen=True)
@@ -60,7 +66,11 @@ def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
         0.0
     """
     assert params.temperature > 0, "greedy decoding takes the argmax"
-    scores = logits.float() / params.temperature
+    if params.temperature < TINY_TEMPERATURE:
+        wide = logits.double()
+        scores = (wide - wide.max(dim=-1, keepdim=True).values) / params.temperature
+    else:
+        scores = logits.float() / params.temperature
     vocab = scores.shape[-1]
     if 0 < params.top_k < vocab:
         kth = torch.topk(scores, params.top_k, dim=-1).values[..., -1:]
@@ -69,9 +79,11 @@ def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
         sorted_scores, order = torch.sort(scores, dim=-1, descending=True)
         sorted_probs = sorted_scores.softmax(dim=-1)
         # Mass strictly before each token: a token is kept while the tokens
-        # ranked above it have not yet reached top_p (the first is always kept).
+        # ranked above it have not yet reached top_p (the first is always kept,
+        # even where top_p rounds to 0 in the scores' precision).
         before = sorted_probs.cumsum(dim=-1) - sorted_probs
         drop_sorted = before >= params.top_p
+        drop_sorted[..., 0] = False
         drop = drop_sorted.scatter(-1, order, drop_sorted)
         scores = scores.masked_fill(drop, float("-inf"))
     return scores.softmax(dim=-1)
@@ -122,7 +134,7 @@ def draw(logits: torch.Tensor, params: SamplingParams, u: float) -> int:
         1
     """
     if (logits.device.type == "cpu" and logits.dtype == torch.float32 and logits.dim() == 1
-            and params.top_k == 0 and params.top_p >= 1.0):
+            and params.top_k == 0 and params.top_p >= 1.0 and params.temperature >= TINY_TEMPERATURE):
         x = logits.contiguous()
         scratch = torch.empty_like(x)  # named: a temporary would be freed before the call reads it
         return int(sample_row_ptr(x.data_ptr(), x.shape[0], params.temperature, u, scratch.data_ptr()))
@@ -165,6 +177,7 @@ def request_generators(params: SamplingParams, seed: int | None) -> tuple[torch.
         >>> request_generators(SamplingParams(0.0), 5)
         (None, None)
     """
+    check_seed(seed)
     if params.greedy:
         return None, None
     generator = torch.Generator(device="cpu")

@@ -53,6 +53,9 @@ def test_errors_are_clean(model_dir, tmp_path):
     assert r.exit_code != 0 and "bad.jsonl:2" in r.output
     r = runner.invoke(main, ["generate", "--model", model_dir])
     assert r.exit_code != 0 and "exactly one of" in r.output
+    r = runner.invoke(main, ["generate", "--model", model_dir, "--prompt", "x", "--temperature", "0.7",
+                             "--seed", str(2 ** 64)])
+    assert r.exit_code != 0 and "seed must be an integer" in r.output and "Traceback" not in r.output
 
 
 def test_method_help_names_every_registered_method():

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from lookupdec.decoder import Decoder
-from lookupdec.sampling import SamplingParams, sample, target_probs
+from lookupdec.sampling import TINY_TEMPERATURE, SamplingParams, draw, sample, target_probs
 from lookupdec.tree import DraftTree
 from lookupdec.verify import Acceptance, sample_accept
 from tests.conftest import TINY_VOCAB, batch_of, tiny_loaded
@@ -58,6 +58,40 @@ def test_sampling_params_are_validated():
     for bad in (dict(temperature=-1.0), dict(top_p=0.0), dict(top_p=1.5), dict(top_k=-2), dict(top_k=1.5)):
         with pytest.raises(ValueError):
             SamplingParams(**bad)
+
+
+def test_a_top_p_that_rounds_to_zero_still_keeps_the_most_likely_token():
+    """A top_p below float32's smallest number compared as 0 and dropped every token (NaN probabilities)."""
+    logits = torch.tensor([0.5, 2.0, -1.0, 1.9])
+    for top_p in (1e-300, 1e-50, 1e-3):
+        p = target_probs(logits, SamplingParams(0.7, top_p=top_p))
+        assert p.tolist() == [0.0, 1.0, 0.0, 0.0], top_p
+        assert draw(logits, SamplingParams(0.7, top_p=top_p), 0.999) == 1
+
+
+@pytest.mark.parametrize("temperature", [1e-300, 5e-324, TINY_TEMPERATURE / 10])
+def test_a_temperature_too_small_for_float32_samples_the_limit_distribution(temperature):
+    """Logits over a temperature below float32's range overflowed (infinite or NaN scores, a native
+    error): the distribution is that of the largest logits, ties shared, every other token at 0."""
+    logits = torch.tensor([3.0, 1.0, 3.0, -2.0])
+    for params in (SamplingParams(temperature), SamplingParams(temperature, top_k=3), SamplingParams(temperature, top_p=0.9)):
+        p = target_probs(logits, params)
+        assert torch.isfinite(p).all(), params
+        assert p.tolist() == [0.5, 0.0, 0.5, 0.0], params
+        assert {draw(logits, params, u) for u in (0.0, 0.3, 0.6, 0.999)} == {0, 2}, params
+
+
+def test_below_the_switch_the_distribution_is_the_one_of_the_same_logits_at_temperature_one():
+    """softmax(c * x / (c * t)) is softmax(x / t): logits scaled by 1e-21 at temperature 1e-21 (the
+    float64 route, below ``TINY_TEMPERATURE``) against the same logits at 1.0 (the float32 route)."""
+    g = torch.Generator().manual_seed(0)
+    scale = TINY_TEMPERATURE / 10
+    for _ in range(10):
+        logits = torch.randn(50, generator=g) * 3
+        for top_p, top_k in ((1.0, 0), (0.8, 0), (1.0, 7), (0.6, 9)):
+            small = target_probs(logits * scale, SamplingParams(scale, top_p, top_k))
+            torch.testing.assert_close(small.float(), target_probs(logits, SamplingParams(1.0, top_p, top_k)),
+                                       atol=1e-6, rtol=1e-5)
 
 
 V = 6
@@ -186,6 +220,21 @@ def test_end_to_end_token_distributions_match_plain_sampling(backend):
     assert accepted > 200 and deep > 20  # speculation, two levels deep included, was really exercised
     for k in range(3):
         assert_matches(counts[k], exact[k])
+
+
+def test_seeds_a_generator_cannot_take_are_refused_by_name_and_numpy_integers_are_taken():
+    lm = tiny_loaded(8)
+    dec = Decoder(lm, hf_kernels=True)
+    for bad in (2 ** 64, -(2 ** 63) - 1, 10 ** 30, 1.5, "3", True):
+        with pytest.raises(ValueError, match="seed must be an integer"):
+            dec.generate([5, 6, 7], method="ar", max_new_tokens=4, temperature=0.8, seed=bad)
+        with pytest.raises(ValueError, match="seed must be an integer"):  # checked greedy too: the request is wrong
+            dec.generate([5, 6, 7], method="ar", max_new_tokens=4, seed=bad)
+    edge = [dec.generate([5, 6, 7], method="ar", max_new_tokens=6, temperature=0.8, seed=s).token_ids
+            for s in (2 ** 64 - 1, -(2 ** 63))]
+    assert all(len(t) == 6 for t in edge)
+    assert dec.generate([5, 6, 7], method="ar", max_new_tokens=12, temperature=0.8, seed=np.int64(3)).token_ids == \
+        dec.generate([5, 6, 7], method="ar", max_new_tokens=12, temperature=0.8, seed=3).token_ids
 
 
 def test_same_seed_same_output_and_ar_equals_itself():

@@ -232,6 +232,7 @@ def test_bad_requests_get_400_naming_the_field(server):
         ({"messages": msgs, "max_tokens": 5, "max_completion_tokens": 6}, "max_tokens"),
         ({"messages": msgs, "max_completion_tokens": "5"}, "max_completion_tokens"),
         ({"messages": msgs, "seed": 1.5}, "seed"),
+        ({"messages": msgs, "seed": 2 ** 64}, "seed"),  # more than a generator takes
         ({"messages": msgs, "stop": [1]}, "stop"),
         ({"messages": msgs, "stream": "yes"}, "stream"),
         ({"messages": msgs, "stream_options": {"include_usage": True}}, "stream_options"),

@@ -20,6 +20,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from lookupdec.decoder_args import check_seed
+
 # Fields accepted only at the value that changes nothing (and null).
 NOOP_FIELDS: dict[str, tuple] = {
     "n": (1,),
@@ -291,6 +293,10 @@ def parse_request(body: Any, chat: bool) -> ParsedRequest:
     seed = body.get("seed")
     if seed is not None and not _is_int(seed):
         raise _bad("seed", f"seed must be an integer, got {seed!r}")
+    try:
+        check_seed(seed)
+    except ValueError as exc:
+        raise _bad("seed", str(exc)) from None
     stream = body.get("stream", False)
     if stream is None:
         stream = False

@@ -18,8 +18,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from lookupdec.decoder_args import (checked_prompt, open_history_arg, open_indexes, prediction_ids, reference_ids,
-                                    renamed_arguments, sampled_temperature)
+from lookupdec.decoder_args import (checked_prompt, checked_text, open_history_arg, open_indexes, prediction_ids,
+                                    reference_ids, renamed_arguments, sampled_temperature)
 from lookupdec.drafters.base import as_drafter
 from lookupdec.drafters.state import DrafterState
 from lookupdec.errors import ModelLoadError
@@ -359,6 +359,12 @@ class Decoder:
         if isinstance(max_new_tokens, bool) or int(max_new_tokens) != max_new_tokens or max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
         stops = [stop] if isinstance(stop, str) else list(stop or [])
+        for i, x in enumerate(stops):
+            if not isinstance(x, str):
+                raise TypeError(f"stop strings must be strings; stop[{i}] is a {type(x).__name__}")
+            checked_text(x, f"stop[{i}]")
+        if on_text is not None and not callable(on_text):
+            raise TypeError(f"on_text must be a function taking each new piece of text, got {type(on_text).__name__}")
         constraint = None if grammar is None else self.constraint(grammar)
         prompt_ids = self.prepare(prompt, max_new_tokens, chat_template)
         if drafter is None:

@@ -48,6 +48,25 @@ def open_indexes(index) -> list:
     return [i if isinstance(i, SuffixIndex) else open_index(i) for i in items]
 
 
+def checked_text(text: str, what: str) -> str:
+    """``text`` when it is valid Unicode (what a tokenizer takes); else ValueError naming ``what``.
+
+    A string decoded with ``surrogateescape``, or JSON's ``"\\udcff"``, holds lone surrogates,
+    which no tokenizer encodes.
+
+    Example:
+        >>> checked_text("caf\\udce9", "prompt")
+        Traceback (most recent call last):
+        ...
+        ValueError: prompt is not valid Unicode (surrogates not allowed at character 3); send UTF-8 text
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"{what} is not valid Unicode ({exc.reason} at character {exc.start}); send UTF-8 text") from None
+    return text
+
+
 def reference_ids(tokenizer, references) -> list[list[int]] | None:
     """The token ids of each reference document, checked (None stays None).
 
@@ -64,7 +83,7 @@ def reference_ids(tokenizer, references) -> list[list[int]] | None:
             raise TypeError(f"references[{i}] is a {type(r).__name__}; references must be strings")
         if not r.strip():
             raise ValueError(f"references[{i}] is empty; pass documents with text, or no references")
-        out.append(list(tokenizer(r, add_special_tokens=False)["input_ids"]))
+        out.append(list(tokenizer(checked_text(r, f"references[{i}]"), add_special_tokens=False)["input_ids"]))
     if not out:
         raise ValueError("references is an empty list; pass at least one document, or None")
     return out
@@ -80,7 +99,9 @@ def prediction_ids(tokenizer, prediction) -> list[int] | None:
         return None
     if not isinstance(prediction, str):
         raise TypeError(f"prediction must be a string, got {type(prediction).__name__}")
-    return list(tokenizer(prediction, add_special_tokens=False)["input_ids"]) if prediction.strip() else None
+    if not prediction.strip():
+        return None
+    return list(tokenizer(checked_text(prediction, "prediction"), add_special_tokens=False)["input_ids"])
 
 
 # The seeds a torch generator takes.

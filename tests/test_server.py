@@ -247,20 +247,28 @@ def test_bad_requests_get_400_naming_the_field(server):
         ({"messages": [{"role": "user", "content": "x", "name": "bob"}]}, "messages[0].name"),
         ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
          "messages[0].content[0]"),
+        # JSON's "\udcff" decodes to a lone surrogate, which no tokenizer encodes.
+        ({"messages": [{"role": "user", "content": "ab \udcff"}]}, "messages[0].content"),
+        ({"messages": [{"role": "user", "content": [{"type": "text", "text": "\udcff"}]}]}, "messages[0].content[0].text"),
+        ({"messages": msgs, "stop": ["\udcff"]}, "stop"),
+        ({"messages": msgs, "references": ["ok", "\udcff"]}, "references[1]"),
+        ({"messages": msgs, "prediction": {"type": "content", "content": "\udcff"}}, "prediction.content"),
         ({"messages": []}, "messages"),
         ({}, "messages"),
         ({"messages": _msgs("x" * 5000), "max_tokens": 4}, "messages"),  # longer than the context
         ({"messages": msgs, "max_tokens": POSITIONS}, "messages"),  # prompt + max_tokens over the context
     ]
+    json_headers = {**server.headers, "content-type": "application/json"}  # bodies ASCII-escaped, as JSON allows
     for body, param in table:
-        r = httpx.post(server.url + "/v1/chat/completions", json=body, headers=server.headers, timeout=30)
+        r = httpx.post(server.url + "/v1/chat/completions", content=json.dumps(body), headers=json_headers, timeout=30)
         assert r.status_code == 400, (body, r.text)
         err = r.json()["error"]
         assert err["param"] == param and err["type"] == "invalid_request_error" and err["message"], (body, err)
     comp = [({"prompt": ["a", "b"]}, "prompt"), ({"prompt": ""}, "prompt"), ({"prompt": "a", "echo": True}, "echo"),
+            ({"prompt": "\udcff"}, "prompt"),
             ({"prompt": "a", "messages": msgs}, "messages")]
     for body, param in comp:
-        r = httpx.post(server.url + "/v1/completions", json=body, headers=server.headers, timeout=30)
+        r = httpx.post(server.url + "/v1/completions", content=json.dumps(body), headers=json_headers, timeout=30)
         assert r.status_code == 400 and r.json()["error"]["param"] == param, (body, r.text)
     r = httpx.post(server.url + "/v1/chat/completions", content=b"{not json", headers=server.headers, timeout=30)
     assert r.status_code == 400 and "JSON" in r.json()["error"]["message"]

@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from lookupdec.decoder_args import check_seed
+from lookupdec.decoder_args import check_seed, checked_text
 
 # Fields accepted only at the value that changes nothing (and null).
 NOOP_FIELDS: dict[str, tuple] = {
@@ -127,10 +127,18 @@ def _bad(param: str, message: str) -> APIError:
     return APIError(message, 400, param)
 
 
+def _text(value: str, param: str) -> str:
+    """``value`` when it is valid Unicode; else a 400 naming ``param``."""
+    try:
+        return checked_text(value, param)
+    except ValueError as exc:
+        raise _bad(param, str(exc)) from None
+
+
 def _text_parts(value, param: str) -> str:
     """A content value (a string, or a list of ``{"type": "text", "text"}`` parts) as one string."""
     if isinstance(value, str):
-        return value
+        return _text(value, param)
     if not isinstance(value, list):
         raise _bad(param, f"{param} must be a string or a list of text parts, got {type(value).__name__}")
     out = []
@@ -141,7 +149,7 @@ def _text_parts(value, param: str) -> str:
         extra = set(part) - {"type", "text"}
         if extra:
             raise _bad(f"{where}.{sorted(extra)[0]}", f"{where} has an unsupported field {sorted(extra)[0]!r}")
-        out.append(part["text"])
+        out.append(_text(part["text"], f"{where}.text"))
     return "".join(out)
 
 
@@ -175,7 +183,7 @@ def _prompt(value):
     if isinstance(value, str):
         if not value:
             raise _bad("prompt", "prompt is empty; give some text")
-        return value
+        return _text(value, "prompt")
     if isinstance(value, list) and value and all(_is_int(t) for t in value):
         return [int(t) for t in value]
     if isinstance(value, list) and len(value) > 1 and all(isinstance(p, (str, list)) for p in value):
@@ -205,7 +213,7 @@ def _stop(value) -> tuple[str, ...]:
         raise _bad("stop", f"stop takes at most {MAX_STOPS} strings, got {len(stops)}")
     if any(not s for s in stops):
         raise _bad("stop", "stop strings must not be empty")
-    return tuple(stops)
+    return tuple(_text(s, "stop") for s in stops)
 
 
 def _prediction(value) -> str | None:
@@ -232,6 +240,7 @@ def _references(value) -> tuple[str, ...] | None:
     for i, r in enumerate(value):
         if not isinstance(r, str) or not r.strip():
             raise _bad(f"references[{i}]", f"references[{i}] must be a non-empty string")
+        _text(r, f"references[{i}]")
     return tuple(value)
 
 

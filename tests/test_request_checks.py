@@ -1,0 +1,62 @@
+"""A request's text and callbacks are checked, with the input named, before any model work."""
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+import pytest
+
+from lookupdec.decoder import Decoder
+from tests.conftest import tiny_loaded
+
+LONE = "ab \udcff"  # a lone surrogate: what surrogateescape decoding or JSON's "\udcff" gives
+
+
+@pytest.fixture(scope="module")
+def dec():
+    return Decoder(tiny_loaded(0))
+
+
+@pytest.mark.parametrize("where, kwargs", [
+    ("the prompt", dict(prompt=LONE)),
+    ("message 1's content", dict(prompt=[{"role": "system", "content": "s"}, {"role": "user", "content": LONE}])),
+    ("references\\[1\\]", dict(references=["fine", LONE])),
+    ("prediction", dict(prediction=LONE)),
+    ("stop\\[0\\]", dict(stop=LONE)),
+])
+def test_text_that_is_not_valid_unicode_is_refused_by_name(dec, monkeypatch, where, kwargs):
+    calls = []
+    monkeypatch.setattr(dec.verifier, "prefill", lambda *a, **k: calls.append(1))
+    kwargs = {"prompt": "hello", "method": "auto", **kwargs}
+    with pytest.raises(ValueError, match=f"{where} is not valid Unicode .*character 3.*UTF-8"):
+        dec.generate(kwargs.pop("prompt"), max_new_tokens=4, **kwargs)
+    assert not calls  # refused before the prompt's forward
+
+
+@pytest.mark.parametrize("messages, message", [
+    ([{"role": "user", "content": 5}], "message 0's content must be a string, got int"),
+    ([{"role": "user", "content": "x"}, {"role": None, "content": "y"}], "message 1's role must be a string"),
+])
+def test_chat_messages_of_the_wrong_types_are_refused_by_name(dec, messages, message):
+    with pytest.raises(TypeError, match=message):
+        dec.generate(messages, max_new_tokens=4)
+
+
+def test_a_chat_template_that_cannot_render_the_messages_is_a_value_error_naming_it():
+    lm = tiny_loaded(0)
+    tok = copy.deepcopy(lm.tokenizer)
+    tok.chat_template = "{% for m in messages %}{{ raise_exception('only text turns') }}{% endfor %}"
+    lm = dataclasses.replace(lm, tokenizer=tok)
+    with pytest.raises(ValueError, match="chat template cannot render these messages.*only text turns"):
+        Decoder(lm).generate([{"role": "user", "content": [{"type": "text", "text": "x"}]}], max_new_tokens=2)
+
+
+def test_stop_strings_and_on_text_of_the_wrong_types_are_refused(dec):
+    with pytest.raises(TypeError, match=r"stop\[1\] is a NoneType"):
+        dec.generate("hello", max_new_tokens=4, stop=["ok", None])
+    with pytest.raises(TypeError, match="on_text must be a function"):
+        dec.generate("hello", max_new_tokens=4, on_text="print")
+    # Valid ones still run: a stop string that ends the text, and a callback that sees every piece.
+    pieces: list[str] = []
+    out = dec.generate("hello", method="ar", max_new_tokens=12, on_text=pieces.append)
+    assert "".join(pieces) == out.text

@@ -126,6 +126,18 @@ def test_non_utf8_text_file_and_jsonl_line(tmp_path):
         read([tmp_path / "l.jsonl"])
 
 
+def test_a_json_escape_that_leaves_a_lone_surrogate_names_file_line_and_field(tmp_path):
+    """JSON's "\\udcff" decodes to a lone surrogate, which no tokenizer encodes (it raised the tokenizer's
+    opaque TypeError in the middle of a build)."""
+    (tmp_path / "s.jsonl").write_text('{"text": "ok"}\n{"text": "ab \\udcff cd"}\n'
+                                       '{"messages": [{"role": "user", "content": "\\ud800"}]}\n'
+                                       '{"text": "paired \\ud83d\\ude00 is fine"}\n')
+    with pytest.raises(CorpusError, match=r"s\.jsonl:2: field 'text': not valid Unicode .*character 3"):
+        read([tmp_path / "s.jsonl"])
+    texts, reader = read([tmp_path / "s.jsonl"], skip_invalid=True)
+    assert texts == ["ok", "paired \U0001F600 is fine"] and reader.skipped == 2
+
+
 def test_unreadable_file(tmp_path):
     p = tmp_path / "t.jsonl.gz"
     data = gzip.compress(b'{"text": "the cat"}\n' * 1000)

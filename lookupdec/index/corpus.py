@@ -171,15 +171,26 @@ class CorpusReader:
 
     def _value_text(self, value: Any, where: str) -> str | None:
         if isinstance(value, str):
-            return value
+            return self._unicode(value, where)
         if isinstance(value, list):
             turns = [_turn_text(t) for t in value]
             if all(t is not None for t in turns):
-                return "\n\n".join(turns)
+                return self._unicode("\n\n".join(turns), where)
             self._bad(f"{where}: a chat turn has no text (expected strings or objects with one of {TURN_FIELDS}); {_SKIP_HINT}")
             return None
         self._bad(f"{where}: expected text or a list of chat turns, got {type(value).__name__}; {_SKIP_HINT}")
         return None
+
+    def _unicode(self, text: str, where: str) -> str | None:
+        """``text``, unless it holds a lone surrogate (JSON's unpaired ``\\udXXX`` escapes), which no
+        tokenizer encodes."""
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            self._bad(f"{where}: not valid Unicode ({exc.reason} at character {exc.start}: an unpaired "
+                      f"\\udXXX escape); {_SKIP_HINT}")
+            return None
+        return text
 
     def _table(self, path: Path) -> Iterator[str]:
         import pyarrow as pa

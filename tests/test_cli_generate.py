@@ -58,6 +58,23 @@ def test_errors_are_clean(model_dir, tmp_path):
     assert r.exit_code != 0 and "seed must be an integer" in r.output and "Traceback" not in r.output
 
 
+@pytest.mark.parametrize("line, message", [
+    ('{"prompt": "x", "refrences": ["a"]}', "unknown field 'refrences'"),
+    ('{"messages": "hi"}', '"messages" must be a list of'),
+    ('{"prompt": "x", "messages": [{"role": "user", "content": "y"}]}', 'exactly one of "prompt" or "messages"'),
+    ('{"references": ["a"]}', 'exactly one of "prompt" or "messages"'),
+    ('{"prompt": "ab \\udcff"}', "not valid Unicode"),
+    ('{"messages": [{"role": "user", "content": 7}]}', "message 0's content must be a string"),
+])
+def test_a_bad_input_line_is_named_by_file_and_line_before_anything_is_generated(model_dir, tmp_path, line, message):
+    inp = tmp_path / "in.jsonl"
+    inp.write_text('"fine"\n' + line + "\n")
+    r = CliRunner().invoke(main, ["generate", "--model", model_dir, "--input", str(inp), "--method", "ar",
+                                  "--max-new-tokens", "4", "--json"])
+    assert r.exit_code == 1 and "in.jsonl:2" in r.output and message in r.output, r.output
+    assert "Traceback" not in r.output and r.stdout == ""  # the good first line was not generated either
+
+
 def test_method_help_names_every_registered_method():
     from lookupdec.methods import METHODS
 

@@ -16,10 +16,15 @@ WEIGHTS = ["auto", "float32", "float16", "quantized", "quantized-bf16"]
 
 @dataclass(frozen=True)
 class Request:
-    """One prompt to generate for, with its own reference documents."""
+    """One prompt to generate for, with its own reference documents and where it was read."""
 
     prompt: object
     references: tuple[str, ...] = ()
+    where: str = ""  # "FILE:LINE" for an --input line
+
+
+# The fields of an --input line that is an object.
+RECORD_FIELDS = ("prompt", "messages", "references")
 
 
 def _read_text(path: str, what: str) -> str:
@@ -33,14 +38,23 @@ def _read_text(path: str, what: str) -> str:
 def _record(rec, where: str) -> Request:
     refs = ()
     if isinstance(rec, dict):
+        unknown = sorted(set(rec) - set(RECORD_FIELDS))
+        if unknown:
+            raise click.ClickException(f"{where}: unknown field {unknown[0]!r}; a line holds "
+                                       f"{', '.join(RECORD_FIELDS)}")
+        if ("prompt" in rec) == ("messages" in rec):
+            raise click.ClickException(f"{where}: give exactly one of \"prompt\" or \"messages\"")
         raw_refs = rec.get("references", [])
         if not isinstance(raw_refs, list) or not all(isinstance(r, str) for r in raw_refs):
             raise click.ClickException(f"{where}: \"references\" must be a list of strings")
         refs = tuple(raw_refs)
+        if "messages" in rec and not (isinstance(rec["messages"], list) and
+                                      all(isinstance(m, dict) for m in rec["messages"])):
+            raise click.ClickException(f"{where}: \"messages\" must be a list of {{\"role\", \"content\"}} objects")
         rec = rec.get("messages", rec.get("prompt"))
     if not isinstance(rec, (str, list)) or not rec:
         raise click.ClickException(f"{where}: expected a string or an object with \"prompt\" or \"messages\"")
-    return Request(rec, refs)
+    return Request(rec, refs, where)
 
 
 def read_requests(prompt, prompt_file, input_path) -> list[Request]:
@@ -215,8 +229,8 @@ def generate_cmd(model, prompt, prompt_file, input_path, method, references, ind
             try:
                 dec.prepare(req.prompt, max_new_tokens, not no_chat_template)
             except (LookupdecError, ValueError, TypeError) as exc:
-                where = f"prompt {i + 1}: " if len(requests) > 1 else ""
-                raise click.ClickException(f"{where}{exc}")
+                where = ", ".join(x for x in (req.where, f"prompt {i + 1}" if len(requests) > 1 else "") if x)
+                raise click.ClickException(f"{where}: {exc}" if where else str(exc))
         from lookupdec.methods import method_prices
 
         if method_prices(method):  # methods that size drafts by the curve: measure it before timing

@@ -30,6 +30,9 @@ def edit_manifest(index_dir, change):
 def test_missing_directory_and_manifest(tmp_path, index_dir):
     with pytest.raises(IndexFormatError, match=r"index directory .*nope does not exist"):
         open_index(tmp_path / "nope")
+    (tmp_path / "corpus.jsonl").write_text("{}")
+    with pytest.raises(IndexFormatError, match=r"corpus\.jsonl is a file, not an index directory"):
+        open_index(tmp_path / "corpus.jsonl")
     (index_dir / "manifest.json").unlink()
     with pytest.raises(IndexFormatError, match=r"manifest\.json is missing.*rebuild"):
         open_index(index_dir)

@@ -204,7 +204,7 @@ def test_serve_steps_on_the_main_thread_and_drains_on_sigterm(dec, monkeypatch):
     t = threading.Thread(target=client, daemon=True)
     t.start()
     run_mod.serve(dec, EngineConfig(method="pld", max_batch=2), run_mod.ServeConfig(port=port, model_id="tiny"),
-                  on_ready=ready.set)
+                  on_ready=lambda host, port: ready.set())
     t.join(30)
     assert got.get("status") == 200, got
     assert got["text"] == want

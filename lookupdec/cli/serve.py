@@ -1,6 +1,7 @@
 """`lookupdec serve`: parse options, load the Decoder, run the OpenAI-compatible server."""
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -51,10 +52,20 @@ def serve_cmd(model, indexes, history, host, port, max_batch, max_queue, api_key
                                    "pip install 'lookupdec[serve]'")
     if method == "draft":
         raise click.UsageError("--method draft needs a draft model, which serve does not load; pick another method")
+    if api_key is None and os.environ.get("LOOKUPDEC_API_KEY") == "":  # click reads an empty variable as unset
+        api_key = ""
+    if api_key is not None and not api_key.strip():
+        raise click.UsageError("--api-key (or $LOOKUPDEC_API_KEY) is empty, which would let requests in without a "
+                               "key; pass a key, or leave both out to serve without one")
     from lookupdec.decoder import DEFAULT_DRAFT_BUDGET, Decoder
     from lookupdec.errors import LookupdecError
     from lookupdec.server.engine import EngineConfig
-    from lookupdec.server.run import ServeConfig, serve
+    from lookupdec.server.run import ServeConfig, check_listen, serve
+
+    try:
+        check_listen(host, port)  # before the model loads
+    except OSError as exc:
+        raise click.ClickException(str(exc))
 
     try:
         if history is not None:
@@ -76,8 +87,9 @@ def serve_cmd(model, indexes, history, host, port, max_batch, max_queue, api_key
         raise click.ClickException(str(exc))
     served = model_id or dec.loaded.name
 
-    def ready() -> None:
-        click.echo(f"lookupdec serve: {served} ({method}, max batch {max_batch}) on http://{host}:{port}/v1",
+    def ready(bound_host: str, bound_port: int) -> None:
+        where = f"[{bound_host}]" if ":" in bound_host else bound_host
+        click.echo(f"lookupdec serve: {served} ({method}, max batch {max_batch}) on http://{where}:{bound_port}/v1",
                    err=True)
         sys.stderr.flush()
 

@@ -172,6 +172,9 @@ def read_manifest(index_dir: Path) -> Manifest:
         IndexFormatError: the directory or manifest is missing, unreadable, not JSON, or invalid.
     """
     path = Path(index_dir) / MANIFEST_NAME
+    if Path(index_dir).exists() and not Path(index_dir).is_dir():
+        raise IndexFormatError(f"{index_dir} is a file, not an index directory; pass the directory "
+                               "`lookupdec build-index -o DIR` wrote")
     if not Path(index_dir).is_dir():
         raise IndexFormatError(f"index directory {index_dir} does not exist; build one with `lookupdec build-index`")
     try:

@@ -32,6 +32,35 @@ class ServeConfig:
     model_id: str = "lookupdec"
 
 
+def _bound(server) -> tuple[str, int]:
+    """The first address a started uvicorn server listens on (host, port)."""
+    name = server.servers[0].sockets[0].getsockname()
+    return str(name[0]), int(name[1])
+
+
+def check_listen(host: str, port: int) -> None:
+    """Raise OSError, naming the address, when ``host:port`` cannot be listened on now.
+
+    Called before the model loads, so a taken port or an unknown host costs no load. (The
+    address is only tried: another process may still take it before the server binds.)
+    """
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise OSError(f"cannot listen on {host}:{port}: {exc.strerror}; give --host an address of this "
+                      "machine (127.0.0.1: this machine only)") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            s.bind(address)
+        except OSError as exc:
+            raise OSError(f"cannot listen on {host}:{port}: {exc.strerror or exc}; pick a free --port "
+                          "(or stop what holds it)") from None
+
+
 def serve(decoder, engine_config: EngineConfig, config: ServeConfig, on_ready=None) -> None:
     """Serve ``decoder`` until SIGTERM/SIGINT, then drain and return.
 
@@ -42,7 +71,8 @@ def serve(decoder, engine_config: EngineConfig, config: ServeConfig, on_ready=No
         decoder: the ``Decoder`` (the engine owns it from now on).
         engine_config: scheduling (method, max batch, max queue).
         config: host, port, key, model id.
-        on_ready: called once the socket listens (the CLI prints the address).
+        on_ready: called with the host and port listened on (the port chosen when 0 was
+            asked) once the socket listens; the CLI prints the address.
     Raises:
         SystemExit: uvicorn could not start (the port is taken, for example).
     """
@@ -55,7 +85,7 @@ def serve(decoder, engine_config: EngineConfig, config: ServeConfig, on_ready=No
         async def startup(self, sockets=None) -> None:  # noqa: D102
             await super().startup(sockets)
             if on_ready is not None and self.started:
-                on_ready()
+                on_ready(*_bound(self))
 
     server = ReadyServer(uvicorn.Config(app, host=config.host, port=config.port, log_level="warning",
                                         timeout_graceful_shutdown=None, lifespan="off"))

@@ -272,6 +272,19 @@ def test_bad_requests_get_400_naming_the_field(server):
         assert r.status_code == 400 and r.json()["error"]["param"] == param, (body, r.text)
     r = httpx.post(server.url + "/v1/chat/completions", content=b"{not json", headers=server.headers, timeout=30)
     assert r.status_code == 400 and "JSON" in r.json()["error"]["message"]
+    # JSON nested past Python's recursion limit (json.loads raised RecursionError: a 500).
+    r = httpx.post(server.url + "/v1/chat/completions", content=b"[" * 200_000 + b"]" * 200_000,
+                   headers=server.headers, timeout=30)
+    assert r.status_code == 400 and "nests JSON too deeply" in r.json()["error"]["message"], r.text
+    # A body over the limit is refused, whether its length is declared or it is streamed.
+    from lookupdec.server.app import MAX_BODY_BYTES
+
+    big = b'{"messages": [], "pad": "' + b"x" * MAX_BODY_BYTES + b'"}'
+    r = httpx.post(server.url + "/v1/chat/completions", content=big, headers=server.headers, timeout=60)
+    assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large", r.text
+    r = httpx.post(server.url + "/v1/chat/completions", content=iter([big[:1 << 20], big[1 << 20:]]),
+                   headers=server.headers, timeout=60)  # chunked: no Content-Length
+    assert r.status_code == 413, r.text
     assert server.health()["status"] == "ok"
 
 

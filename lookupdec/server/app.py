@@ -27,6 +27,9 @@ class ClientGone(Exception):
 
 # How often a handler waiting for its result checks whether the client is still there.
 DISCONNECT_POLL_S = 0.25
+# The largest request body read (413 beyond it): prompts fit the context, but references and a
+# prediction may be whole documents.
+MAX_BODY_BYTES = 64 << 20
 
 
 def generation_settings(req: ParsedRequest) -> dict:
@@ -82,11 +85,23 @@ def create_app(engine: Engine, model_id: str, api_key: str | None = None):
                            "--api-key", 401, code="invalid_api_key")
 
     async def read_body(request: Request):
-        raw = await request.body()
+        too_big = APIError(f"the request body is over {MAX_BODY_BYTES >> 20} MiB; send shorter references or "
+                           "prediction", 413, code="request_too_large")
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+            raise too_big
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                raise too_big
+            chunks.append(chunk)
         try:
-            return json.loads(raw)
+            return json.loads(b"".join(chunks))
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise APIError(f"the request body is not valid JSON: {exc}", 400) from None
+        except RecursionError:
+            raise APIError("the request body nests JSON too deeply to read", 400) from None
 
     async def next_event(request: Request, job: Job):
         """The job's next event; the job is cancelled if its client goes away meanwhile."""

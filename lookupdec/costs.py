@@ -78,10 +78,13 @@ class CostCurve:
 
     def __post_init__(self) -> None:
         w = list(self.widths)
-        if len(w) < 2 or w[0] != 1 or any(b <= a for a, b in zip(w, w[1:])):
+        if len(w) < 2 or w[0] != 1 or any(b <= a for a, b in zip(w, w[1:])) or w[-1] > 1 << 20:
             raise ValueError(f"cost curve widths must increase from 1 with at least 2 points, got {w}")
         if len(self.ms) != len(w) or len(self.slope_ms) != len(w):
             raise ValueError("cost curve needs one ms and one slope per width")
+        if not all(np.isfinite(self.slope_ms)) or not 0 <= self.base_past < 1 << 31:
+            raise ValueError(f"cost curve slopes must be finite and base_past a cache length, got {self.slope_ms}, "
+                             f"{self.base_past}")
         if not all(np.isfinite(self.ms)) or min(self.ms) <= 0:
             raise ValueError(f"cost curve times must be positive, got {self.ms}")
         if self.head_ms and (len(self.head_ms) != len(w) or not all(np.isfinite(self.head_ms))):
@@ -147,7 +150,7 @@ class CostCurve:
             return cls(tuple(int(w) for w in d["widths"]), tuple(float(m) for m in d["ms"]), int(d["base_past"]),
                        tuple(float(s) for s in d["slope_ms"]), str(d["device"]), str(d["key"]),
                        tuple(float(h) for h in d.get("head_ms", ())), str(d.get("measured_for", "")))
-        except (KeyError, TypeError, json.JSONDecodeError) as exc:
+        except (KeyError, TypeError, AttributeError, OverflowError, json.JSONDecodeError) as exc:
             raise ValueError(f"not a cost curve: {exc}") from None
 
 

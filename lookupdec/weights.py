@@ -162,7 +162,7 @@ def _read_choice(path: Path) -> WeightsChoice | None:
             return None
         ms = {str(k): tuple(float(x) for x in v) for k, v in d["ms"].items()}
         return WeightsChoice(d["weights"], str(d["reason"]), ms, cached=True)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, OverflowError):
         return None
 
 

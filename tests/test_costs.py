@@ -1,6 +1,8 @@
 """The verifier's cost curve: interpolation, measurement on a real verifier, the disk cache."""
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -32,9 +34,15 @@ def test_invalid_curves_are_refused(bad):
 def test_json_round_trip_and_damaged_files():
     c = CostCurve((1, 4), (1.5, 2.5), 10, (0.0, 0.001), "cpu: x", "abc")
     assert CostCurve.from_json(c.to_json()) == c
-    for text in ("", "{", '{"format": 99}', '{"format": 1, "widths": [1]}'):
+    for text in ("", "{", '{"format": 99}', '{"format": 1, "widths": [1]}', '"a string"', "[1, 2]"):
         with pytest.raises(ValueError):
             CostCurve.from_json(text)
+    # Numbers JSON holds but a curve cannot (they raised OverflowError, which the cache did not catch).
+    good = json.loads(c.to_json())
+    for field, value in (("widths", [1, 10 ** 400]), ("ms", [1.5, 10 ** 400]), ("widths", [1, float("inf")]),
+                         ("base_past", float("inf")), ("slope_ms", [0.0, 10 ** 400]), ("head_ms", [10 ** 400, 1.0])):
+        with pytest.raises(ValueError, match="cost curve"):
+            CostCurve.from_json(json.dumps({**good, field: value}))
 
 
 def test_measured_once_then_read_from_disk_and_remeasured_on_request(tmp_path, monkeypatch):

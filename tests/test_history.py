@@ -166,6 +166,15 @@ def test_errors_name_the_problem_and_the_fix(tmp_path, monkeypatch):
         open_history(tmp_path / "t", tokenizer=Tokenizer(models.WordLevel(vocab, "<unk>")))
     with pytest.raises(HistoryError, match="is a file"):
         check_history_path(f)
+    # A manifest whose number no int holds (JSON's Infinity) is named, not an OverflowError.
+    h = tmp_path / "big"
+    open_history(h)
+    manifest = next(p for p in h.iterdir() if p.suffix == ".json")
+    data = json.loads(manifest.read_text())
+    for value in (float("inf"), "many"):
+        manifest.write_text(json.dumps({**data, "budget_tokens": value}))
+        with pytest.raises(HistoryError, match="not a readable history manifest"):
+            open_history(h)
 
 
 def test_history_and_auto_draft_from_earlier_outputs_and_equal_ar(tmp_path):

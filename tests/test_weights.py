@@ -166,6 +166,12 @@ def test_auto_measures_quantized_models_once_and_caches_the_choice(tmp_path, mon
     assert len(files) == 1 and json.loads(files[0].read_text())["weights"] == first.weights
     again = Decoder(quantized)
     assert again.weights_choice.cached and again.weights == first.weights
+    # A damaged choice file is measured over, never a crash (10**400 raised OverflowError).
+    good = files[0].read_text()
+    for damaged in ('"x"', "[]", "{",
+                    json.dumps({**json.loads(good), "ms": {"float32": [10 ** 400, 1.0]}})):
+        files[0].write_text(damaged)
+        assert not Decoder(quantized).weights_choice.cached
     # the curve of each format is its own
     from lookupdec.costs import curve_description, curve_path
 

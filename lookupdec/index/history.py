@@ -86,7 +86,7 @@ class _Manifest:
                 raise ValueError(f"format {d.get('format')!r} version {d.get('version')!r}")
             return cls(d["tokenizer"], int(d["budget_tokens"]), int(d["compact_tokens"]), str(d["log"]),
                        int(d["generation"]), [dict(s) for s in d["segments"]])
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as exc:
             raise HistoryError(f"{where} is not a readable history manifest ({exc}); it was changed by something "
                                "other than lookupdec: remove the directory to start a new history") from None
 

@@ -34,6 +34,9 @@ STOP_REASONS = ("eos", "stop", "length")
 # Most tree nodes verified per step unless the Decoder is told otherwise; each
 # method drafts what pays within it (auto by the cost curve, pld up to 12).
 DEFAULT_DRAFT_BUDGET = 64
+# The most a Decoder may be told (the CLI's --draft-budget range too): a step's attention
+# bias is (1 + budget) x (cache + 1 + budget) floats.
+MAX_DRAFT_BUDGET = 1024
 
 
 class Decoder:
@@ -115,8 +118,15 @@ class Decoder:
         from lookupdec.weights import build_verifier, check_weights
 
         check_weights(weights)
-        if isinstance(draft_budget, bool) or int(draft_budget) != draft_budget or draft_budget < 0:
-            raise ValueError(f"draft_budget must be an integer >= 0, got {draft_budget!r}")
+        if (isinstance(draft_budget, bool) or int(draft_budget) != draft_budget
+                or not 0 <= draft_budget <= MAX_DRAFT_BUDGET):
+            raise ValueError(f"draft_budget must be an integer from 0 to {MAX_DRAFT_BUDGET}, got {draft_budget!r}")
+        if cost_curve is not None:
+            from lookupdec.costs import CostCurve
+
+            if not isinstance(cost_curve, CostCurve):
+                raise TypeError(f"cost_curve must be a lookupdec.costs.CostCurve (or None: measured here), got "
+                                f"{type(cost_curve).__name__}")
         self.draft_budget = int(draft_budget)
         indexes, hf_kernels = renamed_arguments(renamed, indexes, hf_kernels)
         fast_kernels = not hf_kernels

@@ -2,6 +2,8 @@
 predicted output, the sampling switch, and arguments under their earlier names."""
 from __future__ import annotations
 
+import os
+
 
 def open_history_arg(history, tokenizer, budget: int | None):
     """``history`` (None, a directory, or an open HistoryStore) as an open store."""
@@ -45,6 +47,10 @@ def open_indexes(index) -> list:
     from lookupdec.index import SuffixIndex, open_index
 
     items = [index] if isinstance(index, (str, bytes)) or not isinstance(index, (list, tuple)) else list(index)
+    for i in items:
+        if not isinstance(i, (str, bytes, os.PathLike, SuffixIndex)):
+            raise TypeError(f"indexes takes index directories (paths), open SuffixIndex objects or a list of them, "
+                            f"got {type(i).__name__}")
     return [i if isinstance(i, SuffixIndex) else open_index(i) for i in items]
 
 

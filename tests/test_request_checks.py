@@ -1,4 +1,4 @@
-"""A request's text and callbacks are checked, with the input named, before any model work."""
+"""A request's text and callbacks, and a Decoder's settings, are checked with the input named, before any model work."""
 from __future__ import annotations
 
 import copy
@@ -60,3 +60,15 @@ def test_stop_strings_and_on_text_of_the_wrong_types_are_refused(dec):
     pieces: list[str] = []
     out = dec.generate("hello", method="ar", max_new_tokens=12, on_text=pieces.append)
     assert "".join(pieces) == out.text
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    (dict(draft_budget=10 ** 9), ValueError, "draft_budget must be an integer from 0 to 1024"),  # was a 512 GB allocation
+    (dict(draft_budget=-1), ValueError, "draft_budget must be an integer from 0 to 1024"),
+    (dict(cost_curve={"1": 30.0}), TypeError, "cost_curve must be a lookupdec.costs.CostCurve"),
+    (dict(indexes=5), TypeError, "indexes takes index directories"),
+    (dict(indexes=["ok", None]), TypeError, "indexes takes index directories"),
+])
+def test_decoder_settings_of_the_wrong_kind_are_refused_by_name(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        Decoder(tiny_loaded(0), **kwargs)

@@ -72,3 +72,24 @@ def test_stop_strings_and_on_text_of_the_wrong_types_are_refused(dec):
 def test_decoder_settings_of_the_wrong_kind_are_refused_by_name(kwargs, error, message):
     with pytest.raises(error, match=message):
         Decoder(tiny_loaded(0), **kwargs)
+
+
+def test_generate_batch_refuses_what_is_not_a_list_of_prompts_and_checks_on_result_first(dec):
+    for prompts in ("abc", None, 5):  # a string was three one-character prompts; None a bare TypeError
+        with pytest.raises(TypeError, match="prompts must be a list of prompts"):
+            dec.generate_batch(prompts, max_new_tokens=2)
+    with pytest.raises(TypeError, match="references must be a list with one entry per prompt"):
+        dec.generate_batch([[5, 6], [7, 8]], references="ab", max_new_tokens=2)
+    seen = []
+    with pytest.raises(TypeError, match="on_result must be a function"):
+        dec.generate_batch([[5, 6], [7, 8]], on_result=5, max_new_tokens=2, method="ar")
+    dec.generate_batch([[5, 6]], on_result=lambda i, r: seen.append(i), max_new_tokens=2, method="ar")
+    assert seen == [0]
+
+
+def test_a_batch_seed_near_the_top_wraps_for_later_prompts_instead_of_failing(dec):
+    prompts = [[5, 6, 7], [8, 9, 10]]
+    top = 2 ** 64 - 1
+    out = dec.generate_batch(prompts, method="ar", max_new_tokens=8, temperature=0.9, seed=top)
+    alone = [dec.generate(p, method="ar", max_new_tokens=8, temperature=0.9, seed=s) for p, s in zip(prompts, (top, 0))]
+    assert [r.token_ids for r in out] == [r.token_ids for r in alone]

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Sequence as Seq
 
 import numpy as np
 
+from lookupdec.decoder_args import check_callback, checked_batch, nth_seed
 from lookupdec.drafters.select import DEFAULT_MARGIN
 
 if TYPE_CHECKING:
@@ -398,37 +399,17 @@ def decode_batch(verifier, seqs: "Seq[Sequence]", curve: "CostCurve | None", bat
             leave(i)
 
 
-def _nth_seed(seed, i: int) -> int:
-    """Prompt ``i``'s seed: ``seed + i``, wrapped into the seeds a generator takes (``check_seed``)."""
-    from lookupdec.decoder_args import SEED_RANGE, check_seed
-
-    check_seed(seed)
-    s = int(seed) + i
-    return s - (1 << 64) if s > SEED_RANGE[1] else s
-
-
 def generate_batch(decoder, prompts, batch_size, references, predictions, remember: bool, on_result,
                    settings: dict) -> list:
     """``Decoder.generate_batch``: check the settings, make every prompt's sequence, decode them together.
 
     ``settings`` are the other ``generate`` keywords, shared by every prompt (a ``seed`` becomes
-    ``seed + i`` for prompt ``i``, less 2**64 past the largest seed). Every prompt is checked before any model work; an error names
-    the prompt.
+    ``seed + i`` for prompt ``i``, less 2**64 past the largest seed). Every prompt is checked before any
+    model work; an error names the prompt.
     """
-    if isinstance(batch_size, bool) or int(batch_size) != batch_size or batch_size < 1:
-        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
-    if not isinstance(prompts, (list, tuple)):
-        raise TypeError(f"prompts must be a list of prompts (each as generate takes one), got "
-                        f"{type(prompts).__name__}; for one prompt call generate")
-    prompts = list(prompts)
+    prompts = checked_batch(prompts, batch_size, references=references, predictions=predictions)
     n = len(prompts)
-    for name, per in (("references", references), ("predictions", predictions)):
-        if per is not None and not isinstance(per, (list, tuple)):
-            raise TypeError(f"{name} must be a list with one entry per prompt, got {type(per).__name__}")
-        if per is not None and len(per) != n:
-            raise ValueError(f"{name} needs one entry per prompt: {len(per)} for {n} prompts")
-    if on_result is not None and not callable(on_result):
-        raise TypeError(f"on_result must be a function taking (index, result), got {type(on_result).__name__}")
+    check_callback(on_result, "on_result", "(index, result)")
     if "on_text" in settings or "drafter" in settings:
         raise ValueError("generate_batch takes no on_text or drafter (one per prompt would be needed)")
     settings = dict(settings)
@@ -440,7 +421,7 @@ def generate_batch(decoder, prompts, batch_size, references, predictions, rememb
             seqs.append(decoder.new_sequence(
                 prompt, references=None if references is None else references[i],
                 prediction=None if predictions is None else predictions[i],
-                seed=None if seed is None else _nth_seed(seed, i), grammar=grammar, **settings))
+                seed=None if seed is None else nth_seed(seed, i), grammar=grammar, **settings))
         except Exception as exc:
             if n > 1 and isinstance(exc, (ValueError, TypeError)):
                 raise type(exc)(f"prompt {i}: {exc}") from exc

@@ -18,7 +18,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from lookupdec.decoder_args import (checked_prompt, checked_text, open_history_arg, open_indexes, prediction_ids,
+from lookupdec.decoder_args import (check_callback, check_cost_curve, check_max_new_tokens, checked_budget,
+                                    checked_prompt, checked_stops, open_history_arg, open_indexes, prediction_ids,
                                     reference_ids, renamed_arguments, sampled_temperature)
 from lookupdec.drafters.base import as_drafter
 from lookupdec.drafters.state import DrafterState
@@ -34,9 +35,6 @@ STOP_REASONS = ("eos", "stop", "length")
 # Most tree nodes verified per step unless the Decoder is told otherwise; each
 # method drafts what pays within it (auto by the cost curve, pld up to 12).
 DEFAULT_DRAFT_BUDGET = 64
-# The most a Decoder may be told (the CLI's --draft-budget range too): a step's attention
-# bias is (1 + budget) x (cache + 1 + budget) floats.
-MAX_DRAFT_BUDGET = 1024
 
 
 class Decoder:
@@ -118,16 +116,8 @@ class Decoder:
         from lookupdec.weights import build_verifier, check_weights
 
         check_weights(weights)
-        if (isinstance(draft_budget, bool) or int(draft_budget) != draft_budget
-                or not 0 <= draft_budget <= MAX_DRAFT_BUDGET):
-            raise ValueError(f"draft_budget must be an integer from 0 to {MAX_DRAFT_BUDGET}, got {draft_budget!r}")
-        if cost_curve is not None:
-            from lookupdec.costs import CostCurve
-
-            if not isinstance(cost_curve, CostCurve):
-                raise TypeError(f"cost_curve must be a lookupdec.costs.CostCurve (or None: measured here), got "
-                                f"{type(cost_curve).__name__}")
-        self.draft_budget = int(draft_budget)
+        self.draft_budget = checked_budget(draft_budget)
+        check_cost_curve(cost_curve)
         indexes, hf_kernels = renamed_arguments(renamed, indexes, hf_kernels)
         fast_kernels = not hf_kernels
         indexes = open_indexes(indexes)  # file errors before the model loads
@@ -366,15 +356,9 @@ class Decoder:
 
         params = SamplingParams(sampled_temperature(temperature, do_sample), float(top_p), int(top_k))
         check_seed(seed)
-        if isinstance(max_new_tokens, bool) or int(max_new_tokens) != max_new_tokens or max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
-        stops = [stop] if isinstance(stop, str) else list(stop or [])
-        for i, x in enumerate(stops):
-            if not isinstance(x, str):
-                raise TypeError(f"stop strings must be strings; stop[{i}] is a {type(x).__name__}")
-            checked_text(x, f"stop[{i}]")
-        if on_text is not None and not callable(on_text):
-            raise TypeError(f"on_text must be a function taking each new piece of text, got {type(on_text).__name__}")
+        check_max_new_tokens(max_new_tokens)
+        stops = checked_stops(stop)
+        check_callback(on_text, "on_text", "each new piece of text")
         constraint = None if grammar is None else self.constraint(grammar)
         prompt_ids = self.prepare(prompt, max_new_tokens, chat_template)
         if drafter is None:

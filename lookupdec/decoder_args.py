@@ -5,6 +5,73 @@ from __future__ import annotations
 import os
 
 
+# The most draft nodes a Decoder may verify a step (the CLI's --draft-budget range too, written
+# out there as the CLI imports no torch): a step's attention bias is (1 + budget) x (cache + 1 + budget).
+MAX_DRAFT_BUDGET = 1024
+
+
+def checked_budget(draft_budget) -> int:
+    """``draft_budget`` as an int in 0..``MAX_DRAFT_BUDGET``; else ValueError naming it."""
+    if (isinstance(draft_budget, bool) or int(draft_budget) != draft_budget
+            or not 0 <= draft_budget <= MAX_DRAFT_BUDGET):
+        raise ValueError(f"draft_budget must be an integer from 0 to {MAX_DRAFT_BUDGET}, got {draft_budget!r}")
+    return int(draft_budget)
+
+
+def check_cost_curve(curve) -> None:
+    """TypeError unless ``curve`` is None or a ``CostCurve``."""
+    from lookupdec.costs import CostCurve
+
+    if curve is not None and not isinstance(curve, CostCurve):
+        raise TypeError(f"cost_curve must be a lookupdec.costs.CostCurve (or None: measured here), got "
+                        f"{type(curve).__name__}")
+
+
+def check_max_new_tokens(max_new_tokens) -> None:
+    """ValueError naming it unless ``max_new_tokens`` is an integer >= 0."""
+    if isinstance(max_new_tokens, bool) or int(max_new_tokens) != max_new_tokens or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
+
+
+def check_callback(fn, name: str, takes: str) -> None:
+    """TypeError naming ``name`` unless ``fn`` is None or callable (``takes``: what it is called with)."""
+    if fn is not None and not callable(fn):
+        raise TypeError(f"{name} must be a function taking {takes}, got {type(fn).__name__}")
+
+
+def checked_stops(stop) -> list[str]:
+    """``stop`` (None, a string or strings) as a list of valid strings; else TypeError / ValueError naming it."""
+    stops = [stop] if isinstance(stop, str) else list(stop or [])
+    for i, x in enumerate(stops):
+        if not isinstance(x, str):
+            raise TypeError(f"stop strings must be strings; stop[{i}] is a {type(x).__name__}")
+        checked_text(x, f"stop[{i}]")
+    return stops
+
+
+def checked_batch(prompts, batch_size, **per_prompt) -> list:
+    """``generate_batch``'s prompts as a list, checked with its batch size and per-prompt lists (None or one
+    entry per prompt); else TypeError / ValueError naming the argument."""
+    if isinstance(batch_size, bool) or int(batch_size) != batch_size or batch_size < 1:
+        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+    if not isinstance(prompts, (list, tuple)):
+        raise TypeError(f"prompts must be a list of prompts (each as generate takes one), got "
+                        f"{type(prompts).__name__}; for one prompt call generate")
+    for name, per in per_prompt.items():
+        if per is not None and not isinstance(per, (list, tuple)):
+            raise TypeError(f"{name} must be a list with one entry per prompt, got {type(per).__name__}")
+        if per is not None and len(per) != len(prompts):
+            raise ValueError(f"{name} needs one entry per prompt: {len(per)} for {len(prompts)} prompts")
+    return list(prompts)
+
+
+def nth_seed(seed, i: int) -> int:
+    """Prompt ``i``'s seed in a batch: ``seed + i``, wrapped into the seeds a generator takes."""
+    check_seed(seed)
+    s = int(seed) + i
+    return s - (1 << 64) if s > SEED_RANGE[1] else s
+
+
 def open_history_arg(history, tokenizer, budget: int | None):
     """``history`` (None, a directory, or an open HistoryStore) as an open store."""
     if history is None:
@@ -69,7 +136,8 @@ def checked_text(text: str, what: str) -> str:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise ValueError(f"{what} is not valid Unicode ({exc.reason} at character {exc.start}); send UTF-8 text") from None
+        raise ValueError(f"{what} is not valid Unicode ({exc.reason} at character {exc.start}); "
+                         "send UTF-8 text") from None
     return text
 
 

@@ -21,7 +21,8 @@ FIELDS = ["messages", "prompt", "max_tokens", "max_completion_tokens", "max_new_
           "model", "user", "logprobs", "suffix", "frobnicate"]
 BASES = [
     (True, {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}),
-    (True, {"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": [{"type": "text", "text": "q"}]}],
+    (True, {"messages": [{"role": "system", "content": "s"},
+                         {"role": "user", "content": [{"type": "text", "text": "q"}]}],
             "prediction": {"type": "content", "content": "p"}, "references": ["r"], "stream": True,
             "stream_options": {"include_usage": True}, "stop": ["x"], "seed": 3, "temperature": 0.7}),
     (False, {"prompt": "hi", "max_tokens": 4}),
@@ -35,7 +36,8 @@ def value(rng: random.Random, depth: int = 0):
         return rng.choice(SCALARS)
     if kind < 0.8:
         return [value(rng, depth + 1) for _ in range(rng.randint(0, 3))]
-    keys = rng.sample(["type", "content", "text", "role", "include_usage", "json_schema", "schema", "x"], rng.randint(0, 3))
+    names = ["type", "content", "text", "role", "include_usage", "json_schema", "schema", "x"]
+    keys = rng.sample(names, rng.randint(0, 3))
     return {k: value(rng, depth + 1) for k in keys}
 
 

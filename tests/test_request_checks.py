@@ -63,7 +63,8 @@ def test_stop_strings_and_on_text_of_the_wrong_types_are_refused(dec):
 
 
 @pytest.mark.parametrize("kwargs, error, message", [
-    (dict(draft_budget=10 ** 9), ValueError, "draft_budget must be an integer from 0 to 1024"),  # was a 512 GB allocation
+    # 10**9 was a 512 GB allocation at the first step.
+    (dict(draft_budget=10 ** 9), ValueError, "draft_budget must be an integer from 0 to 1024"),
     (dict(draft_budget=-1), ValueError, "draft_budget must be an integer from 0 to 1024"),
     (dict(cost_curve={"1": 30.0}), TypeError, "cost_curve must be a lookupdec.costs.CostCurve"),
     (dict(indexes=5), TypeError, "indexes takes index directories"),

@@ -74,7 +74,8 @@ def test_a_temperature_too_small_for_float32_samples_the_limit_distribution(temp
     """Logits over a temperature below float32's range overflowed (infinite or NaN scores, a native
     error): the distribution is that of the largest logits, ties shared, every other token at 0."""
     logits = torch.tensor([3.0, 1.0, 3.0, -2.0])
-    for params in (SamplingParams(temperature), SamplingParams(temperature, top_k=3), SamplingParams(temperature, top_p=0.9)):
+    for params in (SamplingParams(temperature), SamplingParams(temperature, top_k=3),
+                   SamplingParams(temperature, top_p=0.9)):
         p = target_probs(logits, params)
         assert torch.isfinite(p).all(), params
         assert p.tolist() == [0.5, 0.0, 0.5, 0.0], params

@@ -249,7 +249,8 @@ def test_bad_requests_get_400_naming_the_field(server):
          "messages[0].content[0]"),
         # JSON's "\udcff" decodes to a lone surrogate, which no tokenizer encodes.
         ({"messages": [{"role": "user", "content": "ab \udcff"}]}, "messages[0].content"),
-        ({"messages": [{"role": "user", "content": [{"type": "text", "text": "\udcff"}]}]}, "messages[0].content[0].text"),
+        ({"messages": [{"role": "user", "content": [{"type": "text", "text": "\udcff"}]}]},
+         "messages[0].content[0].text"),
         ({"messages": msgs, "stop": ["\udcff"]}, "stop"),
         ({"messages": msgs, "references": ["ok", "\udcff"]}, "references[1]"),
         ({"messages": msgs, "prediction": {"type": "content", "content": "\udcff"}}, "prediction.content"),

@@ -1,5 +1,7 @@
 """The Decoder's inputs opened and checked: datastores, a history store, reference documents, a
-predicted output, the sampling switch, and arguments under their earlier names."""
+predicted output, the sampling switch, arguments under their earlier names, and the settings a
+request or a batch takes (draft budget, seeds, stop strings, callbacks, text that must be valid
+Unicode), each refused with its name before any model work."""
 from __future__ import annotations
 
 import os

@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from lookupdec.decoder_args import (check_callback, check_cost_curve, check_max_new_tokens, checked_budget,
+from lookupdec.decoder_args import (check_callback, check_cost_curve, check_max_new_tokens, check_seed, checked_budget,
                                     checked_prompt, checked_stops, open_history_arg, open_indexes, prediction_ids,
                                     reference_ids, renamed_arguments, sampled_temperature)
 from lookupdec.drafters.base import as_drafter
@@ -352,7 +352,7 @@ class Decoder:
         Raises:
             As ``generate`` (every check happens here, before any model work).
         """
-        from lookupdec.sampling import SamplingParams, check_seed, request_generators
+        from lookupdec.sampling import SamplingParams, request_generators
 
         params = SamplingParams(sampled_temperature(temperature, do_sample), float(top_p), int(top_k))
         check_seed(seed)

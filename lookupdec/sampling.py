@@ -11,7 +11,6 @@ from dataclasses import dataclass
 import torch
 
 from lookupdec._native import sample_row_ptr
-from lookupdec.decoder_args import check_seed
 
 # Below this temperature the logits over the temperature can overflow float32 (a CPU's native
 # draw takes float32), so the scaled logits are taken in float64 from the row's maximum: the
@@ -177,7 +176,6 @@ def request_generators(params: SamplingParams, seed: int | None) -> tuple[torch.
         >>> request_generators(SamplingParams(0.0), 5)
         (None, None)
     """
-    check_seed(seed)
     if params.greedy:
         return None, None
     generator = torch.Generator(device="cpu")

@@ -4,11 +4,12 @@ request or a batch takes (draft budget, seeds, stop strings, callbacks, text tha
 Unicode), each refused with its name before any model work."""
 from __future__ import annotations
 
+import operator
 import os
 
 
-# The most draft nodes a Decoder may verify a step (the CLI's --draft-budget range too, written
-# out there as the CLI imports no torch): a step's attention bias is (1 + budget) x (cache + 1 + budget).
+# The most draft nodes a Decoder may verify a step (the CLI's --draft-budget range too): a step's
+# attention bias is (1 + budget) x (cache + 1 + budget) floats.
 MAX_DRAFT_BUDGET = 1024
 
 
@@ -123,6 +124,20 @@ def open_indexes(index) -> list:
     return [i if isinstance(i, SuffixIndex) else open_index(i) for i in items]
 
 
+def unicode_problem(text: str) -> str | None:
+    """Why ``text`` is not valid Unicode (a lone surrogate, and where), or None when it is.
+
+    Example:
+        >>> unicode_problem("caf\\udce9"), unicode_problem("café")
+        ('surrogates not allowed at character 3', None)
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"{exc.reason} at character {exc.start}"
+    return None
+
+
 def checked_text(text: str, what: str) -> str:
     """``text`` when it is valid Unicode (what a tokenizer takes); else ValueError naming ``what``.
 
@@ -135,11 +150,9 @@ def checked_text(text: str, what: str) -> str:
         ...
         ValueError: prompt is not valid Unicode (surrogates not allowed at character 3); send UTF-8 text
     """
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ValueError(f"{what} is not valid Unicode ({exc.reason} at character {exc.start}); "
-                         "send UTF-8 text") from None
+    problem = unicode_problem(text)
+    if problem:
+        raise ValueError(f"{what} is not valid Unicode ({problem}); send UTF-8 text")
     return text
 
 
@@ -193,8 +206,6 @@ def check_seed(seed) -> None:
         ...
         ValueError: seed must be an integer from -2**63 to 2**64 - 1, got 18446744073709551616
     """
-    import operator
-
     if seed is None:
         return
     try:

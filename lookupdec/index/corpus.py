@@ -35,6 +35,7 @@ from typing import Any, Iterable, Iterator, Sequence
 import numpy as np
 from tokenizers import Tokenizer
 
+from lookupdec.decoder_args import unicode_problem
 from lookupdec.errors import CorpusError
 
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
@@ -184,11 +185,9 @@ class CorpusReader:
     def _unicode(self, text: str, where: str) -> str | None:
         """``text``, unless it holds a lone surrogate (JSON's unpaired ``\\udXXX`` escapes), which no
         tokenizer encodes."""
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            self._bad(f"{where}: not valid Unicode ({exc.reason} at character {exc.start}: an unpaired "
-                      f"\\udXXX escape); {_SKIP_HINT}")
+        problem = unicode_problem(text)
+        if problem:
+            self._bad(f"{where}: not valid Unicode ({problem}: an unpaired \\udXXX escape); {_SKIP_HINT}")
             return None
         return text
 

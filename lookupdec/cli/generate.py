@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import click
 
+from lookupdec.decoder_args import MAX_DRAFT_BUDGET  # torch-free, as the CLI stays until a command runs
 from lookupdec.methods import METHODS  # a plain dict; torch is imported lazily
 
 # --weights of generate, cost-curve and serve: lookupdec.weights.WEIGHTS_CHOICES, spelled out so the
@@ -168,7 +169,7 @@ def state_file(dec, save: bool) -> None:
 @click.option("--top-k", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--seed", type=int, default=None)
 @click.option("--stop", multiple=True, help="Stop string (repeatable).")
-@click.option("--draft-budget", type=click.IntRange(min=0, max=1024), default=None,
+@click.option("--draft-budget", type=click.IntRange(min=0, max=MAX_DRAFT_BUDGET), default=None,
               help="Most draft nodes verified per step [default: 64; auto verifies what pays within it].")
 @click.option("--device", default=None, help="torch device, e.g. cpu or cuda:0 [default: $LOOKUPDEC_DEVICE, else CUDA if available].")
 @click.option("--hf-kernels", is_flag=True,

@@ -7,6 +7,7 @@ import sys
 import click
 
 from lookupdec.cli.generate import WEIGHTS, state_file
+from lookupdec.decoder_args import MAX_DRAFT_BUDGET
 from lookupdec.methods import METHODS  # a plain dict; torch is imported lazily
 
 
@@ -33,7 +34,7 @@ from lookupdec.methods import METHODS  # a plain dict; torch is imported lazily
 @click.option("--weights", type=click.Choice(WEIGHTS),
               default="auto", show_default=True,
               help="The fast forward's weight format, as for generate (auto: measured per machine).")
-@click.option("--draft-budget", type=click.IntRange(min=0, max=1024), default=None,
+@click.option("--draft-budget", type=click.IntRange(min=0, max=MAX_DRAFT_BUDGET), default=None,
               help="Most draft nodes verified per step and sequence [default: 64].")
 @click.option("--fresh-state", is_flag=True,
               help="Draft with nothing learned, and save nothing. Without it, the drafting state saved for this model "

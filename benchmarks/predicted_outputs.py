@@ -26,6 +26,7 @@ Usage (from the repository root)::
 
     .venv/bin/python benchmarks/predicted_outputs.py --cases 12 --max-new-tokens 512
     .venv/bin/python benchmarks/predicted_outputs.py --cases 1 --max-new-tokens 16 --methods ar,auto+prediction
+    python3 benchmarks/predicted_outputs.py --cases 12 --methods ar,auto,auto+prediction --time-limit 150  # a lent GPU
 
 Writes ``predicted_outputs.json`` and ``predicted_outputs.md`` into ``--out``.
 """
@@ -85,6 +86,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--model", default=None, help="model (default: the embedded SmolLM2-135M-Instruct)")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--weights", default="auto", help="the fast forward's weight format (Decoder(weights=...))")
+    p.add_argument("--time-limit", type=float, default=None, metavar="S",
+                   help="start no case after S seconds (the first always runs) and report the cases done: "
+                        "for a machine lent for minutes")
     p.add_argument("--out", default="benchmarks/results/predicted_outputs")
     args = p.parse_args(argv)
     args.methods = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -200,7 +204,12 @@ def main(argv=None) -> int:
         run_one(m, dec, peer, warm, cases[0], 8)
     rows: list[Row] = []
     mismatches = []
+    began, done = time.perf_counter(), 0
     for i, case in enumerate(cases):
+        if i and args.time_limit is not None and time.perf_counter() - began > args.time_limit:
+            print(f"--time-limit {args.time_limit:g} s reached after {i} of {len(cases)} cases", file=sys.stderr)
+            break
+        done = i + 1
         prompt_ids = dec.encode(case.messages())
         budget = args.max_new_tokens
         if not args.whole_output:
@@ -224,10 +233,11 @@ def main(argv=None) -> int:
         ar_row = next((r for r in rows if r.case == case.name and r.method == "ar"), rows[-1])
         print(f"[{i + 1}/{len(cases)}] {case.name}: {ar_row.new_tokens} tokens, kept {ar_row.kept:.0%}, "
               f"edit {'made' if ar_row.edit_made else 'not made'}; "
-              + ", ".join(f"{r.method} {r.tokens_per_s:.1f}" for r in rows if r.case == case.name) + " tokens/s",
+              + ", ".join(f"{r.method} {r.tokens_per_s:.1f}" + ("" if r.exact else " (NOT ar's tokens)")
+                          for r in rows if r.case == case.name) + " tokens/s",
               file=sys.stderr)
     summary = summarize(rows, args.methods)
-    info = {"cases": len(cases), "max_new_tokens": args.max_new_tokens, "torch": torch.__version__,
+    info = {"cases": done, "max_new_tokens": args.max_new_tokens, "torch": torch.__version__,
             "answer": "whole output" if args.whole_output else f"up to the code block's end ({ANSWER_END!r})",
             "threads": torch.get_num_threads(), "machine": f"{platform.machine()} {platform.processor()}".strip(),
             "model": dec.loaded.name, "weights": dec.weights, "python": platform.python_version(), "command": " ".join(sys.argv)}

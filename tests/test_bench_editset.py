@@ -79,3 +79,20 @@ def test_summary_splits_the_prefill_off_and_bounds_ar_by_it():
     md = predicted_outputs.markdown(s, {"cases": 2, "max_new_tokens": 100, "machine": "x", "torch": "t",
                                         "threads": 2})
     assert "Ceiling with the prefill counted" in md and "| hf | 12.5 |" in md
+
+
+def test_time_limit_reports_the_cases_done_and_checks_them_against_ar(tmp_path):
+    """--time-limit 0 runs the first case only (the first always runs) and writes its rows."""
+    import json
+
+    from tests.conftest import save_tiny
+
+    model = save_tiny(tmp_path / "m", 0, max_positions=2048)  # a case's prompt is ~800 characters
+    rc = predicted_outputs.main(["--model", model, "--cases", "3", "--max-new-tokens", "6", "--whole-output",
+                                 "--methods", "ar,auto,auto+prediction", "--time-limit", "0",
+                                 "--out", str(tmp_path / "out")])
+    data = json.loads((tmp_path / "out" / "predicted_outputs.json").read_text())
+    assert rc == 0 and data["info"]["cases"] == 1
+    assert {r["case"] for r in data["rows"]} == {edit_cases(1)[0].name}
+    assert [r["method"] for r in data["rows"]] == ["ar", "auto", "auto+prediction"]
+    assert all(r["exact"] and r["new_tokens"] == 6 for r in data["rows"])

@@ -30,6 +30,7 @@ def test_first_divergence_rules():
     assert wa.first_divergence([9, 5], [4, 5]) == 0
 
 
+@pytest.mark.cpu  # float16 is a format of the fast forward, which is CPU code
 def test_weights_agreement_runs_and_counts_what_it_compared(tmp_path):
     wa = _load("weights_agreement")
     out = tmp_path / "a.json"

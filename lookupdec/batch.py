@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Sequence as Seq
 
 import numpy as np
 
-from lookupdec.decoder_args import check_callback, checked_batch, nth_seed
+from lookupdec.decoder_args import check_callback, check_flag, checked_batch, nth_seed
 from lookupdec.drafters.select import DEFAULT_MARGIN
 
 if TYPE_CHECKING:
@@ -408,6 +408,7 @@ def generate_batch(decoder, prompts, batch_size, references, predictions, rememb
     model work; an error names the prompt.
     """
     prompts = checked_batch(prompts, batch_size, references=references, predictions=predictions)
+    check_flag(remember, "remember")
     n = len(prompts)
     check_callback(on_result, "on_result", "(index, result)")
     if "on_text" in settings or "drafter" in settings:

@@ -18,13 +18,13 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from lookupdec.decoder_args import (check_callback, check_cost_curve, check_max_new_tokens, check_seed, checked_budget,
-                                    checked_prompt, checked_stops, open_history_arg, open_indexes, prediction_ids,
-                                    reference_ids, renamed_arguments, sampled_temperature)
+from lookupdec.decoder_args import (check_callback, check_cost_curve, check_flag, check_max_new_tokens, check_seed,
+                                    checked_budget, checked_prompt, checked_stops, open_history_arg, open_indexes, prediction_ids,
+                                    reference_ids, renamed_arguments, sampling_params)
 from lookupdec.drafters.base import as_drafter
 from lookupdec.drafters.state import DrafterState
 from lookupdec.errors import ModelLoadError
-from lookupdec.methods import METHODS, make_drafter, method_inputs  # noqa: F401  (METHODS: re-exported for callers)
+from lookupdec.methods import METHODS, make_drafter, method_inputs, method_prices  # noqa: F401  (METHODS: re-exported)
 from lookupdec.models import LoadedModel, encode_prompt, load_model
 from lookupdec.proposals import check_tree
 from lookupdec.results import GenerationResult
@@ -74,7 +74,7 @@ class Decoder:
         history: a store of earlier outputs (a directory, created if needed, or an
             open ``HistoryStore``): every finished generation is added to it, and
             ``history`` and ``auto`` draft from it.
-        history_budget: most tokens the history keeps (default
+        history_budget: most tokens the history keeps, >= 1 (default
             ``lookupdec.index.history.DEFAULT_BUDGET_TOKENS``; oldest dropped first).
         draft_model: a small draft model for method ``draft`` and ``auto`` (the
             small-LM fallback): a model id / directory / .gguf path or a
@@ -112,6 +112,7 @@ class Decoder:
         import torch
 
         from lookupdec.fast_kernels import fast_kernels_available, pack_linears
+        from lookupdec.kvcache import unsupported_attention
         from lookupdec.verify import TreeVerifier
         from lookupdec.weights import build_verifier, check_weights
 
@@ -119,11 +120,10 @@ class Decoder:
         self.draft_budget = checked_budget(draft_budget)
         check_cost_curve(cost_curve)
         indexes, hf_kernels = renamed_arguments(renamed, indexes, hf_kernels)
-        fast_kernels = not hf_kernels
+        check_flag(hf_kernels, "hf_kernels")
+        check_flag(tree_masks, "tree_masks", none_ok=True)
         indexes = open_indexes(indexes)  # file errors before the model loads
         self.loaded = model if isinstance(model, LoadedModel) else load_model(model, dtype=dtype, device=device)
-        from lookupdec.kvcache import unsupported_attention
-
         reason = unsupported_attention(self.loaded.model.config)
         if reason:
             raise ModelLoadError(f"model {self.loaded.name!r} cannot be decoded with lookupdec: {reason}, so a "
@@ -133,7 +133,7 @@ class Decoder:
             idx.check_tokenizer(self.tokenizer, self.loaded.name)
         self.indexes = indexes
         self.history = open_history_arg(history, self.tokenizer, history_budget)
-        self.fast_kernels = bool(fast_kernels) and fast_kernels_available(self.loaded.model)
+        self.fast_kernels = not hf_kernels and fast_kernels_available(self.loaded.model)
         # The draft model before the target's weights may be released (draft_layers copies them).
         draft_loaded = None
         if draft_model is not None or draft_layers is not None:
@@ -170,7 +170,7 @@ class Decoder:
         if draft_loaded is not None:
             from lookupdec.drafters.small_lm import DraftModel
 
-            self.draft = DraftModel(draft_loaded, fast=bool(fast_kernels) and fast_kernels_available(draft_loaded.model))
+            self.draft = DraftModel(draft_loaded, fast=not hf_kernels and fast_kernels_available(draft_loaded.model))
         self.reset_state()  # what drafting learns across requests, handed to the drafters (drafters/state.py)
 
     @property
@@ -318,6 +318,7 @@ class Decoder:
             ValueError: bad settings (unknown method, negative max_new_tokens,
                 references for a method that does not use them, ...).
         """
+        check_flag(remember, "remember")
         seq = self.new_sequence(prompt, method=method, max_new_tokens=max_new_tokens, temperature=temperature,
                                 top_p=top_p, top_k=top_k, seed=seed, stop=stop, references=references,
                                 chat_template=chat_template, on_text=on_text, drafter=drafter, grammar=grammar,
@@ -352,13 +353,14 @@ class Decoder:
         Raises:
             As ``generate`` (every check happens here, before any model work).
         """
-        from lookupdec.sampling import SamplingParams, request_generators
+        from lookupdec.sampling import request_generators
 
-        params = SamplingParams(sampled_temperature(temperature, do_sample), float(top_p), int(top_k))
+        params = sampling_params(temperature, top_p, top_k, do_sample)
         check_seed(seed)
         check_max_new_tokens(max_new_tokens)
         stops = checked_stops(stop)
         check_callback(on_text, "on_text", "each new piece of text")
+        check_flag(chat_template, "chat_template")
         constraint = None if grammar is None else self.constraint(grammar)
         prompt_ids = self.prepare(prompt, max_new_tokens, chat_template)
         if drafter is None:
@@ -367,8 +369,6 @@ class Decoder:
             # Datastores and the history belong to the decoder: methods that do not
             # draft from them simply do not get them.
             uses = method_inputs(method)
-            from lookupdec.methods import method_prices
-
             # The cost provider is resolved now, before the request's first timed step.
             cost = self.costs() if method_prices(method) else self.costs
             drafter = make_drafter(method, references=ref_ids, prediction=pred_ids,

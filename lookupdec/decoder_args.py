@@ -77,13 +77,15 @@ def nth_seed(seed, i: int) -> int:
 
 def open_history_arg(history, tokenizer, budget: int | None):
     """``history`` (None, a directory, or an open HistoryStore) as an open store."""
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
+        raise ValueError(f"history_budget must be an integer >= 1 (tokens the history keeps), got {budget!r}")
     if history is None:
         return None
     from lookupdec.index.history import DEFAULT_BUDGET_TOKENS, HistoryStore, open_history
 
     if isinstance(history, HistoryStore):
         return history
-    return open_history(history, tokenizer=tokenizer, budget_tokens=budget or DEFAULT_BUDGET_TOKENS)
+    return open_history(history, tokenizer=tokenizer, budget_tokens=DEFAULT_BUDGET_TOKENS if budget is None else budget)
 
 
 def renamed_arguments(renamed: dict, indexes, hf_kernels: bool):
@@ -97,6 +99,8 @@ def renamed_arguments(renamed: dict, indexes, hf_kernels: bool):
         if old not in renamed:
             continue
         value = renamed.pop(old)
+        if old == "fast_kernels":
+            check_flag(value, old)
         warnings.warn(f"Decoder({old}=...) is renamed {new}=" + (" (the inverse)" if old == "fast_kernels" else ""),
                       DeprecationWarning, stacklevel=3)
         if old == "index":
@@ -216,18 +220,44 @@ def check_seed(seed) -> None:
         raise ValueError(f"seed must be an integer from -2**63 to 2**64 - 1, got {seed!r}")
 
 
-def sampled_temperature(temperature: float, do_sample: bool | None) -> float:
-    """The temperature a request samples at, with transformers' ``do_sample`` switch (see ``Decoder.generate``).
+def _number(value, name: str, integral: bool = False):
+    """``value`` unchanged if it is a real number (an integer where ``integral``; numpy's too, never a bool or a
+    string), else a TypeError naming ``name``."""
+    import numbers
+
+    kind = numbers.Integral if integral else numbers.Real
+    if isinstance(value, bool) or not isinstance(value, kind):
+        raise TypeError(f"{name} must be {'an integer' if integral else 'a number'}, got {value!r}")
+    return value
+
+
+def sampling_params(temperature, top_p, top_k, do_sample: bool | None):
+    """The request's ``SamplingParams``, with transformers' ``do_sample`` switch (see ``Decoder.generate``).
 
     Example:
-        >>> sampled_temperature(0.7, None), sampled_temperature(0.7, False), sampled_temperature(0.0, True)
-        (0.7, 0.0, 1.0)
+        >>> [sampling_params(0.7, 1.0, 0, s).temperature for s in (None, False, True)], \\
+        ...     sampling_params(0.0, 1.0, 0, True).temperature
+        ([0.7, 0.0, 0.7], 1.0)
+        >>> sampling_params("0.7", 1.0, 0, None)
+        Traceback (most recent call last):
+        ...
+        TypeError: temperature must be a number, got '0.7'
     """
-    if do_sample is None:
-        return float(temperature)
-    if not isinstance(do_sample, bool):
+    from lookupdec.sampling import SamplingParams
+
+    temperature = float(_number(temperature, "temperature"))
+    if do_sample is not None and not isinstance(do_sample, bool):
         raise TypeError(f"do_sample must be True, False or None, got {do_sample!r}")
-    return float(temperature or 1.0) if do_sample else 0.0
+    if do_sample is not None:
+        temperature = (temperature or 1.0) if do_sample else 0.0
+    return SamplingParams(temperature, float(_number(top_p, "top_p")), int(_number(top_k, "top_k", integral=True)))
+
+
+def check_flag(value, name: str, none_ok: bool = False) -> None:
+    """Raise TypeError, naming the setting, unless ``value`` is True or False (or None where ``none_ok``):
+    a string such as "no" would otherwise count as true."""
+    if not (isinstance(value, bool) or (none_ok and value is None)):
+        raise TypeError(f"{name} must be True or False{' or None' if none_ok else ''}, got {value!r}")
 
 
 def checked_prompt(prompt_ids: list[int], vocab_size: int, max_context: int, max_new_tokens: int) -> list[int]:

@@ -69,10 +69,57 @@ def test_stop_strings_and_on_text_of_the_wrong_types_are_refused(dec):
     (dict(cost_curve={"1": 30.0}), TypeError, "cost_curve must be a lookupdec.costs.CostCurve"),
     (dict(indexes=5), TypeError, "indexes takes index directories"),
     (dict(indexes=["ok", None]), TypeError, "indexes takes index directories"),
+    # A string is truthy: "no" would have switched transformers' kernels on.
+    (dict(hf_kernels="no"), TypeError, "hf_kernels must be True or False, got 'no'"),
+    (dict(fast_kernels="no"), TypeError, "fast_kernels must be True or False, got 'no'"),
+    (dict(tree_masks="no"), TypeError, "tree_masks must be True or False or None, got 'no'"),
+    # 0 was taken for "the default budget", -3 passed on to the store.
+    (dict(history_budget=0), ValueError, "history_budget must be an integer >= 1"),
+    (dict(history_budget=-3), ValueError, "history_budget must be an integer >= 1"),
+    (dict(history_budget=2.5), ValueError, "history_budget must be an integer >= 1"),
 ])
 def test_decoder_settings_of_the_wrong_kind_are_refused_by_name(kwargs, error, message):
     with pytest.raises(error, match=message):
         Decoder(tiny_loaded(0), **kwargs)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    # Strings were converted silently ("0.5" sampled); a float top_k was truncated.
+    (dict(temperature="0.5"), "temperature must be a number, got '0.5'"),
+    (dict(temperature=True), "temperature must be a number, got True"),
+    (dict(top_p="0.9"), "top_p must be a number, got '0.9'"),
+    (dict(top_k=2.5), "top_k must be an integer, got 2.5"),
+    (dict(top_k="3"), "top_k must be an integer, got '3'"),
+])
+def test_sampling_settings_that_are_not_numbers_are_refused_by_name(dec, monkeypatch, kwargs, message):
+    calls = []
+    monkeypatch.setattr(dec.verifier, "prefill", lambda *a, **k: calls.append(1))
+    with pytest.raises(TypeError, match=message):
+        dec.generate("hello", max_new_tokens=4, **kwargs)
+    assert not calls
+
+
+def test_switches_given_as_strings_are_refused_before_any_work(dec, monkeypatch):
+    calls = []
+    monkeypatch.setattr(dec.verifier, "prefill", lambda *a, **k: calls.append(1))
+    monkeypatch.setattr(dec, "remember", lambda *a: calls.append(2))
+    # "no" is truthy: it would have applied the chat template / written the output to the history.
+    with pytest.raises(TypeError, match="chat_template must be True or False, got 'no'"):
+        dec.generate("hello", max_new_tokens=4, chat_template="no")
+    with pytest.raises(TypeError, match="remember must be True or False, got 'no'"):
+        dec.generate("hello", max_new_tokens=4, remember="no")
+    with pytest.raises(TypeError, match="remember must be True or False, got 0"):
+        dec.generate_batch(["a", "b"], max_new_tokens=4, remember=0)
+    assert not calls
+
+
+def test_numpy_numbers_are_sampling_settings_like_python_ones(dec):
+    import numpy as np
+
+    plain = dec.generate("hello", method="ar", max_new_tokens=6, temperature=0.75, top_p=0.9, top_k=5, seed=3)
+    numpy = dec.generate("hello", method="ar", max_new_tokens=6, temperature=np.float32(0.75), top_p=np.float64(0.9),
+                         top_k=np.int64(5), seed=3)
+    assert numpy.token_ids == plain.token_ids
 
 
 def test_generate_batch_refuses_what_is_not_a_list_of_prompts_and_checks_on_result_first(dec):

@@ -44,6 +44,8 @@ def check_callback(fn, name: str, takes: str) -> None:
 
 def checked_stops(stop) -> list[str]:
     """``stop`` (None, a string or strings) as a list of valid strings; else TypeError / ValueError naming it."""
+    if stop is not None and not isinstance(stop, (str, list, tuple, set, frozenset)):
+        raise TypeError(f"stop must be a string or a list of strings, got {type(stop).__name__}")
     stops = [stop] if isinstance(stop, str) else list(stop or [])
     for i, x in enumerate(stops):
         if not isinstance(x, str):

@@ -155,6 +155,9 @@ def load_model(model: str | None = None, *, dtype: str = "float32", device: str 
     """
     if dtype not in _DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}")
+    if model is not None and not isinstance(model, (str, os.PathLike)):
+        raise TypeError(f"a model is a model id, a directory or a .gguf path (a string or a path), got "
+                        f"{type(model).__name__}")
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -54,6 +54,8 @@ def test_a_chat_template_that_cannot_render_the_messages_is_a_value_error_naming
 def test_stop_strings_and_on_text_of_the_wrong_types_are_refused(dec):
     with pytest.raises(TypeError, match=r"stop\[1\] is a NoneType"):
         dec.generate("hello", max_new_tokens=4, stop=["ok", None])
+    with pytest.raises(TypeError, match="stop must be a string or a list of strings, got int"):
+        dec.generate("hello", max_new_tokens=4, stop=5)  # was "'int' object is not iterable"
     with pytest.raises(TypeError, match="on_text must be a function"):
         dec.generate("hello", max_new_tokens=4, on_text="print")
     # Valid ones still run: a stop string that ends the text, and a callback that sees every piece.
@@ -77,6 +79,8 @@ def test_stop_strings_and_on_text_of_the_wrong_types_are_refused(dec):
     (dict(history_budget=0), ValueError, "history_budget must be an integer >= 1"),
     (dict(history_budget=-3), ValueError, "history_budget must be an integer >= 1"),
     (dict(history_budget=2.5), ValueError, "history_budget must be an integer >= 1"),
+    # A number was taken for a hub id ('5') and reached the network.
+    (dict(draft_model=5), TypeError, "a model is a model id, a directory or a .gguf path"),
 ])
 def test_decoder_settings_of_the_wrong_kind_are_refused_by_name(kwargs, error, message):
     with pytest.raises(error, match=message):

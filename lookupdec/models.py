@@ -181,10 +181,13 @@ def load_model(model: str | None = None, *, dtype: str = "float32", device: str 
     bars = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()  # a library call prints no progress bars
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True, **kwargs)
         if "gguf_file" in kwargs:
-            lm = _load_gguf(os.path.join(source, kwargs["gguf_file"]), torch_dtype)
+            from lookupdec.gguf_cache import config_and_tokenizer
+
+            config, tokenizer = config_and_tokenizer(os.path.join(source, kwargs["gguf_file"]))
+            lm = _load_gguf(os.path.join(source, kwargs["gguf_file"]), config, torch_dtype)
         else:
+            tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)
             lm = AutoModelForCausalLM.from_pretrained(source, local_files_only=True, dtype=torch_dtype)
     except ImportError as exc:
         missing = getattr(exc, "name", None)
@@ -209,8 +212,8 @@ def load_model(model: str | None = None, *, dtype: str = "float32", device: str 
     return LoadedModel(lm, tokenizer, name, eos_ids_of(lm, tokenizer), max_context_of(lm), stored)
 
 
-def _load_gguf(path: str, torch_dtype):
-    """A GGUF checkpoint, dequantized into a transformers model.
+def _load_gguf(path: str, config, torch_dtype):
+    """A GGUF checkpoint (``config`` its transformers config), dequantized into a transformers model.
 
     transformers' ``from_pretrained(gguf_file=...)`` insists on the
     ``accelerate`` package; this does the same steps (config and tensors from
@@ -220,12 +223,11 @@ def _load_gguf(path: str, torch_dtype):
     model and copying into it held them twice, 1.33x transformers' own peak).
     """
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
     from lookupdec.gguf_tensors import read_llama_tensors
 
-    config = AutoConfig.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path), local_files_only=True)
     arrays = (read_llama_tensors(path, config.num_attention_heads, config.num_key_value_heads)
               if config.model_type == "llama" else None)  # transformers' tensors, read in a fraction of the time
     if arrays is not None:

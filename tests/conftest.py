@@ -168,3 +168,16 @@ def hf_greedy(model, prompt_ids, max_new_tokens, eos_id=EOS_ID) -> list[int]:
     out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens, do_sample=False,
                          eos_token_id=eos_id, pad_token_id=0, top_p=None, top_k=None, temperature=None)
     return out[0, len(prompt_ids):].tolist()
+
+
+def load_benchmark(name: str):
+    """A script of benchmarks/ imported as a module (``benchmarks/<name>.py``), for testing it at tiny scale."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod

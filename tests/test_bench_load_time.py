@@ -1,25 +1,13 @@
 """benchmarks/load_time.py: its argument checks and its cases (a real run loads the model several times: by hand)."""
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "load_time.py"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("bench_load_time", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+from tests.conftest import load_benchmark
 
 
 def test_load_time_refuses_no_repeats_and_names_a_failing_case(tmp_path):
-    lt = _load()
+    lt = load_benchmark("load_time")
     with pytest.raises(SystemExit):
         lt.main(["--repeats", "0"])
     # A case whose child fails stops the run with the child's error, not a time.

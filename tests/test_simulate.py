@@ -1,8 +1,5 @@
 """The offline acceptance simulator, on hand-made records with hand-computed results."""
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,12 +9,9 @@ from lookupdec.drafters.base import DraftRequest, NoDrafter
 from lookupdec.drafters.pld import PLDDrafter
 from lookupdec.tree import DraftTree
 
-# benchmarks/ is a folder of scripts, not a package: load the file as a module.
-_spec = importlib.util.spec_from_file_location(
-    "benchmarks_simulate", Path(__file__).resolve().parents[1] / "benchmarks" / "simulate.py")
-sim = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = sim  # dataclasses look their module up here
-_spec.loader.exec_module(sim)
+from tests.conftest import load_benchmark
+
+sim = load_benchmark("simulate")  # benchmarks/ is a folder of scripts, not a package
 
 
 class Oracle:
@@ -178,17 +172,8 @@ def test_copy_oracle_bound():
     assert pld.overall.tau <= r.overall.tau
 
 
-def _load_recorder():
-    spec = importlib.util.spec_from_file_location(
-        "benchmarks_record_outputs", Path(__file__).resolve().parents[1] / "benchmarks" / "record_outputs.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_recorder_selects_questions_by_task(tmp_path):
-    rec = _load_recorder()
+    rec = load_benchmark("record_outputs")
     # The eight MT-bench categories are one task; the others are their own.
     assert (rec.task_of("coding"), rec.task_of("summarization")) == ("mt_bench", "summarization")
     with pytest.raises(ValueError, match="nope"):
@@ -212,17 +197,8 @@ def test_transformers_pld_model_takes_the_earliest_occurrence():
     assert m.propose(DraftRequest(3, 100)).tokens.tolist() == [3, 9, 1]
 
 
-def _load_sweep():
-    spec = importlib.util.spec_from_file_location(
-        "benchmarks_sweep_pld", Path(__file__).resolve().parents[1] / "benchmarks" / "sweep_pld.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_sweep_halves_alternate_questions_and_keep_turns_together(tmp_path, capsys):
-    sweep = _load_sweep()
+    sweep = load_benchmark("sweep_pld")
     recs = [sim.Record(q, t, turn, (q,), (1, 2)) for q, t, turn in
             [(5, "qa", 0), (1, "qa", 0), (3, "qa", 0), (9, "mt", 0), (9, "mt", 1), (8, "mt", 0), (8, "mt", 1)]]
     a, b = sweep.halves(recs)

@@ -197,7 +197,9 @@ def load_model(model: str | None = None, *, dtype: str = "float32", device: str 
         raise ModelLoadError(f"loading model {name!r} needs a Python package that is not installed "
                              f"({missing}): install it with `pip install {missing}`") from exc
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
-        hint = ("it is not in the local Hugging Face cache and lookupdec never downloads: "
+        hint = ("the GGUF file is damaged or truncated, or of a kind transformers cannot read: fetch it again"
+                if "gguf_file" in kwargs else
+                "it is not in the local Hugging Face cache and lookupdec never downloads: "
                 "download it first (e.g. `hf download NAME`) or pass a local directory or .gguf file")
         raise ModelLoadError(f"cannot load model {name!r}: {exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''}; {hint}") from exc
     finally:

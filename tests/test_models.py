@@ -45,6 +45,18 @@ def test_missing_models_give_clear_errors(tmp_path):
         load_model(None, dtype="int3")
 
 
+@pytest.mark.slow
+def test_a_truncated_gguf_file_is_named_damaged_not_missing_from_a_cache(tmp_path, monkeypatch):
+    from lookupdec.models import embedded_model_file
+
+    monkeypatch.setenv("LOOKUPDEC_CACHE", str(tmp_path / "cache"))
+    with open(embedded_model_file(), "rb") as f:
+        (tmp_path / "cut.gguf").write_bytes(f.read(60_000_000))  # the header whole, the tensors cut short
+    with pytest.raises(ModelLoadError, match="cut.gguf.*damaged or truncated.*fetch it again") as info:
+        load_model(str(tmp_path / "cut.gguf"))
+    assert "Hugging Face cache" not in str(info.value)
+
+
 def test_devices_this_machine_lacks_are_refused_before_loading(tmp_path):
     import torch
 

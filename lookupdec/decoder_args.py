@@ -13,12 +13,32 @@ import os
 MAX_DRAFT_BUDGET = 1024
 
 
+def _integer(value, name: str, low: int, high: int | None = None) -> int:
+    """``value`` as an int when it is a whole number from ``low`` to ``high`` (None: no limit; numpy's
+    too, never a bool); else ValueError naming ``name``.
+
+    Example:
+        >>> _integer(3.0, "n", 1), _integer(0, "n", 0, 4)
+        (3, 0)
+        >>> _integer("3", "n", 1)
+        Traceback (most recent call last):
+        ...
+        ValueError: n must be an integer >= 1, got '3'
+    """
+    try:
+        ok = (not isinstance(value, bool) and int(value) == value and low <= value
+              and (high is None or value <= high))
+    except (TypeError, ValueError, OverflowError):  # None, a string, nan or inf
+        ok = False
+    if not ok:
+        span = f">= {low}" if high is None else f"from {low} to {high}"
+        raise ValueError(f"{name} must be an integer {span}, got {value!r}")
+    return int(value)
+
+
 def checked_budget(draft_budget) -> int:
     """``draft_budget`` as an int in 0..``MAX_DRAFT_BUDGET``; else ValueError naming it."""
-    if (isinstance(draft_budget, bool) or int(draft_budget) != draft_budget
-            or not 0 <= draft_budget <= MAX_DRAFT_BUDGET):
-        raise ValueError(f"draft_budget must be an integer from 0 to {MAX_DRAFT_BUDGET}, got {draft_budget!r}")
-    return int(draft_budget)
+    return _integer(draft_budget, "draft_budget", 0, MAX_DRAFT_BUDGET)
 
 
 def check_cost_curve(curve) -> None:
@@ -32,8 +52,7 @@ def check_cost_curve(curve) -> None:
 
 def check_max_new_tokens(max_new_tokens) -> None:
     """ValueError naming it unless ``max_new_tokens`` is an integer >= 0."""
-    if isinstance(max_new_tokens, bool) or int(max_new_tokens) != max_new_tokens or max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
+    _integer(max_new_tokens, "max_new_tokens", 0)
 
 
 def check_callback(fn, name: str, takes: str) -> None:
@@ -57,8 +76,7 @@ def checked_stops(stop) -> list[str]:
 def checked_batch(prompts, batch_size, **per_prompt) -> list:
     """``generate_batch``'s prompts as a list, checked with its batch size and per-prompt lists (None or one
     entry per prompt); else TypeError / ValueError naming the argument."""
-    if isinstance(batch_size, bool) or int(batch_size) != batch_size or batch_size < 1:
-        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+    _integer(batch_size, "batch_size", 1)
     if not isinstance(prompts, (list, tuple)):
         raise TypeError(f"prompts must be a list of prompts (each as generate takes one), got "
                         f"{type(prompts).__name__}; for one prompt call generate")
@@ -79,8 +97,7 @@ def nth_seed(seed, i: int) -> int:
 
 def open_history_arg(history, tokenizer, budget: int | None):
     """``history`` (None, a directory, or an open HistoryStore) as an open store."""
-    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
-        raise ValueError(f"history_budget must be an integer >= 1 (tokens the history keeps), got {budget!r}")
+    budget = None if budget is None else _integer(budget, "history_budget", 1)
     if history is None:
         return None
     from lookupdec.index.history import DEFAULT_BUDGET_TOKENS, HistoryStore, open_history

@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
 
 PEER = """
 import os, torch
@@ -87,8 +88,9 @@ def main(argv=None) -> int:
                 times[name].append(run_case(name, args.model, cache))
                 print(f"[{r + 1}/{args.repeats}] {name}: {times[name][-1]:.2f} s", file=sys.stderr)
     med = {n: statistics.median(v) for n, v in times.items()}
-    cpu = subprocess.run(["sh", "-c", "lscpu | sed -n 's/^Model name: *//p' | head -1"], capture_output=True, text=True).stdout
-    info = {"cpu": cpu.strip() or platform.processor(), "python": platform.python_version(),
+    from lookupdec.costs import device_description
+
+    info = {"cpu": device_description("cpu"), "python": platform.python_version(),
             "model": args.model or "embedded SmolLM2-135M-Instruct (GGUF Q4_1)", "repeats": args.repeats,
             "command": " ".join(sys.argv)}
     print(f"Load time, whole process, median of {args.repeats}; {info['cpu']}; {info['model']}.\n")

@@ -1,28 +1,27 @@
 """A GGUF model's transformers config and tokenizer, kept as plain files after the first load.
 
 transformers builds both from the GGUF metadata, parsing the whole of it each time (for the
-embedded model about 3.5 s for the config and as much again for the tokenizer, most of a
-``lookupdec generate`` call's start). The first load saves what it built under::
+embedded model about 3.5 s for the config and as much again for the tokenizer: half of a first
+``load_model``). The first load saves what it built under::
 
     $LOOKUPDEC_CACHE/gguf/<key>/      (else ~/.cache/lookupdec/gguf/<key>/; XDG_CACHE_HOME respected)
 
-where ``<key>`` hashes the file's path, size and modification time and the versions of transformers
-and tokenizers, so a changed file or another release builds them again. An entry is written only if what reads
-back from it behaves as what was built: the same config, vocabulary, special tokens, chat
-template, and the same ids and text for ``PROBES`` (with and without special tokens, and
-through the chat template). Otherwise, or where the cache cannot be written, every load reads
+where ``<key>`` (``lookupdec.tokenizer.source_key``) hashes the file's path, size and modification
+time and the versions of transformers and tokenizers, so a changed file or another release builds
+them again. An entry is written only if what reads back from it behaves as what was built: the
+same config, vocabulary, special tokens, chat template, and the same ids and text for ``PROBES``
+(with and without special tokens, and through the chat template). Otherwise, or where the cache cannot be written, every load reads
 the file as before. An entry that no longer loads is rebuilt.
 """
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import shutil
 import tempfile
 from pathlib import Path
 
-from lookupdec.tokenizer import cache_root
+from lookupdec.tokenizer import cache_root, source_key
 
 log = logging.getLogger(__name__)
 
@@ -45,10 +44,7 @@ def _key(path: str) -> str:
     import tokenizers
     import transformers
 
-    st = os.stat(path)
-    text = (f"v{CACHE_VERSION}|{os.path.abspath(path)}|{st.st_size}|{st.st_mtime_ns}|{transformers.__version__}|"
-            f"{tokenizers.__version__}")
-    return hashlib.sha256(text.encode()).hexdigest()[:20]
+    return source_key(Path(path), f"gguf{CACHE_VERSION}|{transformers.__version__}|{tokenizers.__version__}")
 
 
 def _read(directory, source: str):

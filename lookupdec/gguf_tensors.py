@@ -74,13 +74,12 @@ def read_llama_tensors(path: str, heads: int, kv_heads: int) -> dict[str, np.nda
     header = read_header(path)
     if header.architecture != "llama":
         return None
-    wanted = [t for t in header.tensors if t.name not in SKIPPED]
-    for t in wanted:
-        if hf_name(t.name) is None or t.type_id not in gguf.GGML_QUANT_SIZES:
-            return None
+    wanted = {t: hf_name(t.name) for t in header.tensors if t.name not in SKIPPED}
+    if any(name is None or t.type_id not in gguf.GGML_QUANT_SIZES for t, name in wanted.items()):
+        return None
     data = np.memmap(path, np.uint8, "r")
     out = {}
-    for t in wanted:
+    for t, name in wanted.items():
         qtype = gguf.GGMLQuantizationType(t.type_id)
         block, size = gguf.GGML_QUANT_SIZES[qtype]
         cols, rows = t.shape[0], int(np.prod(t.shape[1:], dtype=np.int64))
@@ -95,6 +94,6 @@ def read_llama_tensors(path: str, heads: int, kv_heads: int) -> dict[str, np.nda
             w = unpermute(w, heads)
         elif ".attn_k." in t.name:
             w = unpermute(w, kv_heads)
-        out[hf_name(t.name)] = np.ascontiguousarray(w)
+        out[name] = np.ascontiguousarray(w)
     del data
     return out

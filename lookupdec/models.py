@@ -184,8 +184,9 @@ def load_model(model: str | None = None, *, dtype: str = "float32", device: str 
         if "gguf_file" in kwargs:
             from lookupdec.gguf_cache import config_and_tokenizer
 
-            config, tokenizer = config_and_tokenizer(os.path.join(source, kwargs["gguf_file"]))
-            lm = _load_gguf(os.path.join(source, kwargs["gguf_file"]), config, torch_dtype)
+            path = os.path.join(source, kwargs["gguf_file"])
+            config, tokenizer = config_and_tokenizer(path)
+            lm = _load_gguf(path, config, torch_dtype)
         else:
             tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)
             lm = AutoModelForCausalLM.from_pretrained(source, local_files_only=True, dtype=torch_dtype)

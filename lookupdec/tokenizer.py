@@ -202,11 +202,12 @@ def _hub_cache_lookup(repo_id: str) -> Path | None:
     return Path(found) if isinstance(found, str) else None
 
 
-def _source_key(source: Path) -> str:
-    """Cache key: the source's absolute path, sizes and mtimes, and the export version."""
+def source_key(source: Path, version: str = f"v{_EXPORT_VERSION}") -> str:
+    """Cache key of what was made from ``source`` (a file or a directory): its absolute path, its files'
+    sizes and mtimes, and ``version`` (the maker's own: by default this module's export version)."""
     source = source.resolve()
     files = [source] if source.is_file() else sorted(p for p in source.iterdir() if p.is_file())
-    h = hashlib.sha256(f"v{_EXPORT_VERSION}|{source}".encode())
+    h = hashlib.sha256(f"{version}|{source}".encode())
     for f in files:
         st = f.stat()
         h.update(f"|{f.name}|{st.st_size}|{st.st_mtime_ns}".encode())
@@ -215,7 +216,7 @@ def _source_key(source: Path) -> str:
 
 def _export_cached(source: Path) -> Path:
     """Return the cached tokenizer.json for ``source`` (a .gguf file or a model dir), exporting it once."""
-    out = cache_root() / "tokenizers" / _source_key(source) / "tokenizer.json"
+    out = cache_root() / "tokenizers" / source_key(source) / "tokenizer.json"
     if out.is_file():
         return out
     if source.is_file():

@@ -204,12 +204,11 @@ def main(argv=None) -> int:
         run_one(m, dec, peer, warm, cases[0], 8)
     rows: list[Row] = []
     mismatches = []
-    began, done = time.perf_counter(), 0
+    began = time.perf_counter()
     for i, case in enumerate(cases):
         if i and args.time_limit is not None and time.perf_counter() - began > args.time_limit:
             print(f"--time-limit {args.time_limit:g} s reached after {i} of {len(cases)} cases", file=sys.stderr)
             break
-        done = i + 1
         prompt_ids = dec.encode(case.messages())
         budget = args.max_new_tokens
         if not args.whole_output:
@@ -237,7 +236,7 @@ def main(argv=None) -> int:
                           for r in rows if r.case == case.name) + " tokens/s",
               file=sys.stderr)
     summary = summarize(rows, args.methods)
-    info = {"cases": done, "max_new_tokens": args.max_new_tokens, "torch": torch.__version__,
+    info = {"cases": len({r.case for r in rows}), "max_new_tokens": args.max_new_tokens, "torch": torch.__version__,
             "answer": "whole output" if args.whole_output else f"up to the code block's end ({ANSWER_END!r})",
             "threads": torch.get_num_threads(), "machine": f"{platform.machine()} {platform.processor()}".strip(),
             "model": dec.loaded.name, "weights": dec.weights, "python": platform.python_version(), "command": " ".join(sys.argv)}

@@ -181,3 +181,18 @@ def load_benchmark(name: str):
     sys.modules[spec.name] = mod
     spec.loader.exec_module(mod)
     return mod
+
+
+def add_gguf_tensor(writer, name: str, x, kind: str) -> None:
+    """Add float32 array ``x`` to a ``gguf.GGUFWriter`` stored as ``kind`` ("F32", "F16" or a GGML block type)."""
+    import numpy as np
+    from gguf import GGMLQuantizationType
+    from gguf.quants import quantize
+
+    if kind == "F32":
+        writer.add_tensor(name, x)
+    elif kind == "F16":
+        writer.add_tensor(name, x.astype(np.float16))
+    else:
+        qtype = getattr(GGMLQuantizationType, kind)
+        writer.add_tensor(name, quantize(x, qtype), raw_dtype=qtype)

@@ -6,15 +6,14 @@ import pytest
 import torch
 
 from lookupdec.gguf_tensors import hf_name, read_llama_tensors, unpermute
+from tests.conftest import add_gguf_tensor
 
 HEADS, KV_HEADS, HIDDEN, FFN, LAYERS, VOCAB = 4, 2, 64, 96, 2, 40
 
 
 def _llama_gguf(path, kinds=("Q4_1", "Q8_0", "F16", "F32"), arch="llama", extra=None, tied=False):
     """A tiny Llama GGUF with every layer tensor in one of ``kinds`` (in turn), as llama.cpp lays it out."""
-    from gguf import GGMLQuantizationType as T
     from gguf import GGUFWriter
-    from gguf.quants import quantize
 
     rng = np.random.default_rng(7)
     w = GGUFWriter(str(path), arch)
@@ -37,13 +36,7 @@ def _llama_gguf(path, kinds=("Q4_1", "Q8_0", "F16", "F32"), arch="llama", extra=
     shapes |= extra or {}
     for j, (name, shape) in enumerate(shapes.items()):
         x = rng.standard_normal(shape).astype(np.float32)
-        kind = "F32" if len(shape) == 1 else kinds[j % len(kinds)]
-        if kind == "F32":
-            w.add_tensor(name, x)
-        elif kind == "F16":
-            w.add_tensor(name, x.astype(np.float16))
-        else:
-            w.add_tensor(name, quantize(x, getattr(T, kind)), raw_dtype=getattr(T, kind))
+        add_gguf_tensor(w, name, x, "F32" if len(shape) == 1 else kinds[j % len(kinds)])
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

@@ -243,9 +243,9 @@ def test_the_float16_exactness_audit_runs_every_method_without_a_mismatch(tmp_pa
 
 
 def _tiny_gguf(path, kinds):
-    from gguf import GGMLQuantizationType as T
     from gguf import GGUFWriter
-    from gguf.quants import quantize
+
+    from tests.conftest import add_gguf_tensor
 
     rng = np.random.default_rng(0)
     w = GGUFWriter(str(path), "llama")
@@ -255,13 +255,7 @@ def _tiny_gguf(path, kinds):
     w.add_float32("llama.rope.freq_base", 10000.0)
     w.add_tensor("norm.weight", np.ones(64, np.float32))  # 1-D tensors do not count
     for i, kind in enumerate(kinds):
-        x = rng.standard_normal((4, 64)).astype(np.float32)
-        if kind == "F32":
-            w.add_tensor(f"m{i}.weight", x)
-        elif kind == "F16":
-            w.add_tensor(f"m{i}.weight", x.astype(np.float16))
-        else:
-            w.add_tensor(f"m{i}.weight", quantize(x, getattr(T, kind)), raw_dtype=getattr(T, kind))
+        add_gguf_tensor(w, f"m{i}.weight", rng.standard_normal((4, 64)).astype(np.float32), kind)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

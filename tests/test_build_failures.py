@@ -5,7 +5,6 @@ import errno
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,7 +16,7 @@ from click.testing import CliRunner
 
 from lookupdec.cli import main
 from lookupdec.index import build_index_from_tokens, open_index
-from lookupdec.index.outdir import BuildError, remove_stale
+from lookupdec.index.outdir import HOST, BuildError, remove_stale
 from tests.conftest import checkout_env
 
 REPO = Path(__file__).resolve().parents[1]
@@ -105,24 +104,28 @@ def test_full_disk_says_free_space(tmp_path, monkeypatch):
             subprocess.run(["umount", str(small)])
 
 
-def test_stale_temporary_directories_of_dead_builds_are_removed(tmp_path):
-    out = tmp_path / "i"
-    dead = tmp_path / ".i.tmp-999999-dead"
+@pytest.mark.parametrize("name", ["i", "my-index[1]"])
+def test_stale_temporary_directories_of_dead_builds_are_removed(tmp_path, name):
+    out = tmp_path / name
+    dead = tmp_path / f".{name}.tmp-{2**22 + 12345}-{HOST}-dead"
     dead.mkdir()
-    (dead / ".owner").write_text(json.dumps({"host": socket.gethostname(), "pid": 2**22 + 12345}))
     (dead / "shard-00000.tokens.i32").write_bytes(b"x" * 1000)
-    alive = tmp_path / ".i.tmp-1-live"
+    swap = tmp_path / f".{name}.old-{2**22 + 12346}-{HOST}-x1"  # an interrupted swap, its owner gone
+    (swap / "index").mkdir(parents=True)
+    alive = tmp_path / f".{name}.tmp-{os.getpid()}-{HOST}-live"
     alive.mkdir()
-    (alive / ".owner").write_text(json.dumps({"host": socket.gethostname(), "pid": os.getpid()}))
-    other_host = tmp_path / ".i.tmp-5-remote"
+    other_host = tmp_path / f".{name}.tmp-{2**22 + 12345}-0000beef-remote"
     other_host.mkdir()
-    (other_host / ".owner").write_text(json.dumps({"host": "another-machine", "pid": 5}))
-    unrelated = tmp_path / ".j.tmp-5-x"
+    no_owner = tmp_path / f".{name}.tmp-{2**22 + 12345}"
+    no_owner.mkdir()
+    unrelated = tmp_path / f".j.tmp-{2**22 + 12345}-{HOST}-x"
     unrelated.mkdir()
     build_index_from_tokens([[1, 2, 3]], out)
-    assert not dead.exists()  # its process is gone
-    assert alive.exists() and other_host.exists() and unrelated.exists()  # not provably abandoned, or not ours
+    assert not dead.exists() and not swap.exists()  # their processes are gone
+    kept = [alive, other_host, no_owner, unrelated]  # not provably abandoned, or not ours
+    assert all(d.exists() for d in kept)
     assert remove_stale(out) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([name] + [d.name for d in kept])
 
 
 KILLED_BUILD = """

@@ -1,13 +1,15 @@
 """Where a build writes: a hidden temporary sibling, installed by one rename.
 
-- **Nothing half-written.** Everything is written into ``.<name>.tmp-<pid>-<hex>``
-  next to the output directory; it is renamed to its final name only when
-  complete. ``overwrite`` moves the old index aside (``.<name>.old-*``),
-  renames the new one in, then deletes the old one.
-- **Nothing left behind.** Each temporary directory records its owner (host
-  and process id, in ``.owner``). A build that is killed cannot remove its own;
-  the next build into the same place removes every one whose process is gone
-  (on this host), and ``.old-*`` directories of interrupted swaps.
+- **Nothing half-written.** Everything is written into
+  ``.<name>.tmp-<pid>-<host>-<hex>`` next to the output directory; it is
+  renamed to its final name only when complete. ``overwrite`` moves the old
+  index aside (``.<name>.old-<pid>-<host>-<hex>``), renames the new one in,
+  then deletes the old one.
+- **Nothing left behind.** A temporary directory's name records its owner
+  (process id, and ``<host>``, a hash of the host name), so the record exists
+  from the instant ``mkdir`` returns and survives a half-finished removal. A
+  build that is killed cannot remove its own; the next build into the same
+  place removes every one whose process is gone (on this host).
 - **Failures are messages.** ``os_failure`` turns the OS errors a build can hit
   (permissions, a full disk, a read-only filesystem) into a ``BuildError`` that
   names the path and the fix.
@@ -17,7 +19,7 @@ This module must not import torch.
 from __future__ import annotations
 
 import errno
-import json
+import hashlib
 import os
 import secrets
 import shutil
@@ -28,7 +30,7 @@ from pathlib import Path
 from lookupdec.errors import IndexFormatError, LookupdecError
 from lookupdec.index.manifest import MANIFEST_NAME
 
-OWNER = ".owner"
+HOST = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]  # names carry it: no dashes, fixed length
 
 
 class BuildError(LookupdecError, OSError):
@@ -73,12 +75,10 @@ def make_temp(out: Path) -> Path:
         BuildError: the parent directory cannot be written.
     """
     remove_stale(out)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+    tmp = out.parent / f".{out.name}.tmp-{_owner_tag()}{secrets.token_hex(4)}"
     try:
         os.mkdir(tmp)  # unlike mkdtemp's 0700: the usual permissions, which the index keeps
-        (tmp / OWNER).write_text(json.dumps({"host": socket.gethostname(), "pid": os.getpid()}))
     except OSError as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
         raise os_failure(exc, out) from None
     return tmp
 
@@ -90,33 +90,26 @@ def remove_stale(out: Path) -> list[Path]:
         The directories removed.
     """
     removed = []
-    host = socket.gethostname()
     try:
-        siblings = list(out.parent.glob(f".{out.name}.tmp-*")) + list(out.parent.glob(f".{out.name}.old-*"))
+        names = [d.name for d in out.parent.iterdir()]  # not glob: the name may hold [, * or ?
     except OSError:
         return removed
-    old_prefix = f".{out.name}.old-"
-    for d in siblings:
-        owner = _owner(d)
-        if owner is None:
-            if not d.name.startswith(old_prefix):
-                continue  # no owner recorded: not ours to judge
-            pid = d.name[len(old_prefix):].split("-")[0]  # swap directories carry their pid in the name
-            owner = {"host": host, "pid": int(pid) if pid.isdigit() else -1}
-        if owner.get("host") == host and not _alive(int(owner.get("pid", -1))):
-            shutil.rmtree(d, ignore_errors=True)
-            removed.append(d)
+    for prefix in (f".{out.name}.tmp-", f".{out.name}.old-"):
+        for name in names:
+            pid, host, *_ = name[len(prefix):].split("-") + ["", ""]
+            if name.startswith(prefix) and host == HOST and pid.isdigit() and not _alive(int(pid)):
+                shutil.rmtree(out.parent / name, ignore_errors=True)  # other names: not ours to judge
+                removed.append(out.parent / name)
     return removed
 
 
 def install(tmp: Path, out: Path, overwrite: bool) -> None:
     """Rename the finished ``tmp`` to ``out``; with ``overwrite``, swap out an existing index."""
-    (tmp / OWNER).unlink(missing_ok=True)
     if out.exists():
         if not overwrite or not looks_like_index(out):  # re-checked: it may have appeared meanwhile
             raise IndexFormatError(f"{out} appeared during the build; nothing was replaced (pass overwrite=True to "
                                    "replace it)")
-        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-{os.getpid()}-", dir=out.parent))
+        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-{_owner_tag()}", dir=out.parent))
         os.rename(out, old / "index")
         try:
             os.rename(tmp, out)
@@ -159,11 +152,9 @@ def memory_failure(shard_tokens: int) -> BuildError:
                       f"{shard_tokens * 13 // 2**20:,} MiB needed); lower --shard-tokens (or --max-memory)")
 
 
-def _owner(d: Path) -> dict | None:
-    try:
-        return json.loads((d / OWNER).read_text())
-    except (OSError, ValueError):
-        return None
+def _owner_tag() -> str:
+    """``<pid>-<host>-``: the owner, as the start of a temporary directory's random suffix."""
+    return f"{os.getpid()}-{HOST}-"
 
 
 def _alive(pid: int) -> bool:

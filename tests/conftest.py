@@ -171,12 +171,17 @@ def hf_greedy(model, prompt_ids, max_new_tokens, eos_id=EOS_ID) -> list[int]:
 
 
 def load_benchmark(name: str):
-    """A script of benchmarks/ imported as a module (``benchmarks/<name>.py``), for testing it at tiny scale."""
+    """A script of benchmarks/ imported as a module (``benchmarks/<name>.py``), for testing it at tiny scale.
+
+    benchmarks/ goes on ``sys.path`` first: its scripts import each other (``simulate``, ``specbench``).
+    """
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
+    bench = Path(__file__).resolve().parents[1] / "benchmarks"
+    if str(bench) not in sys.path:
+        sys.path.insert(0, str(bench))
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", bench / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod
     spec.loader.exec_module(mod)

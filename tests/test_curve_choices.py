@@ -1,20 +1,14 @@
 """benchmarks/curve_choices.py: auto's tree follows the cost curve; the LogitSpec source drafts what its rule says."""
-import importlib.util
 import sys
-from pathlib import Path
 
 import numpy as np
 
 from lookupdec.drafters.base import DraftRequest, StepOutcome
 from lookupdec.drafters.calibrate import Calibration
+from tests.conftest import load_benchmark
 
-_root = Path(__file__).resolve().parents[1] / "benchmarks"
-sys.path.insert(0, str(_root))
-_spec = importlib.util.spec_from_file_location("benchmarks_curve_choices", _root / "curve_choices.py")
-cc = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = cc
-_spec.loader.exec_module(cc)
-sim = sys.modules["simulate"]
+cc = load_benchmark("curve_choices")
+sim = sys.modules["simulate"]  # as curve_choices imported it
 
 
 def _logitspec_oracle(seq, cands, k, depth):

@@ -1,26 +1,16 @@
 """benchmarks/exactness.py runs end to end, and catches a method whose output differs from ar's."""
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-from tests.conftest import TEST_DEVICE, save_tiny
-
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+from tests.conftest import TEST_DEVICE, load_benchmark, save_tiny
 
 
 @pytest.fixture(scope="module")
 def ex():
-    sys.path.insert(0, str(BENCH))
-    spec = importlib.util.spec_from_file_location("exactness_audit", BENCH / "exactness.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("exactness")
 
 
 @pytest.fixture(scope="module")

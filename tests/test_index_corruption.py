@@ -1,7 +1,6 @@
 """Damaged indexes: every lookup is a clear error or harmless drafts, never a crash."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import subprocess
@@ -13,13 +12,11 @@ import pytest
 
 from lookupdec.index import build_index_from_tokens, open_index
 from lookupdec.errors import IndexFormatError
-from tests.conftest import TINY_VOCAB, char_tokenizer, checkout_env
+from tests.conftest import TINY_VOCAB, char_tokenizer, checkout_env, load_benchmark
 
 REPO = Path(__file__).resolve().parents[1]
 # corrupt() and PROBE live in benchmarks/damage.py: benchmarks/reliability.py uses them too.
-_spec = importlib.util.spec_from_file_location("bench_damage", REPO / "benchmarks" / "damage.py")
-damage = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(damage)
+damage = load_benchmark("damage")
 PROBE = damage.PROBE
 
 

@@ -1,19 +1,13 @@
 """The simulator's replay of Token Recycling from recorded top-k, on hand-made records."""
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from lookupdec.tree import DraftTree
+from tests.conftest import load_benchmark
 
-_spec = importlib.util.spec_from_file_location(
-    "benchmarks_simulate_recycle", Path(__file__).resolve().parents[1] / "benchmarks" / "simulate.py")
-sim = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = sim
-_spec.loader.exec_module(sim)
+sim = load_benchmark("simulate")
 
 
 def _periodic_record(qid=1):
@@ -81,11 +75,7 @@ def test_recorder_topk_rows_are_the_causal_forward_at_each_output_position():
 
     from tests.conftest import batch_of, tiny_model
 
-    spec = importlib.util.spec_from_file_location(
-        "benchmarks_record_outputs_topk", Path(__file__).resolve().parents[1] / "benchmarks" / "record_outputs.py")
-    rec_mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = rec_mod
-    spec.loader.exec_module(rec_mod)
+    rec_mod = load_benchmark("record_outputs")
     model = tiny_model(0)
 
     def logits(ids, rows):

@@ -14,7 +14,7 @@ from tests.oracles.forward import reference_forward
 from lookupdec.products import MIN_PRODUCT_ROWS, _LinearF16, make_linear
 from lookupdec.models import LoadedModel
 from lookupdec.weights import WeightsChoice, auto_candidates, pick_faster
-from tests.conftest import TINY_VOCAB, char_tokenizer, save_tiny, tiny_loaded, tiny_model
+from tests.conftest import TINY_VOCAB, char_tokenizer, load_benchmark, save_tiny, tiny_loaded, tiny_model
 from tests.oracles.weights import linear_reference, rounded_model
 from tests.test_decoder_exact import OracleDrafter, RandomDrafter
 
@@ -212,18 +212,9 @@ def test_cli_generate_takes_weights(tmp_path):
 def test_the_float16_exactness_audit_runs_every_method_without_a_mismatch(tmp_path):
     """benchmarks/exactness.py --weights float16 (what the full audit runs on the embedded model), at tiny scale
     on unscaled weights: every registered method, draft included, equals ar in float16."""
-    import importlib.util
-    import sys
-    from pathlib import Path
-
     from lookupdec.methods import METHODS
 
-    bench = Path(__file__).resolve().parents[1] / "benchmarks"
-    sys.path.insert(0, str(bench))
-    spec = importlib.util.spec_from_file_location("exactness_audit_fp16", bench / "exactness.py")
-    ex = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = ex
-    spec.loader.exec_module(ex)
+    ex = load_benchmark("exactness")
     from lookupdec.index.build import build_index
 
     corpus = tmp_path / "corpus.txt"
@@ -296,13 +287,7 @@ def test_embedded_model_methods_equal_ar_in_float16(real_loaded):
 def test_embedded_model_peak_memory_is_within_1_2x_of_transformers_own_loader(tmp_path):
     """Issue 18/19's bound, first run on a machine (empty cache: the format choice and the cost curve are
     measured in the process): Decoder().generate() against from_pretrained(gguf_file=...) + generate()."""
-    import importlib.util
-    from pathlib import Path
-
-    bench = Path(__file__).resolve().parents[1] / "benchmarks"
-    spec = importlib.util.spec_from_file_location("bench_memory_slow", bench / "memory.py")
-    mem = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mem)
+    mem = load_benchmark("memory")
     base = mem.probe("transformers", None, 8, 2, None)
     ours = mem.probe("lookupdec:auto", None, 8, 2, str(tmp_path))
     assert base["new_tokens"] > 0 and ours["new_tokens"] > 0

@@ -75,6 +75,16 @@ def test_a_bad_input_line_is_named_by_file_and_line_before_anything_is_generated
     assert "Traceback" not in r.output and r.stdout == ""  # the good first line was not generated either
 
 
+def test_an_unreadable_input_file_names_the_problem_and_the_fix(model_dir, tmp_path):
+    latin = tmp_path / "latin.jsonl"
+    latin.write_bytes(b'"fine"\n"caf\xe9"\n')  # Latin-1, not UTF-8: the bad byte is on line 2
+    for path, message in [(latin, "not UTF-8 (byte 0xe9 on line 2); convert the file to UTF-8"),
+                          (tmp_path / "missing.jsonl", "No such file or directory; pass a readable file")]:
+        r = CliRunner().invoke(main, ["generate", "--model", model_dir, "--input", str(path), "--method", "ar"])
+        assert r.exit_code == 1 and message in r.output and "Traceback" not in r.output, r.output
+        assert r.stdout == ""
+
+
 def test_method_help_names_every_registered_method():
     from lookupdec.methods import METHODS
 

@@ -32,8 +32,13 @@ def _read_text(path: str, what: str) -> str:
     try:
         with open(path, encoding="utf-8") as f:
             return f.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise click.ClickException(f"cannot read {what} {path!r}: {exc}")
+    except UnicodeDecodeError as exc:
+        line = exc.object[:exc.start].count(b"\n") + 1
+        raise click.ClickException(f"cannot read {what} {path!r}: not UTF-8 (byte 0x{exc.object[exc.start]:02x} on "
+                                   f"line {line}); convert the file to UTF-8") from None
+    except OSError as exc:
+        why = exc.strerror or exc
+        raise click.ClickException(f"cannot read {what} {path!r}: {why}; pass a readable file") from None
 
 
 def _record(rec, where: str) -> Request:

@@ -17,10 +17,26 @@ def test_encode_prompt_forms():
     msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
     assert tok.decode(encode_prompt(tok, msgs)) == "<s>system: s\n<s>user: u\n<s>assistant: "
     assert tok.decode(encode_prompt(tok, "hi", chat_template=False)) == "hi"
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="got float"):
         encode_prompt(tok, 3.5)
     with pytest.raises(ValueError, match="empty"):
         encode_prompt(tok, [])
+
+
+def test_token_ids_may_come_as_numpy_or_torch_integers():
+    import numpy as np
+    import torch
+
+    tok = char_tokenizer()
+    for ids in [np.array([7, 8, 9]), np.array([7, 8, 9], np.uint16), torch.tensor([7, 8, 9]),
+                [np.int64(7), np.int32(8), 9], (7, 8, 9)]:
+        out = encode_prompt(tok, ids)
+        assert out == [7, 8, 9] and all(type(t) is int for t in out), ids
+    with pytest.raises(TypeError, match=r"must be 1-D, got shape \(1, 3\); pass one row"):
+        encode_prompt(tok, torch.tensor([[7, 8, 9]]))  # what tokenizer(..., return_tensors="pt") gives
+    for bad in [np.array([7.0, 8.0]), [7, 8.5], [True, False], torch.tensor([1.0])]:
+        with pytest.raises(TypeError, match="token ids"):
+            encode_prompt(tok, bad)
 
 
 def test_local_directory_round_trip(tmp_path):
@@ -72,8 +88,10 @@ def test_devices_this_machine_lacks_are_refused_before_loading(tmp_path):
 
 def test_prompt_longer_than_context_is_refused():
     dec = Decoder(tiny_loaded(0), hf_kernels=True)
-    with pytest.raises(ContextTooLongError, match=r"250 tokens.*max_new_tokens is 10.*256"):
+    with pytest.raises(ContextTooLongError, match=r"250 tokens.*max_new_tokens is 10.*256.*max_new_tokens to at most 6"):
         dec.generate([5, 6, 7, 8, 9] * 50, method="ar", max_new_tokens=10)
+    with pytest.raises(ContextTooLongError, match=r"260 tokens.*shorten the prompt to fewer than 256 tokens"):
+        dec.generate([5, 6, 7, 8, 9] * 52, method="ar", max_new_tokens=1)  # no max_new_tokens would fit
     out = dec.generate([5, 6, 7, 8, 9] * 50, method="ar", max_new_tokens=6)
     assert out.new_tokens <= 6
 

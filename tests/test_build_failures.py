@@ -5,6 +5,7 @@ import errno
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -120,9 +121,15 @@ def test_stale_temporary_directories_of_dead_builds_are_removed(tmp_path, name):
     no_owner.mkdir()
     unrelated = tmp_path / f".j.tmp-{2**22 + 12345}-{HOST}-x"
     unrelated.mkdir()
+    older = {}  # directories of builds that kept their owner in an .owner file
+    for what, host, pid in [("dead", socket.gethostname(), 2**22 + 12345), ("live", socket.gethostname(), os.getpid()),
+                            ("remote", "another-machine", 2**22 + 12345)]:
+        older[what] = tmp_path / f".{name}.tmp-{pid}-{what}"
+        older[what].mkdir()
+        (older[what] / ".owner").write_text(json.dumps({"host": host, "pid": pid}))
     build_index_from_tokens([[1, 2, 3]], out)
-    assert not dead.exists() and not swap.exists()  # their processes are gone
-    kept = [alive, other_host, no_owner, unrelated]  # not provably abandoned, or not ours
+    assert not dead.exists() and not swap.exists() and not older["dead"].exists()  # their processes are gone
+    kept = [alive, other_host, no_owner, unrelated, older["live"], older["remote"]]  # alive, or not provably ours
     assert all(d.exists() for d in kept)
     assert remove_stale(out) == []
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([name] + [d.name for d in kept])

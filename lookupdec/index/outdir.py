@@ -9,7 +9,8 @@
   (process id, and ``<host>``, a hash of the host name), so the record exists
   from the instant ``mkdir`` returns and survives a half-finished removal. A
   build that is killed cannot remove its own; the next build into the same
-  place removes every one whose process is gone (on this host).
+  place removes every one whose process is gone (on this host), and those of
+  older builds, which recorded their owner in an ``.owner`` file.
 - **Failures are messages.** ``os_failure`` turns the OS errors a build can hit
   (permissions, a full disk, a read-only filesystem) into a ``BuildError`` that
   names the path and the fix.
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import json
 import os
 import secrets
 import shutil
@@ -95,12 +97,26 @@ def remove_stale(out: Path) -> list[Path]:
     except OSError:
         return removed
     for prefix in (f".{out.name}.tmp-", f".{out.name}.old-"):
-        for name in names:
+        for name in (n for n in names if n.startswith(prefix)):
             pid, host, *_ = name[len(prefix):].split("-") + ["", ""]
-            if name.startswith(prefix) and host == HOST and pid.isdigit() and not _alive(int(pid)):
-                shutil.rmtree(out.parent / name, ignore_errors=True)  # other names: not ours to judge
+            if host != HOST or not pid.isdigit():
+                pid = _older_owner(out.parent / name)
+                if pid is None:
+                    continue  # another host's, or not a build's: not ours to judge
+            if not _alive(int(pid)):
+                shutil.rmtree(out.parent / name, ignore_errors=True)
                 removed.append(out.parent / name)
     return removed
+
+
+def _older_owner(d: Path) -> str | None:
+    """The process id in the ``.owner`` file that builds before the owner moved into the name wrote
+    (``{"host": ..., "pid": ...}``), when it names this host; else None."""
+    try:
+        owner = json.loads((d / ".owner").read_text())
+        return str(int(owner["pid"])) if owner["host"] == socket.gethostname() else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def install(tmp: Path, out: Path, overwrite: bool) -> None:

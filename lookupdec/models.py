@@ -286,7 +286,8 @@ class _parameters_on_meta:
 
 def _token_ids(prompt) -> list[int] | None:
     """``prompt`` as token ids when it is a list or tuple of integers or a 1-D integer array or tensor; else None."""
-    if getattr(prompt, "ndim", None) == 1 and str(prompt.dtype).removeprefix("torch.").startswith(("int", "uint")):
+    if getattr(prompt, "ndim", None) == 1 and str(getattr(prompt, "dtype", "")).removeprefix("torch.").startswith(
+            ("int", "uint")):
         return [int(t) for t in prompt.tolist()]
     if isinstance(prompt, (list, tuple)) and all(isinstance(t, numbers.Integral) and not isinstance(t, bool)
                                                  for t in prompt):
@@ -343,7 +344,7 @@ def _encode_text(tokenizer, prompt, chat_template: bool) -> list[int]:
                 raise TypeError(f"message {i}'s content must be a string, got {type(m['content']).__name__}")
         return _apply_template(tokenizer, list(prompt))
     if getattr(prompt, "ndim", 1) != 1:
-        raise TypeError(f"a prompt of token ids must be 1-D, got shape {tuple(prompt.shape)}; pass one row (ids[0]), "
+        raise TypeError(f"a prompt of token ids must be 1-D, got {prompt.ndim} dimensions; pass one row (ids[0]), "
                         "and several prompts to generate_batch")
     raise TypeError("prompt must be a str, a list of chat messages or token ids (a list of integers or a 1-D "
                     f"integer array), got {type(prompt).__name__}")

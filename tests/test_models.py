@@ -24,6 +24,8 @@ def test_encode_prompt_forms():
 
 
 def test_token_ids_may_come_as_numpy_or_torch_integers():
+    from types import SimpleNamespace
+
     import numpy as np
     import torch
 
@@ -32,9 +34,9 @@ def test_token_ids_may_come_as_numpy_or_torch_integers():
                 [np.int64(7), np.int32(8), 9], (7, 8, 9)]:
         out = encode_prompt(tok, ids)
         assert out == [7, 8, 9] and all(type(t) is int for t in out), ids
-    with pytest.raises(TypeError, match=r"must be 1-D, got shape \(1, 3\); pass one row"):
+    with pytest.raises(TypeError, match=r"must be 1-D, got 2 dimensions; pass one row"):
         encode_prompt(tok, torch.tensor([[7, 8, 9]]))  # what tokenizer(..., return_tensors="pt") gives
-    for bad in [np.array([7.0, 8.0]), [7, 8.5], [True, False], torch.tensor([1.0])]:
+    for bad in [np.array([7.0, 8.0]), [7, 8.5], [True, False], torch.tensor([1.0]), SimpleNamespace(ndim=1)]:
         with pytest.raises(TypeError, match="token ids"):
             encode_prompt(tok, bad)
 

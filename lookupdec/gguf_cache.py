@@ -26,7 +26,6 @@ from lookupdec.tokenizer import cache_root, source_key
 log = logging.getLogger(__name__)
 
 CACHE_VERSION = 1
-_DONE = "complete"  # written last: an entry without it is ignored
 # Text a tokenizer read back from the cache must split and join exactly as the one built from the file.
 PROBES = (
     "Hello world!",
@@ -84,9 +83,8 @@ def _store(entry: Path, config, tokenizer, source: str) -> None:
         if _behaviour(*_read(tmp, source)) != _behaviour(config, tokenizer):
             log.info("the config and tokenizer of %s do not read back alike from files: not cached", source)
             return
-        (tmp / _DONE).write_text("")
         shutil.rmtree(entry, ignore_errors=True)  # a damaged entry
-        os.replace(tmp, entry)
+        os.replace(tmp, entry)  # an entry appears whole or not at all
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -104,10 +102,10 @@ def config_and_tokenizer(path: str):
 
     source, name = os.path.dirname(path), os.path.basename(path)
     entry = cache_root() / "gguf" / _key(path)
-    if (entry / _DONE).is_file():
+    if entry.is_dir():
         try:
             return _read(entry, source)
-        except Exception as exc:  # noqa: BLE001  (a damaged entry: read the file and write it again)
+        except Exception as exc:  # noqa: BLE001  (a damaged or half-removed entry: read the file, write it again)
             log.info("cached config and tokenizer %s unreadable (%s): reading %s", entry, exc, path)
     config = AutoConfig.from_pretrained(source, gguf_file=name, local_files_only=True)
     tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=name, local_files_only=True)

@@ -8,7 +8,8 @@ Cases (the embedded GGUF model unless ``--model``):
   the config and tokenizer from the file and saves them);
 - ``load_model warm``: the same with that cache in place;
 - ``Decoder warm``: ``lookupdec.Decoder(model)``, the weight format chosen and packed, warm cache;
-- ``generate warm``: the command ``lookupdec generate --prompt ... --max-new-tokens 8 --method ar``.
+- ``generate warm``: the command ``lookupdec generate --prompt ... --max-new-tokens 8 --method ar``
+  (its entry point, ``lookupdec.cli.main``, called with those arguments).
 
 Every case starts a Python interpreter and imports what it needs, so each time includes that
 (the ``python`` case, an interpreter importing torch and transformers and nothing else, shows how
@@ -50,17 +51,16 @@ CASES = {
     "load_model cold": "from lookupdec.models import load_model; load_model({model!r})",
     "load_model warm": "from lookupdec.models import load_model; load_model({model!r})",
     "Decoder warm": "from lookupdec import Decoder; Decoder({model!r})",
+    # What the `lookupdec` command runs (its entry point is lookupdec.cli.main).
+    "generate warm": "from lookupdec.cli import main; main(['generate', '--prompt', 'Say hello.', "
+                     "'--max-new-tokens', '8', '--method', 'ar'] + (['--model', {model!r}] if {model!r} else []))",
 }
 
 
 def run_case(name: str, model: str | None, cache: str) -> float:
     env = {**os.environ, "LOOKUPDEC_CACHE": cache, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)}
-    if name == "generate warm":
-        cmd = [sys.executable, "-m", "lookupdec", "generate", "--prompt", "Say hello.", "--max-new-tokens", "8",
-               "--method", "ar"] + (["--model", model] if model else [])
-    else:
-        cmd = [sys.executable, "-c", CASES[name].format(model=model)]
+    cmd = [sys.executable, "-c", CASES[name].format(model=model)]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - t0
@@ -77,13 +77,12 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.repeats < 1:
         ap.error("--repeats must be >= 1")
-    names = list(CASES) + ["generate warm"]
-    times: dict[str, list[float]] = {n: [] for n in names}
+    times: dict[str, list[float]] = {n: [] for n in CASES}
     with tempfile.TemporaryDirectory(prefix="lookupdec-load-") as root:
         warm = os.path.join(root, "warm")
         run_case("Decoder warm", args.model, warm)  # untimed: fills the warm cache (config, tokenizer, weight format)
         for r in range(args.repeats):
-            for name in names:
+            for name in CASES:
                 cache = os.path.join(root, f"cold{r}") if name == "load_model cold" else warm  # cold: empty
                 times[name].append(run_case(name, args.model, cache))
                 print(f"[{r + 1}/{args.repeats}] {name}: {times[name][-1]:.2f} s", file=sys.stderr)
@@ -95,7 +94,7 @@ def main(argv=None) -> int:
             "command": " ".join(sys.argv)}
     print(f"Load time, whole process, median of {args.repeats}; {info['cpu']}; {info['model']}.\n")
     print("| case | seconds | x transformers |\n|---|---:|---:|")
-    for n in names:
+    for n in CASES:
         print(f"| {n} | {med[n]:.2f} | {med[n] / med['transformers']:.2f} |")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

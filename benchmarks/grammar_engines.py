@@ -29,7 +29,6 @@ def _stats(xs):
 
 def bench_llguidance(tok_json: str, ids: list[int], vocab: int, eos: int):
     import llguidance
-    import numpy as np
     from llguidance.numpy import allocate_token_bitmask, fill_next_token_bitmask
 
     t0 = time.perf_counter()

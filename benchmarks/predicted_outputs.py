@@ -36,7 +36,6 @@ import argparse
 import json
 import math
 import platform
-import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -155,7 +154,7 @@ def summarize(rows: list[Row], methods: list[str]) -> dict:
 def markdown(summary: dict, info: dict) -> str:
     lines = [f"Predicted Outputs on code editing: {info['cases']} cases, {info['max_new_tokens']} new tokens at most, "
              f"answer {info.get('answer', 'whole output')}, greedy; {info['machine']}; torch {info['torch']}, "
-             f"{info['threads']} threads, weights {info.get('weights', '?')}.", ""]
+             f"{info['threads']} threads, weights {info.get('weights') or '-'}.", ""]
     for subset, per in summary.items():
         if not per:
             lines += [f"**{subset}**: no case", ""]
@@ -181,6 +180,7 @@ def main(argv=None) -> int:
     import torch
 
     from lookupdec import Decoder
+    from lookupdec.costs import device_description
     from lookupdec.models import load_model
 
     if args.threads:
@@ -238,7 +238,7 @@ def main(argv=None) -> int:
     summary = summarize(rows, args.methods)
     info = {"cases": len({r.case for r in rows}), "max_new_tokens": args.max_new_tokens, "torch": torch.__version__,
             "answer": "whole output" if args.whole_output else f"up to the code block's end ({ANSWER_END!r})",
-            "threads": torch.get_num_threads(), "machine": f"{platform.machine()} {platform.processor()}".strip(),
+            "threads": torch.get_num_threads(), "machine": device_description(dec.loaded.model.device),
             "model": dec.loaded.name, "weights": dec.weights, "python": platform.python_version(), "command": " ".join(sys.argv)}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -234,7 +234,7 @@ def ratios(rows: list[Row]) -> dict[tuple[str, int], list[float]]:
 
 def markdown(rows: list[Row], meta: dict) -> str:
     lines = [f"Serving load: {meta['prompts']} Spec-Bench prompts, {meta['max_new_tokens']} new tokens max, greedy; "
-             f"{meta['cpu']}, {meta['threads']}; {meta['rounds']} round(s), the configurations interleaved."
+             f"{meta.get('device') or meta.get('cpu')}, {meta['threads']}; {meta['rounds']} round(s), the configurations interleaved."
              + (f" Stopped early: {meta['stopped']}." if meta.get("stopped") else ""), "",
              "| config | concurrency | round | tokens/s | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | TPOT p99 ms | tau "
              "| steps | step ms | forward ms | in steps | exact |",
@@ -289,16 +289,12 @@ def embedded_gguf() -> Path:
     return Path(embedded_model_file())
 
 
-def cpu_name() -> str:
-    try:
-        for line in open("/proc/cpuinfo", encoding="utf-8"):
-            if line.startswith("model name"):
-                flags = open("/proc/cpuinfo", encoding="utf-8").read()
-                isa = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
-                return f"{line.split(':', 1)[1].strip()} ({isa})"
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+def served_device() -> str:
+    """The device the servers decode on (the library's default choice, as theirs), with its CPU's ISA or GPU's name."""
+    from lookupdec.costs import device_description
+    from lookupdec.models import check_device
+
+    return device_description(check_device(None))
 
 
 def start(config: str, args, n_prompts: int) -> Server:
@@ -429,7 +425,7 @@ def main(argv=None) -> int:
         known = [k for k in got if k in reference]
         exact = None if row.config == "llama_cpp" or not known else all(got[k] == reference[k] for k in known)
         rows.append(replace(row, exact=exact))
-    meta = {"prompts": len(prompts), "max_new_tokens": args.max_new_tokens, "cpu": cpu_name(),
+    meta = {"prompts": len(prompts), "max_new_tokens": args.max_new_tokens, "device": served_device(),
             "threads": f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}",
             "python": platform.python_version(), "max_batch": args.max_batch, "rounds": args.rounds,
             "stopped": stopped}

@@ -259,17 +259,6 @@ def _public(r):
     return r.match_len, r.tree
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
-
-
 def time_lookups(fn, contexts) -> dict:
     return time_interleaved({"x": (fn, contexts)})["x"]
 
@@ -363,8 +352,9 @@ def main() -> int:
         return time_index(args)
 
     from lookupdec import _native
+    from lookupdec.costs import device_description
 
-    results: dict = {"tokens": args.tokens, "vocab": 49152, "cpus": os.cpu_count(), "cpu_model": _cpu_model()}
+    results: dict = {"tokens": args.tokens, "vocab": 49152, "cpus": os.cpu_count(), "cpu_model": device_description("cpu")}
     print(f"corpus: {args.tokens:,} Zipfian tokens, vocab 49,152, documents ~300 tokens", file=sys.stderr)
     tokens = zipf_corpus(args.tokens)
     with tempfile.TemporaryDirectory() as tmp:
@@ -432,6 +422,7 @@ def time_index(args) -> int:
     one = index._native.lookup
     p = (kw["max_n"], kw["min_n"], kw["max_occurrences"], kw["depth"], kw["budget"])
     from lookupdec import _native
+    from lookupdec.costs import device_description
 
     runs = {"public": (lambda c: _public(index.lookup(c, **kw)), lists),
             "one_call": (lambda c: one(c, *p)[:4:3], contexts)}
@@ -448,7 +439,7 @@ def time_index(args) -> int:
     tokens = sum(int(t.size) for t, _ in shards)
     r = {"index": str(args.index), "entries": tokens, "shards": index.n_shards, "lookups": args.lookups,
          "warmup": args.warmup,
-         "cpu_model": _cpu_model(), "load_before": os.getloadavg()[0], "lookup_params": kw}
+         "cpu_model": device_description("cpu"), "load_before": os.getloadavg()[0], "lookup_params": kw}
     print(f"timing {args.lookups} lookups on {args.index} ({tokens:,} entries, {index.n_shards} shards) ...",
           file=sys.stderr)
     for name, figures in time_interleaved(runs).items():

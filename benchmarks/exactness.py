@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
 import tempfile
 import time
@@ -256,6 +255,7 @@ def main(argv=None) -> int:
 
     import torch
 
+    from lookupdec.costs import device_description
     from lookupdec.decoder import Decoder
     from lookupdec.methods import METHODS
 
@@ -307,7 +307,7 @@ def main(argv=None) -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({
             "config": {**{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-                       "backend": dec.verifier.backend, "weights_used": dec.weights, "machine": platform.processor() or platform.machine(),
+                       "backend": dec.verifier.backend, "weights_used": dec.weights, "machine": device_description(dec.loaded.model.device),
                        "torch": torch.__version__, "seconds": seconds},
             "methods": {m: {"generations": t.generations, "tokens": t.tokens,
                             "mismatches": [asdict(x) for x in t.mismatches]} for m, t in tally.items()},

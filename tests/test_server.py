@@ -266,7 +266,7 @@ def test_bad_requests_get_400_naming_the_field(server):
         err = r.json()["error"]
         assert err["param"] == param and err["type"] == "invalid_request_error" and err["message"], (body, err)
     comp = [({"prompt": ["a", "b"]}, "prompt"), ({"prompt": ""}, "prompt"), ({"prompt": "a", "echo": True}, "echo"),
-            ({"prompt": "\udcff"}, "prompt"),
+            ({"prompt": "\udcff"}, "prompt"), ({"prompt": [5, 10 ** 6]}, "prompt"), ({"prompt": [-1]}, "prompt"),
             ({"prompt": "a", "messages": msgs}, "messages")]
     for body, param in comp:
         r = httpx.post(server.url + "/v1/completions", content=json.dumps(body), headers=json_headers, timeout=30)

@@ -369,6 +369,8 @@ def _user_error(job: Job, exc: Exception) -> APIError:
     if isinstance(exc, ConstraintError):
         return APIError(str(exc), 400, "response_format")
     msg = str(exc)
+    if msg.startswith("prompt token id"):  # checked_prompt: an id outside the vocabulary
+        return APIError(msg, 400, job.prompt_param)
     param = next((p for p in ("references", "prediction", "temperature", "top_p", "top_k", "seed", "stop")
                   if p in msg), None)
     return APIError(msg, 400, param)

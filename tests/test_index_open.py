@@ -54,9 +54,16 @@ def test_foreign_format_and_other_version(index_dir):
         open_index(index_dir)
 
 
-def test_invalid_manifest_fields(index_dir):
-    edit_manifest(index_dir, lambda d: d["shards"][0]["tokens"].update(length="many"))
-    with pytest.raises(IndexFormatError, match=r"shard 0: field 'length' is missing or invalid"):
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d["shards"][0]["tokens"].update(length="many"), r"shard 0: field 'length' is missing or invalid"),
+    (lambda d: d["shards"][0]["tokens"].update(length=True), r"shard 0: field 'length' is missing or invalid"),
+    (lambda d: d.update(tokens=-5), r"field 'tokens' is missing or invalid"),
+    (lambda d: d["tokenizer"].update(vocab_size="49152"), r"tokenizer: field 'vocab_size' is missing or invalid"),
+    (lambda d: d["tokenizer"].update(vocab_size=2**40), r"tokenizer: field 'vocab_size' is out of range"),
+])
+def test_invalid_manifest_fields(index_dir, edit, message):
+    edit_manifest(index_dir, edit)
+    with pytest.raises(IndexFormatError, match=message):
         open_index(index_dir)
 
 

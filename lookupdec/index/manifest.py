@@ -145,6 +145,9 @@ class Manifest:
                 fingerprint=_field(tok, "fingerprint", str, f"{where} tokenizer"),
                 vocab_size=_field(tok, "vocab_size", int, f"{where} tokenizer"),
             )
+            if tokenizer.vocab_size > 2**31:  # ids are stored as int32
+                raise IndexFormatError(f"{where} tokenizer: field 'vocab_size' is out of range "
+                                       f"({tokenizer.vocab_size}: ids are int32); {_REBUILD}")
         shards_raw = _field(d, "shards", list, where)
         shards = tuple(_shard(s, f"{where} shard {i}") for i, s in enumerate(shards_raw))
         m = cls(

@@ -19,12 +19,16 @@ Layouts (what ext/csrc/qmatmul.h reads):
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from dataclasses import dataclass
+from typing import NamedTuple, Sequence
 
 import numpy as np
 
 QK = 32  # weights per block
 BLOCK_FORMATS = ("q4_1", "q8_0")
+# GGML's type id and bytes per block of each format (the scales first: (d, m) or d, float16; then the quants).
+GGML_TYPES = {3: "q4_1", 8: "q8_0"}
+_BLOCK_BYTES = {"q4_1": 20, "q8_0": 34}
 
 
 class Blocks(NamedTuple):
@@ -98,3 +102,65 @@ def find_blocks(w: np.ndarray) -> Blocks | None:
         return None
     with np.errstate(all="ignore"):
         return _q4_1(w) or _q8_0(w)
+
+
+def concat_rows(parts: Sequence[Blocks]) -> Blocks | None:
+    """The blocks of the row-wise concatenation of ``parts`` (as ``np.concatenate`` of the matrices);
+    None when they differ in format or width.
+
+    Example:
+        >>> w = np.array([[0.5 * (j % 16) - 2.0 for j in range(32)]], dtype=np.float32)
+        >>> concat_rows([find_blocks(w), find_blocks(2 * w)]).shape
+        (2, 32)
+    """
+    if not parts or len({(b.fmt, b.shape[1]) for b in parts}) != 1:
+        return None
+    return Blocks(parts[0].fmt, np.concatenate([b.qs for b in parts]), np.concatenate([b.dm for b in parts]),
+                  (sum(b.shape[0] for b in parts), parts[0].shape[1]))
+
+
+@dataclass(frozen=True)
+class FileBlocks:
+    """Where a GGUF file keeps one Q4_1 or Q8_0 matrix: its blocks, read from the file on demand.
+
+    ``find_blocks`` recovers the same blocks from the dequantized float32 matrix, checking every
+    value (about 1.8 s for the embedded model's 211 matrices); reading them is a few milliseconds.
+    The caller vouches that the matrix it holds is still this file's (``FastForward`` reads
+    them only for a model the Decoder loaded itself).
+
+    Attributes:
+        path: the ``.gguf`` file.
+        offset: the tensor's first byte in it.
+        fmt: "q4_1" or "q8_0".
+        shape: ``(N, K)`` as the matrix is used (rows = output features).
+        heads: undo llama.cpp's rotary interleave of the rows over this many heads
+            (``gguf_tensors.unpermute``; the query and key matrices), 0 for none.
+    """
+
+    path: str
+    offset: int
+    fmt: str
+    shape: tuple
+    heads: int = 0
+
+    def load(self) -> Blocks:
+        """The matrix's blocks, in ``Blocks``' layout.
+
+        Raises:
+            ValueError: the file ends before the tensor does.
+        """
+        n, k = self.shape
+        per_row = k // QK
+        size = _BLOCK_BYTES[self.fmt]
+        raw = np.fromfile(self.path, np.uint8, count=n * per_row * size, offset=self.offset)
+        if raw.size != n * per_row * size:
+            raise ValueError(f"{self.path!r}: a {self.fmt} tensor at byte {self.offset} runs past the end of the file")
+        raw = raw.reshape(n, per_row, size)
+        scales = 4 if self.fmt == "q4_1" else 2
+        dm = np.ascontiguousarray(raw[..., :scales]).view(np.float16).reshape(n, per_row * scales // 2)
+        qs = np.ascontiguousarray(raw[..., scales:]).reshape(n, per_row * (size - scales))
+        if self.heads:
+            from lookupdec.gguf_tensors import unpermute
+
+            qs, dm = np.ascontiguousarray(unpermute(qs, self.heads)), np.ascontiguousarray(unpermute(dm, self.heads))
+        return Blocks(self.fmt, qs, dm, (n, k))

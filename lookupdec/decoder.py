@@ -146,8 +146,10 @@ class Decoder:
         # copy of an owned model's linear weights); other models keep transformers'
         # forward, with linear weights prepacked for oneDNN when the model is ours.
         def build(fmt: str) -> TreeVerifier:
+            # The file's quantized blocks are read, not recovered from the weights, only for a model
+            # loaded here: nobody else can have changed its weights since.
             return TreeVerifier(self.loaded.model, tree_masks=tree_masks, fast=self.fast_kernels, release=owned,
-                                weights=fmt)
+                                weights=fmt, blocks=self.loaded.blocks if owned else None)
 
         self.verifier, self.weights_choice = build_verifier(
             build, self.loaded.model, weights=weights, stored=self.loaded.stored, fast=self.fast_kernels,

@@ -53,7 +53,7 @@ on the sequence length, sliding windows) keeps transformers' forward.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -76,6 +76,16 @@ def _cat_bias(biases: Sequence[torch.Tensor | None], sizes: Sequence[int]) -> to
     if all(b is None for b in biases):
         return None
     return torch.cat([torch.zeros(n) if b is None else b.float() for b, n in zip(biases, sizes)])
+
+
+def _file_blocks(blocks: Mapping | None, names: Sequence[str]):
+    """The file's blocks of the matrices ``names`` stacked by rows (as the fused products stack
+    them), or None (no file blocks for them: the product recovers them from the weights)."""
+    if not blocks or any(n not in blocks for n in names):
+        return None
+    from lookupdec.blocks import concat_rows
+
+    return concat_rows([blocks[n].load() for n in names])
 
 
 @dataclass
@@ -113,6 +123,11 @@ class FastForward:
             a format without a second full copy of the weights, ``lookupdec.weights``: such a
             forward takes ``logit_rows`` None or "hidden"); None = the whole model. Not with
             ``release``.
+        blocks: for the quantized formats, where the GGUF file keeps the blocks the model's
+            weights were dequantized from (``LoadedModel.blocks``, by parameter name): read
+            instead of recovered from the weights (``blocks.find_blocks``, which checks every
+            value and takes about 1.8 s for the embedded model). Pass them only for a model whose
+            weights nobody changed since it was loaded; None = recover every matrix's blocks.
     Attributes:
         weights: the weight format in use.
     Raises:
@@ -126,7 +141,8 @@ class FastForward:
         torch.Size([1, vocab])
     """
 
-    def __init__(self, model, *, release: bool = False, weights: str = "float32", layers: int | None = None) -> None:
+    def __init__(self, model, *, release: bool = False, weights: str = "float32", layers: int | None = None,
+                 blocks: Mapping | None = None) -> None:
         reason = fast_forward_unsupported_reason(model)
         if reason:
             raise ValueError(f"the fast forward does not support this model: {reason}; use transformers' forward")
@@ -155,9 +171,13 @@ class FastForward:
         # lm_head keeps float32 products in the bfloat16 format: a step computes few of its rows
         # (the acceptance walk's), where bfloat16 saves nothing and its rounding would touch the logits.
         head = "quantized" if weights == "quantized-bf16" else weights
-        self.lm_head = make_linear(w, b, head) if layers is None else None
+        if weights not in ("quantized", "quantized-bf16"):
+            blocks = None
+        tied = model.lm_head.weight is inner.embed_tokens.weight
+        head_name = "model.embed_tokens.weight" if tied else "lm_head.weight"
+        self.lm_head = make_linear(w, b, head, _file_blocks(blocks, [head_name])) if layers is None else None
         self.vocab = w.shape[0]
-        if release and model.lm_head.weight is not inner.embed_tokens.weight:  # a tied head is the embedding
+        if release and not tied:  # a tied head is the embedding
             release_linear(model.lm_head)
         self._rotary = inner.rotary_emb
         self._cos = self._sin_signed = torch.empty(0)
@@ -165,18 +185,20 @@ class FastForward:
         self._ensure_positions(min(int(getattr(cfg, "max_position_embeddings", 2048) or 2048), 1024))
         q_size, kv_size = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
         self.layers: list[_Layer] = []
-        for layer in decoder_layers:
+        for i, layer in enumerate(decoder_layers):
             a, m = layer.self_attn, layer.mlp
             (wq, bq), (wk, bk), (wv, bv) = (_dense_linear(a.q_proj), _dense_linear(a.k_proj), _dense_linear(a.v_proj))
             (wg, bg), (wu, bu) = _dense_linear(m.gate_proj), _dense_linear(m.up_proj)
+            at, mlp = f"model.layers.{i}.self_attn.", f"model.layers.{i}.mlp."
             self.layers.append(_Layer(
                 in_norm=layer.input_layernorm.weight.detach().float().contiguous(),
                 post_norm=layer.post_attention_layernorm.weight.detach().float().contiguous(),
-                qkv=make_linear(torch.cat([wq, wk, wv]), _cat_bias([bq, bk, bv], [q_size, kv_size, kv_size]), weights),
-                o=make_linear(*_dense_linear(a.o_proj), weights),
+                qkv=make_linear(torch.cat([wq, wk, wv]), _cat_bias([bq, bk, bv], [q_size, kv_size, kv_size]), weights,
+                                _file_blocks(blocks, [at + "q_proj.weight", at + "k_proj.weight", at + "v_proj.weight"])),
+                o=make_linear(*_dense_linear(a.o_proj), weights, _file_blocks(blocks, [at + "o_proj.weight"])),
                 gate_up=make_linear(torch.cat([wg, wu]), _cat_bias([bg, bu], [self.intermediate, self.intermediate]),
-                                    weights),
-                down=make_linear(*_dense_linear(m.down_proj), weights),
+                                    weights, _file_blocks(blocks, [mlp + "gate_proj.weight", mlp + "up_proj.weight"])),
+                down=make_linear(*_dense_linear(m.down_proj), weights, _file_blocks(blocks, [mlp + "down_proj.weight"])),
             ))
             if release:
                 for lin in (a.q_proj, a.k_proj, a.v_proj, a.o_proj, m.gate_proj, m.up_proj, m.down_proj):

@@ -97,3 +97,31 @@ def read_llama_tensors(path: str, heads: int, kv_heads: int) -> dict[str, np.nda
         out[name] = np.ascontiguousarray(w)
     del data
     return out
+
+
+def llama_file_blocks(path: str, heads: int, kv_heads: int) -> dict:
+    """Where a Llama GGUF file keeps each Q4_1 or Q8_0 matrix, under transformers' names.
+
+    Args:
+        path: the ``.gguf`` file.
+        heads, kv_heads: the model's attention and key/value heads (the query and key rows are
+            un-permuted as ``read_llama_tensors`` un-permutes them).
+    Returns:
+        ``{name: lookupdec.blocks.FileBlocks}`` (nothing is read yet); empty for another
+        architecture.
+    Raises:
+        ValueError: not a GGUF file, or one whose header is malformed.
+    """
+    from lookupdec.blocks import GGML_TYPES, FileBlocks
+
+    header = read_header(path)
+    if header.architecture != "llama":
+        return {}
+    out = {}
+    for t in header.tensors:
+        name = hf_name(t.name)
+        if name is None or t.type_id not in GGML_TYPES or len(t.shape) != 2:
+            continue
+        permute = heads if ".attn_q." in t.name else kv_heads if ".attn_k." in t.name else 0
+        out[name] = FileBlocks(path, t.offset, GGML_TYPES[t.type_id], (t.shape[1], t.shape[0]), permute)
+    return out

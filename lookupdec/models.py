@@ -10,8 +10,8 @@ from __future__ import annotations
 import importlib.util
 import numbers
 import os
-from dataclasses import dataclass
-from typing import Any, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
 
 from lookupdec.decoder_args import checked_text
 from lookupdec.errors import ModelLoadError
@@ -39,6 +39,9 @@ class LoadedModel:
             (``lookupdec.weights``): "quantized" (GGUF block-quantized, float16 scales),
             "float16", "bfloat16", "float32", or "" (not known: HF checkpoints, models
             passed in).
+        blocks: for a Llama GGUF of Q4_1 / Q8_0 matrices loaded in float32 on the CPU, where
+            the file keeps each matrix's blocks (``{parameter name: blocks.FileBlocks}``), so the
+            quantized weight format reads them instead of recovering them; else empty.
     """
 
     model: Any
@@ -47,6 +50,7 @@ class LoadedModel:
     eos_ids: tuple[int, ...]
     max_context: int
     stored: str = ""
+    blocks: Mapping[str, Any] = field(default_factory=dict)
 
 
 def embedded_model_file() -> str:
@@ -187,10 +191,11 @@ def load_model(model: str | None = None, *, dtype: str = "float32", device: str 
 
             path = os.path.join(source, kwargs["gguf_file"])
             config, tokenizer = config_and_tokenizer(path)
-            lm = _load_gguf(path, config, torch_dtype)
+            lm, blocks = _load_gguf(path, config, torch_dtype)
         else:
             tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)
             lm = AutoModelForCausalLM.from_pretrained(source, local_files_only=True, dtype=torch_dtype)
+            blocks = {}
     except ImportError as exc:
         missing = getattr(exc, "name", None)
         if not missing:
@@ -208,16 +213,19 @@ def load_model(model: str | None = None, *, dtype: str = "float32", device: str 
         if bars:
             hf_logging.enable_progress_bar()
     lm = lm.to(device).eval()
+    if torch.device(device).type != "cpu":
+        blocks = {}  # the quantized formats are the CPU fast forward's
     stored = ""
     if "gguf_file" in kwargs:
         from lookupdec.gguf_info import gguf_weight_storage
 
         stored = gguf_weight_storage(os.path.join(source, kwargs["gguf_file"]))
-    return LoadedModel(lm, tokenizer, name, eos_ids_of(lm, tokenizer), max_context_of(lm), stored)
+    return LoadedModel(lm, tokenizer, name, eos_ids_of(lm, tokenizer), max_context_of(lm), stored, blocks)
 
 
 def _load_gguf(path: str, config, torch_dtype):
-    """A GGUF checkpoint (``config`` its transformers config), dequantized into a transformers model.
+    """A GGUF checkpoint (``config`` its transformers config), dequantized into a transformers model,
+    and where the file keeps its quantized matrices' blocks (``LoadedModel.blocks``).
 
     transformers' ``from_pretrained(gguf_file=...)`` insists on the
     ``accelerate`` package; this does the same steps (config and tensors from
@@ -230,10 +238,13 @@ def _load_gguf(path: str, config, torch_dtype):
     from transformers import AutoModelForCausalLM
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
-    from lookupdec.gguf_tensors import read_llama_tensors
+    from lookupdec.gguf_tensors import llama_file_blocks, read_llama_tensors
 
     arrays = (read_llama_tensors(path, config.num_attention_heads, config.num_key_value_heads)
               if config.model_type == "llama" else None)  # transformers' tensors, read in a fraction of the time
+    # The blocks the float32 weights were dequantized from (by the reader above, bit for bit).
+    blocks = (llama_file_blocks(path, config.num_attention_heads, config.num_key_value_heads)
+              if arrays is not None and torch_dtype == torch.float32 else {})
     if arrays is not None:
         tensors = {name: torch.from_numpy(a) for name, a in arrays.items()}
     else:
@@ -256,7 +267,7 @@ def _load_gguf(path: str, config, torch_dtype):
     left = [name for name, t in list(lm.named_parameters()) + list(lm.named_buffers()) if t.is_meta]
     if left:
         raise ValueError(f"GGUF file has no values for {left[:5]}")
-    return lm
+    return lm, blocks
 
 
 class _parameters_on_meta:

@@ -92,7 +92,8 @@ class _LinearQuant:
     """``y = x @ W.T + b`` with ``W`` kept in the GGML blocks it was dequantized from (Q4_1 or Q8_0).
 
     ``lookupdec.blocks.find_blocks`` recovers the blocks from the float32 weights and checks
-    that they reproduce every value; the product (ext/csrc/qmatmul.c) dequantizes them as
+    that they reproduce every value (or the caller hands over the blocks the weights were
+    dequantized from, read from the file: ``blocks.FileBlocks``); the product (ext/csrc/qmatmul.c) dequantizes them as
     GGML does, so it reads the same weight values as the float32 format from 6 (Q4_1) or
     9 (Q8_0) bits each (the file's 4.5 and 8.5, scales widened to float32). Activations,
     accumulation, bias and output are float32, and each output row is summed in one fixed
@@ -102,10 +103,13 @@ class _LinearQuant:
     __slots__ = ("fmt", "qs", "dm", "bias", "out_features", "in_features")
     weights = "quantized"
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, blocks=None) -> None:
         from lookupdec.blocks import find_blocks
 
-        blocks = find_blocks(weight.detach().float().contiguous().numpy())
+        if blocks is None:
+            blocks = find_blocks(weight.detach().float().contiguous().numpy())
+        elif blocks.shape != tuple(weight.shape):
+            raise ValueError(f"blocks of shape {blocks.shape} for a weight of shape {tuple(weight.shape)}")
         if blocks is None:
             raise ValueError("these weights are not GGML Q4_1 or Q8_0 blocks dequantized to float32 (the quantized "
                              "format keeps such blocks: it serves GGUF files stored in them)")
@@ -136,8 +140,8 @@ class _LinearQuantBF16(_LinearQuant):
     __slots__ = ()
     weights = "quantized-bf16"
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
-        super().__init__(weight, bias)
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, blocks=None) -> None:
+        super().__init__(weight, bias, blocks)
         self.fmt |= QMATMUL_BF16
 
 
@@ -187,11 +191,17 @@ def weights_unavailable_reason(weights: str) -> str:
     return ""
 
 
-def make_linear(weight: torch.Tensor, bias: torch.Tensor | None, weights: str = "float32"):
+def make_linear(weight: torch.Tensor, bias: torch.Tensor | None, weights: str = "float32", blocks=None):
     """A prepacked product ``x (R, in) float32 -> (R, out) float32`` with ``weight`` stored in format ``weights``.
 
+    Args:
+        weight, bias: the layer's (``weight`` ``(out, in)``).
+        weights: one of ``WEIGHT_FORMATS``.
+        blocks: for the quantized formats, the ``lookupdec.blocks.Blocks`` that ``weight`` was
+            dequantized from (the caller vouches for it); None: recovered from ``weight``.
     Raises:
-        ValueError: an unknown or unavailable format, or weights float16 cannot hold.
+        ValueError: an unknown or unavailable format, weights float16 cannot hold, or
+            ``blocks`` for a format that keeps none.
 
     Example:
         >>> lin = make_linear(torch.eye(4), None, "float16")
@@ -201,7 +211,11 @@ def make_linear(weight: torch.Tensor, bias: torch.Tensor | None, weights: str = 
     reason = weights_unavailable_reason(weights)
     if reason:
         raise ValueError(f"{reason}; use weights='float32'")
-    return _LINEARS[weights](weight, bias)
+    if blocks is None:
+        return _LINEARS[weights](weight, bias)
+    if not issubclass(_LINEARS[weights], _LinearQuant):
+        raise ValueError(f"blocks are for the quantized formats, not {weights!r}")
+    return _LINEARS[weights](weight, bias, blocks)
 
 
 Product = Union[_Linear, _LinearF16, _LinearQuant, _LinearQuantBF16]  # what make_linear returns

@@ -190,13 +190,15 @@ class TreeVerifier:
             packed (only for a model nothing else uses; see ``FastForward``).
         weights: the fast forward's weight format (``WEIGHT_FORMATS``; see
             ``FastForward``); transformers' forward ignores it.
+        blocks: where the file keeps the quantized blocks of the model's weights, for the
+            fast forward's quantized formats (``FastForward``'s ``blocks``); None: recovered.
 
     Attributes:
         backend: "fast" or "hf", the forward actually used.
     """
 
     def __init__(self, model, *, tree_masks: bool | None = None, pad_multiple: int | None = None, fast: bool = False,
-                 release: bool = False, weights: str = "float32") -> None:
+                 release: bool = False, weights: str = "float32", blocks=None) -> None:
         self.model = model
         self.fast = None
         if fast:
@@ -204,7 +206,7 @@ class TreeVerifier:
             from lookupdec.fast_forward_support import supports_fast_forward
 
             if supports_fast_forward(model):
-                self.fast = FastForward(model, release=release, weights=weights)
+                self.fast = FastForward(model, release=release, weights=weights, blocks=blocks)
         self.backend = "hf" if self.fast is None else "fast"
         if tree_masks is None:
             # The fast forward takes a float bias on every supported model.

@@ -12,7 +12,6 @@ cdef extern from "qmatmul.h" nogil:
     int LK_BF16
     int lk_qmatmul(int fmt, const float *x, int64_t rows, int64_t k, const uint8_t *qs, const float *dm,
                    int64_t n, float *y, int threads)
-    void lk_dequant(int fmt, const uint8_t *qs, const float *dm, int64_t n, int64_t k, float *w)
     const char *lk_qmatmul_isa()
     int lk_qmatmul_bf16_native()
     const char *lk_qmatmul_bf16_isa()
@@ -76,17 +75,6 @@ def qmatmul_ptr(int fmt, size_t x, int64_t rows, int64_t k, size_t qs, size_t dm
                    <float *>y, threads)
     if rc != 0:
         raise MemoryError("qmatmul: out of memory")
-
-
-def dequant_ptr(int fmt, size_t qs, size_t dm, int64_t n, int64_t k, size_t w):
-    """``w`` (n x k float32, C-contiguous) = the weights of the blocks ``qs``, ``dm`` of ``fmt`` (0 Q4_1,
-    1 Q8_0; scales as float32, qmatmul.h's layout), formed as the products form them; k a multiple
-    of 32. The caller (lookupdec.blocks) owns the checks; every address must stay valid for the call.
-    """
-    if fmt not in (0, 1) or n < 0 or k % 32:
-        raise ValueError("dequant: bad format or shape")
-    with nogil:
-        lk_dequant(fmt, <const uint8_t *>qs, <const float *>dm, n, k, <float *>w)
 
 
 def qmatmul_isa():

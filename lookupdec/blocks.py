@@ -41,45 +41,15 @@ class Blocks(NamedTuple):
 
 
 def dequantize(blocks: Blocks) -> np.ndarray:
-    """The float32 matrix ``blocks`` stands for, formed as GGML forms it (``d * q + m``, one rounding;
-    natively, as the products form each weight).
-
-    Example:
-        >>> w = np.array([[0.5 * (j % 16) - 2.0 for j in range(32)]], dtype=np.float32)
-        >>> np.array_equal(dequantize(find_blocks(w)), w)
-        True
-    """
-    from lookupdec._native import QMATMUL_FORMATS, dequant_ptr
-
+    """The float32 matrix ``blocks`` stands for, formed as GGML forms it (``d * q + m``, one rounding)."""
     n, k = blocks.shape
-    qs = np.ascontiguousarray(blocks.qs)
-    dm = np.ascontiguousarray(blocks.dm, np.float32)  # the kernels read float32 scales
-    if qs.shape != (n, k // 2 if blocks.fmt == "q4_1" else k) or dm.size != n * k // QK * (2 if blocks.fmt == "q4_1" else 1):
-        raise ValueError(f"{blocks.fmt} blocks of shape {blocks.shape} hold qs {qs.shape} and {dm.size} scales")
-    out = np.empty((n, k), np.float32)
-    dequant_ptr(QMATMUL_FORMATS[blocks.fmt], qs.ctypes.data, dm.ctypes.data, n, k, out.ctypes.data)
-    return out
-
-
-def from_raw(raw: np.ndarray, fmt: str, shape: tuple) -> Blocks:
-    """The blocks of a GGUF tensor's bytes (GGML's layout: per block the float16 scales, then the quants).
-
-    Args:
-        raw: the tensor's bytes, uint8, ``N * K / 32`` blocks.
-        fmt: "q4_1" or "q8_0".
-        shape: ``(N, K)``.
-    Raises:
-        ValueError: ``raw`` does not hold that many blocks.
-    """
-    n, k = shape
-    per_row, size = k // QK, _BLOCK_BYTES[fmt]
-    if raw.size != n * per_row * size or k % QK:
-        raise ValueError(f"{raw.size} bytes are not a ({n}, {k}) {fmt} tensor")
-    raw = raw.reshape(n, per_row, size)
-    scales = 4 if fmt == "q4_1" else 2
-    dm = np.ascontiguousarray(raw[..., :scales]).view(np.float16).reshape(n, per_row * scales // 2)
-    qs = np.ascontiguousarray(raw[..., scales:]).reshape(n, per_row * (size - scales))
-    return Blocks(fmt, qs, dm, (n, k))
+    if blocks.fmt == "q4_1":
+        packed = blocks.qs.reshape(n, k // QK, 16)
+        q = np.concatenate([packed & 15, packed >> 4], axis=-1).astype(np.float32)
+        dm = blocks.dm.reshape(n, k // QK, 2).astype(np.float32)
+        return (dm[..., :1] * q + dm[..., 1:]).reshape(n, k)  # d * q is exact in float32
+    q = blocks.qs.view(np.int8).reshape(n, k // QK, QK).astype(np.float32)
+    return (blocks.dm.reshape(n, k // QK, 1).astype(np.float32) * q).reshape(n, k)
 
 
 def _q4_1(w: np.ndarray) -> Blocks | None:
@@ -180,14 +150,17 @@ class FileBlocks:
             ValueError: the file ends before the tensor does.
         """
         n, k = self.shape
-        count = n * (k // QK) * _BLOCK_BYTES[self.fmt]
-        raw = np.fromfile(self.path, np.uint8, count=count, offset=self.offset)
-        if raw.size != count:
+        per_row = k // QK
+        size = _BLOCK_BYTES[self.fmt]
+        raw = np.fromfile(self.path, np.uint8, count=n * per_row * size, offset=self.offset)
+        if raw.size != n * per_row * size:
             raise ValueError(f"{self.path!r}: a {self.fmt} tensor at byte {self.offset} runs past the end of the file")
-        b = from_raw(raw, self.fmt, self.shape)
-        if not self.heads:
-            return b
-        from lookupdec.gguf_tensors import unpermute
+        raw = raw.reshape(n, per_row, size)
+        scales = 4 if self.fmt == "q4_1" else 2
+        dm = np.ascontiguousarray(raw[..., :scales]).view(np.float16).reshape(n, per_row * scales // 2)
+        qs = np.ascontiguousarray(raw[..., scales:]).reshape(n, per_row * (size - scales))
+        if self.heads:
+            from lookupdec.gguf_tensors import unpermute
 
-        return b._replace(qs=np.ascontiguousarray(unpermute(b.qs, self.heads)),
-                          dm=np.ascontiguousarray(unpermute(b.dm, self.heads)))
+            qs, dm = np.ascontiguousarray(unpermute(qs, self.heads)), np.ascontiguousarray(unpermute(dm, self.heads))
+        return Blocks(self.fmt, qs, dm, (n, k))

@@ -5,8 +5,7 @@ thousands of strings, one numpy view each) and searches a name table per paramet
 embedded 135M model that is about 11 of the 19 seconds ``load_model`` took. The tensors need
 neither: ``lookupdec.gguf_info.read_header`` gives each one's type, shape and place, the
 ``gguf`` package dequantizes the blocks (as transformers does), and a Llama model's names
-follow one fixed pattern (Q4_1 and Q8_0 blocks are dequantized natively, as the quantized
-products form each weight: ``blocks.dequantize``). The query and key matrices are un-permuted as transformers does
+follow one fixed pattern. The query and key matrices are un-permuted as transformers does
 (llama.cpp's converter interleaves each head's rotary halves). The result is the same tensors,
 bit for bit (``tests/test_gguf_tensors.py`` compares them with transformers' own).
 
@@ -72,8 +71,6 @@ def read_llama_tensors(path: str, heads: int, kv_heads: int) -> dict[str, np.nda
     """
     import gguf
 
-    from lookupdec.blocks import GGML_TYPES, dequantize, from_raw
-
     header = read_header(path)
     if header.architecture != "llama":
         return None
@@ -89,13 +86,10 @@ def read_llama_tensors(path: str, heads: int, kv_heads: int) -> dict[str, np.nda
         raw = np.array(data[t.offset: t.offset + rows * (cols // block) * size])  # a copy: nothing maps the file
         if len(raw) != rows * (cols // block) * size:
             raise ValueError(f"{path!r}: tensor {t.name} runs past the end of the file")
-        if t.type_id in GGML_TYPES and len(t.shape) == 2:  # natively: gguf's numpy takes ~1.3 s for the embedded model
-            w = dequantize(from_raw(raw, GGML_TYPES[t.type_id], (rows, cols)))
-        else:
-            try:
-                w = gguf.quants.dequantize(raw.reshape(rows, -1), qtype).reshape(tuple(reversed(t.shape)))
-            except NotImplementedError:  # a type gguf cannot dequantize: transformers' loader says so
-                return None
+        try:
+            w = gguf.quants.dequantize(raw.reshape(rows, -1), qtype).reshape(tuple(reversed(t.shape)))
+        except NotImplementedError:  # a type gguf cannot dequantize: transformers' loader says so
+            return None
         if ".attn_q." in t.name:
             w = unpermute(w, heads)
         elif ".attn_k." in t.name:

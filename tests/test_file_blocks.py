@@ -32,24 +32,6 @@ def test_the_files_blocks_are_those_find_blocks_recovers_from_the_weights(tmp_pa
         assert np.array_equal(dequantize(blocks), weights[name]), name  # q and k rows un-permuted alike
 
 
-@pytest.mark.parametrize("fmt", ["q4_1", "q8_0"])
-def test_native_dequantize_is_the_numpy_formula_on_any_bits(fmt):
-    """Random bytes as blocks (every quant, every float16 scale: subnormals, zeros, negatives,
-    infinities and NaNs included) dequantize natively exactly as numpy reads GGML's formula."""
-    from lookupdec.blocks import Blocks
-    from tests.oracles.blocks import dequantize_reference
-
-    rng = np.random.default_rng(5)
-    n, k = 7, 96
-    qs = rng.integers(0, 256, (n, k // 2 if fmt == "q4_1" else k), dtype=np.uint8)
-    dm = rng.integers(0, 1 << 16, (n, k // 32 * (2 if fmt == "q4_1" else 1)), dtype=np.uint16).view(np.float16)
-    blocks = Blocks(fmt, qs, dm, (n, k))
-    got, want = dequantize(blocks), dequantize_reference(blocks)
-    assert got.dtype == np.float32 and np.array_equal(got, want, equal_nan=True)
-    with pytest.raises(ValueError, match="hold qs"):
-        dequantize(blocks._replace(shape=(n, 2 * k)))
-
-
 def test_a_truncated_file_is_a_value_error_naming_it(tmp_path):
     path = _llama_gguf(tmp_path / "m.gguf", kinds=("Q4_1",))
     last = max(llama_file_blocks(path, HEADS, KV_HEADS).values(), key=lambda f: f.offset)

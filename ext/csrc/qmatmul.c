@@ -357,12 +357,6 @@ static void run_part(void *ctx, int part, int parts) {
 /* Rounded rows up to this many elements live on the stack (a decode step's: no allocation a product). */
 #define SMALL_ROWS_BF16 8192
 
-void lk_dequant(int fmt, const uint8_t *qs, const float *dm, int64_t n, int64_t k, float *w) {
-    const int64_t nb = k / LK_QK, qrow = fmt == LK_Q4_1 ? k / 2 : k, drow = fmt == LK_Q4_1 ? 2 * nb : nb;
-    for (int64_t r = 0; r < n; r++)
-        for (int64_t b = 0; b < nb; b++) dequant_c(fmt, qs + r * qrow, dm + r * drow, b, w + r * k + b * LK_QK);
-}
-
 int lk_qmatmul(int fmt, const float *x, int64_t rows, int64_t k, const uint8_t *qs, const float *dm, int64_t n,
                float *y, int threads) {
     pick_isa();

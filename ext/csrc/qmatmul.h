@@ -34,10 +34,6 @@
 int lk_qmatmul(int fmt, const float *x, int64_t rows, int64_t k, const uint8_t *qs, const float *dm,
                int64_t n, float *y, int threads);
 
-/* w (n x k float32, row-major) = the weights of blocks qs, dm (layout above, fmt LK_Q4_1 or LK_Q8_0),
- * each formed exactly as the products form it. */
-void lk_dequant(int fmt, const uint8_t *qs, const float *dm, int64_t n, int64_t k, float *w);
-
 /* The instruction set in use: "avx512", "avx2" or "c". */
 const char *lk_qmatmul_isa(void);
 

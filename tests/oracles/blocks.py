@@ -44,19 +44,6 @@ def q8_0_reference(w: np.ndarray) -> np.ndarray:
     return out
 
 
-def dequantize_reference(blocks) -> np.ndarray:
-    """The float32 matrix of ``lookupdec.blocks.Blocks``, in numpy as GGML's formula reads: ``d * q + m``
-    (Q4_1, low nibbles first, then high) or ``d * q`` (Q8_0), in float32."""
-    n, k = blocks.shape
-    if blocks.fmt == "q4_1":
-        packed = blocks.qs.reshape(n, k // 32, 16)
-        q = np.concatenate([packed & 15, packed >> 4], axis=-1).astype(np.float32)
-        dm = blocks.dm.reshape(n, k // 32, 2).astype(np.float32)
-        return (dm[..., :1] * q + dm[..., 1:]).reshape(n, k)
-    q = blocks.qs.view(np.int8).reshape(n, k // 32, 32).astype(np.float32)
-    return (blocks.dm.reshape(n, k // 32, 1).astype(np.float32) * q).reshape(n, k)
-
-
 def product_reference(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     """``x @ w.T`` in float64."""
     return x.astype(np.float64) @ w.astype(np.float64).T

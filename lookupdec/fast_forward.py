@@ -80,12 +80,16 @@ def _cat_bias(biases: Sequence[torch.Tensor | None], sizes: Sequence[int]) -> to
 
 def _file_blocks(blocks: Mapping | None, names: Sequence[str]):
     """The file's blocks of the matrices ``names`` stacked by rows (as the fused products stack
-    them), or None (no file blocks for them: the product recovers them from the weights)."""
+    them), or None: no file blocks for them, or a file that changed or cannot be read since the
+    model was loaded (the product then recovers the blocks from the weights, checking each value)."""
     if not blocks or any(n not in blocks for n in names):
         return None
     from lookupdec.blocks import concat_rows
 
-    return concat_rows([blocks[n].load() for n in names])
+    try:
+        return concat_rows([blocks[n].load() for n in names])
+    except (OSError, ValueError):
+        return None
 
 
 @dataclass

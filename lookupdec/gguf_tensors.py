@@ -14,6 +14,7 @@ package cannot dequantize) gives None, and the caller uses transformers' loader.
 """
 from __future__ import annotations
 
+import os
 import re
 
 import numpy as np
@@ -117,11 +118,13 @@ def llama_file_blocks(path: str, heads: int, kv_heads: int) -> dict:
     header = read_header(path)
     if header.architecture != "llama":
         return {}
+    st = os.stat(path)
     out = {}
     for t in header.tensors:
         name = hf_name(t.name)
         if name is None or t.type_id not in GGML_TYPES or len(t.shape) != 2:
             continue
         permute = heads if ".attn_q." in t.name else kv_heads if ".attn_k." in t.name else 0
-        out[name] = FileBlocks(path, t.offset, GGML_TYPES[t.type_id], (t.shape[1], t.shape[0]), permute)
+        out[name] = FileBlocks(path, t.offset, GGML_TYPES[t.type_id], (t.shape[1], t.shape[0]), permute,
+                               (st.st_size, st.st_mtime_ns))
     return out

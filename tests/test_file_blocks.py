@@ -56,6 +56,29 @@ def test_concat_rows_stacks_like_the_matrices_and_refuses_mixed_formats():
     assert q8.fmt == "q8_0" and concat_rows([q4[0], q8]) is None and concat_rows([]) is None
 
 
+def test_a_file_changed_since_loading_is_refused_and_the_forward_recovers_the_blocks(tmp_path, monkeypatch):
+    import os
+
+    from transformers import AutoConfig
+
+    import lookupdec.blocks
+    from lookupdec.fast_forward import FastForward
+    from lookupdec.models import _load_gguf
+
+    path = _llama_gguf(tmp_path / "m.gguf", kinds=("Q4_1",))
+    model, blocks = _load_gguf(path, AutoConfig.from_pretrained(str(tmp_path), gguf_file="m.gguf"), torch.float32)
+    st = os.stat(path)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # rewritten since: same size, later time
+    some = next(iter(blocks.values()))
+    with pytest.raises(ValueError, match="changed since the model was loaded"):
+        some.load()
+    calls = []
+    original = lookupdec.blocks.find_blocks
+    monkeypatch.setattr(lookupdec.blocks, "find_blocks", lambda w: calls.append(w.shape) or original(w))
+    assert FastForward(model, weights="quantized", blocks=blocks).weights == "quantized"
+    assert len(calls) == 4 * model.config.num_hidden_layers + 1  # every product recovered its blocks
+
+
 @pytest.mark.parametrize("kind", ["Q4_1", "Q8_0"])
 def test_the_fast_forward_on_the_files_blocks_is_the_one_on_recovered_blocks(tmp_path, kind):
     from transformers import AutoConfig

@@ -33,14 +33,7 @@ from typing import Any, Iterable, Iterator, Sequence
 import numpy as np
 
 from lookupdec.errors import CorpusError, LookupdecError
-from lookupdec.index.manifest import (
-    SEP,
-    ArrayFile,
-    Manifest,
-    ShardEntry,
-    TokenizerRecord,
-    write_manifest,
-)
+from lookupdec.index.manifest import MAX_TOKEN, Manifest, TokenizerRecord, write_manifest
 from lookupdec.index.outdir import install, make_temp, memory_failure, os_failure, prepare_out
 from lookupdec.index.shards import ShardWriter
 from lookupdec.index.summary import IndexSummary  # noqa: F401  (re-exported: build's result)
@@ -49,7 +42,6 @@ from lookupdec.index.summary import IndexSummary  # noqa: F401  (re-exported: bu
 #: 100M entries = 400 MB of tokens + 400 MB of int32 suffix array per shard, so a
 #: build needs roughly 1 GB of RAM at a time, and a lookup touches a few shards.
 DEFAULT_SHARD_TOKENS = 100_000_000
-_MAX_TOKEN = 2**31 - 1  # token ids are stored as int32
 
 
 def build_index(
@@ -280,7 +272,7 @@ def _as_tokens(doc: Any, i: int, vocab_size: int | None) -> np.ndarray:
     if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
         raise ValueError(f"document {i} must be a 1-D sequence of integer token ids, got shape {arr.shape} dtype {arr.dtype}")
     lo, hi = int(arr.min()), int(arr.max())
-    top = _MAX_TOKEN if vocab_size is None else vocab_size - 1
+    top = MAX_TOKEN if vocab_size is None else vocab_size - 1
     if lo < 0 or hi > top:
         bad = lo if lo < 0 else hi
         raise ValueError(f"document {i} holds token id {bad}, outside [0, {top}]"

@@ -48,6 +48,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from lookupdec.errors import IndexFormatError, LookupdecError, TokenizerMismatchError
+from lookupdec.index.manifest import MAX_TOKEN
 
 FORMAT = "lookupdec-history"
 VERSION = 1
@@ -57,7 +58,6 @@ MAGIC = b"LKH1"
 _HEADER = struct.Struct("<4sIII")  # magic, tokens, crc32 of the payload, reserved
 DEFAULT_BUDGET_TOKENS = 50_000_000
 DEFAULT_COMPACT_TOKENS = 1_000_000
-_MAX_TOKEN = 2**31 - 1
 
 
 class HistoryError(LookupdecError, ValueError):
@@ -250,8 +250,8 @@ class HistoryStore:
         arr = np.asarray(list(token_ids), dtype=np.int64)
         if arr.size == 0:
             return
-        if int(arr.min()) < 0 or int(arr.max()) > _MAX_TOKEN:
-            raise ValueError(f"token ids must lie in [0, {_MAX_TOKEN}]")
+        if int(arr.min()) < 0 or int(arr.max()) > MAX_TOKEN:
+            raise ValueError(f"token ids must lie in [0, {MAX_TOKEN}]")
         payload = arr.astype("<i4").tobytes()
         record = _HEADER.pack(MAGIC, int(arr.size), zlib.crc32(payload), 0) + payload
         try:

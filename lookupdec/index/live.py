@@ -24,7 +24,7 @@ from typing import Iterable
 
 import numpy as np
 
-_MAX_TOKEN = 2**31 - 1
+from lookupdec.index.manifest import MAX_TOKEN
 
 
 @dataclass(frozen=True)
@@ -118,8 +118,8 @@ class LiveIndex:
         if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
             raise ValueError(f"tokens must be a 1-D sequence of integer ids, got {arr.dtype} of shape {arr.shape}")
         low, high = int(arr.min()), int(arr.max())
-        if low < 0 or high > _MAX_TOKEN:
-            raise ValueError(f"token id {low if low < 0 else high} is outside [0, {_MAX_TOKEN}]")
+        if low < 0 or high > MAX_TOKEN:
+            raise ValueError(f"token id {low if low < 0 else high} is outside [0, {MAX_TOKEN}]")
         self._core.extend(np.ascontiguousarray(arr, dtype=np.int32))
 
     def append(self, token: int) -> None:

@@ -25,6 +25,7 @@ FORMAT_NAME = "lookupdec-suffix-index"
 FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
 SEP = -1  # document separator in token arrays; sorts below every token
+MAX_TOKEN = 2**31 - 1  # the largest token id: ids are stored as int32
 DTYPES = {"int32": 4, "int64": 8}
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")  # array files live in the index directory itself
 _REBUILD = "rebuild the index with `lookupdec build-index ... --overwrite`"
@@ -145,7 +146,7 @@ class Manifest:
                 fingerprint=_field(tok, "fingerprint", str, f"{where} tokenizer"),
                 vocab_size=_field(tok, "vocab_size", int, f"{where} tokenizer"),
             )
-            if tokenizer.vocab_size > 2**31:  # ids are stored as int32
+            if tokenizer.vocab_size > MAX_TOKEN + 1:
                 raise IndexFormatError(f"{where} tokenizer: field 'vocab_size' is out of range "
                                        f"({tokenizer.vocab_size}: ids are int32); {_REBUILD}")
         shards_raw = _field(d, "shards", list, where)

@@ -17,10 +17,9 @@ from typing import Sequence
 
 import numpy as np
 
-from lookupdec.index.manifest import SEP, ArrayFile, Manifest, ShardEntry
+from lookupdec.index.manifest import MAX_TOKEN, SEP, ArrayFile, Manifest, ShardEntry
 from lookupdec.index.suffix import SuffixIndex, _Shard
 
-_MAX_TOKEN = 2**31 - 1
 
 
 def memory_index(documents: Sequence[Sequence[int]]) -> SuffixIndex:
@@ -46,8 +45,8 @@ def memory_index(documents: Sequence[Sequence[int]]) -> SuffixIndex:
     if not docs:
         raise ValueError("no document to index: every reference is empty; pass documents with text")
     for i, d in enumerate(docs):
-        if d.ndim != 1 or int(d.min()) < 0 or int(d.max()) > _MAX_TOKEN:
-            raise ValueError(f"document {i} holds token ids outside [0, {_MAX_TOKEN}]")
+        if d.ndim != 1 or int(d.min()) < 0 or int(d.max()) > MAX_TOKEN:
+            raise ValueError(f"document {i} holds token ids outside [0, {MAX_TOKEN}]")
     parts = []
     for d in docs:
         parts.append(d.astype(np.int32))

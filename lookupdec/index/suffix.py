@@ -34,10 +34,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from lookupdec.errors import IndexFormatError, TokenizerMismatchError
-from lookupdec.index.manifest import SEP, ArrayFile, Manifest, read_manifest
+from lookupdec.index.manifest import MAX_TOKEN, SEP, ArrayFile, Manifest, read_manifest
 from lookupdec.tree import DraftTree
 
-_MAX_TOKEN = 2**31 - 1
 _MAX_TRIE_NODES = 2**30  # the native lookup's largest trie
 _REBUILD = "rebuild the index with `lookupdec build-index ... --overwrite`"
 
@@ -120,7 +119,7 @@ class SuffixIndex:
         self._shards = list(shards)
         vocab = manifest.tokenizer.vocab_size if manifest.tokenizer else 0
         # Token ids a lookup may return: the vocabulary's (a damaged file may hold others).
-        self._token_limit = vocab if vocab > 0 else _MAX_TOKEN + 1
+        self._token_limit = vocab if vocab > 0 else MAX_TOKEN + 1
         self._native = _native.Shards([(s.tokens, s.sa) for s in self._shards], self._token_limit)
 
     # ------------------------------------------------------------ properties
@@ -310,14 +309,14 @@ def _context_tail(context: Sequence[int] | np.ndarray, max_n: int) -> np.ndarray
     if tail.dtype != np.int32:
         if not np.issubdtype(tail.dtype, np.integer):
             raise ValueError(f"context must hold integer token ids, got dtype {tail.dtype}")
-        if tail.dtype.itemsize >= 4 and int(tail.max()) > _MAX_TOKEN:  # would wrap around in int32
-            raise ValueError(f"context holds token id {int(tail.max())}, outside [0, {_MAX_TOKEN}]")
+        if tail.dtype.itemsize >= 4 and int(tail.max()) > MAX_TOKEN:  # would wrap around in int32
+            raise ValueError(f"context holds token id {int(tail.max())}, outside [0, {MAX_TOKEN}]")
         tail = tail.astype(np.int32)
     elif not tail.flags.c_contiguous:
         tail = np.ascontiguousarray(tail)
     low = int(tail.min())
     if low < 0:  # -1 would read as a document separator, anything lower is invalid
-        raise ValueError(f"context holds token id {low}, outside [0, {_MAX_TOKEN}]")
+        raise ValueError(f"context holds token id {low}, outside [0, {MAX_TOKEN}]")
     return tail
 
 

@@ -194,15 +194,17 @@ class FastForward:
             (wq, bq), (wk, bk), (wv, bv) = (_dense_linear(a.q_proj), _dense_linear(a.k_proj), _dense_linear(a.v_proj))
             (wg, bg), (wu, bu) = _dense_linear(m.gate_proj), _dense_linear(m.up_proj)
             at, mlp = f"model.layers.{i}.self_attn.", f"model.layers.{i}.mlp."
+            file_qkv = _file_blocks(blocks, [f"{at}{p}_proj.weight" for p in "qkv"])
+            file_gate_up = _file_blocks(blocks, [f"{mlp}{p}_proj.weight" for p in ("gate", "up")])
             self.layers.append(_Layer(
                 in_norm=layer.input_layernorm.weight.detach().float().contiguous(),
                 post_norm=layer.post_attention_layernorm.weight.detach().float().contiguous(),
                 qkv=make_linear(torch.cat([wq, wk, wv]), _cat_bias([bq, bk, bv], [q_size, kv_size, kv_size]), weights,
-                                _file_blocks(blocks, [at + "q_proj.weight", at + "k_proj.weight", at + "v_proj.weight"])),
-                o=make_linear(*_dense_linear(a.o_proj), weights, _file_blocks(blocks, [at + "o_proj.weight"])),
+                                file_qkv),
+                o=make_linear(*_dense_linear(a.o_proj), weights, _file_blocks(blocks, [f"{at}o_proj.weight"])),
                 gate_up=make_linear(torch.cat([wg, wu]), _cat_bias([bg, bu], [self.intermediate, self.intermediate]),
-                                    weights, _file_blocks(blocks, [mlp + "gate_proj.weight", mlp + "up_proj.weight"])),
-                down=make_linear(*_dense_linear(m.down_proj), weights, _file_blocks(blocks, [mlp + "down_proj.weight"])),
+                                    weights, file_gate_up),
+                down=make_linear(*_dense_linear(m.down_proj), weights, _file_blocks(blocks, [f"{mlp}down_proj.weight"])),
             ))
             if release:
                 for lin in (a.q_proj, a.k_proj, a.v_proj, a.o_proj, m.gate_proj, m.up_proj, m.down_proj):

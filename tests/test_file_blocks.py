@@ -11,6 +11,8 @@ from lookupdec.blocks import concat_rows, dequantize, find_blocks
 from lookupdec.gguf_tensors import llama_file_blocks, read_llama_tensors
 from tests.test_gguf_tensors import HEADS, KV_HEADS, _llama_gguf
 
+pytestmark = pytest.mark.cpu  # the quantized formats are the CPU fast forward's
+
 
 def _assert_same_blocks(got, want, name):
     assert got.fmt == want.fmt and got.shape == want.shape, name
@@ -121,8 +123,6 @@ def test_a_decoder_reads_the_files_blocks_only_for_a_model_it_loaded_itself(real
     import lookupdec.blocks
     from lookupdec import Decoder
 
-    if real_loaded.model.device.type != "cpu":
-        pytest.skip("the quantized formats are the CPU fast forward's")
     assert real_loaded.blocks  # a Llama GGUF of Q4_1 and Q8_0 matrices, loaded in float32
     calls = []
     original = lookupdec.blocks.find_blocks

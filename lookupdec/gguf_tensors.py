@@ -58,12 +58,24 @@ def unpermute(w: np.ndarray, heads: int) -> np.ndarray:
     return w.reshape(heads, half, 2, *w.shape[1:]).swapaxes(2, 1).reshape(w.shape)
 
 
-def read_llama_tensors(path: str, heads: int, kv_heads: int) -> dict[str, np.ndarray] | None:
+def rotary_heads(gguf_name: str, heads: int, kv_heads: int) -> int:
+    """The heads over which a tensor's rows are un-permuted: ``heads`` for the query matrix,
+    ``kv_heads`` for the key matrix, 0 (none) for every other tensor.
+
+    Example:
+        >>> rotary_heads("blk.0.attn_k.weight", 9, 3), rotary_heads("blk.0.attn_v.weight", 9, 3)
+        (3, 0)
+    """
+    return heads if ".attn_q." in gguf_name else kv_heads if ".attn_k." in gguf_name else 0
+
+
+def read_llama_tensors(path: str, heads: int, kv_heads: int, header=None) -> dict[str, np.ndarray] | None:
     """Every tensor of a Llama GGUF file, dequantized to float32, under transformers' names.
 
     Args:
         path: the ``.gguf`` file.
         heads, kv_heads: the model's attention and key/value heads (for un-permuting q and k).
+        header: the file's ``gguf_info.read_header`` when the caller has it (None: read here).
     Returns:
         ``{name: array}`` in the file's order (arrays the caller owns; none maps the file), or None
         when this reader does not apply (see the module docstring).
@@ -72,7 +84,7 @@ def read_llama_tensors(path: str, heads: int, kv_heads: int) -> dict[str, np.nda
     """
     import gguf
 
-    header = read_header(path)
+    header = header or read_header(path)
     if header.architecture != "llama":
         return None
     wanted = {t: hf_name(t.name) for t in header.tensors if t.name not in SKIPPED}
@@ -91,22 +103,20 @@ def read_llama_tensors(path: str, heads: int, kv_heads: int) -> dict[str, np.nda
             w = gguf.quants.dequantize(raw.reshape(rows, -1), qtype).reshape(tuple(reversed(t.shape)))
         except NotImplementedError:  # a type gguf cannot dequantize: transformers' loader says so
             return None
-        if ".attn_q." in t.name:
-            w = unpermute(w, heads)
-        elif ".attn_k." in t.name:
-            w = unpermute(w, kv_heads)
-        out[name] = np.ascontiguousarray(w)
+        permute = rotary_heads(t.name, heads, kv_heads)
+        out[name] = np.ascontiguousarray(unpermute(w, permute) if permute else w)
     del data
     return out
 
 
-def llama_file_blocks(path: str, heads: int, kv_heads: int) -> dict:
+def llama_file_blocks(path: str, heads: int, kv_heads: int, header=None) -> dict:
     """Where a Llama GGUF file keeps each Q4_1 or Q8_0 matrix, under transformers' names.
 
     Args:
         path: the ``.gguf`` file.
         heads, kv_heads: the model's attention and key/value heads (the query and key rows are
             un-permuted as ``read_llama_tensors`` un-permutes them).
+        header: the file's ``gguf_info.read_header`` when the caller has it (None: read here).
     Returns:
         ``{name: lookupdec.blocks.FileBlocks}`` (nothing is read yet); empty for another
         architecture.
@@ -115,7 +125,7 @@ def llama_file_blocks(path: str, heads: int, kv_heads: int) -> dict:
     """
     from lookupdec.blocks import GGML_TYPES, FileBlocks
 
-    header = read_header(path)
+    header = header or read_header(path)
     if header.architecture != "llama":
         return {}
     st = os.stat(path)
@@ -124,7 +134,6 @@ def llama_file_blocks(path: str, heads: int, kv_heads: int) -> dict:
         name = hf_name(t.name)
         if name is None or t.type_id not in GGML_TYPES or len(t.shape) != 2:
             continue
-        permute = heads if ".attn_q." in t.name else kv_heads if ".attn_k." in t.name else 0
-        out[name] = FileBlocks(path, t.offset, GGML_TYPES[t.type_id], (t.shape[1], t.shape[0]), permute,
-                               (st.st_size, st.st_mtime_ns))
+        out[name] = FileBlocks(path, t.offset, GGML_TYPES[t.type_id], (t.shape[1], t.shape[0]),
+                               rotary_heads(t.name, heads, kv_heads), (st.st_size, st.st_mtime_ns))
     return out

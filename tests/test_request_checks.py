@@ -81,10 +81,17 @@ def test_stop_strings_and_on_text_of_the_wrong_types_are_refused(dec):
     (dict(history_budget=2.5), ValueError, "history_budget must be an integer >= 1"),
     # A number was taken for a hub id ('5') and reached the network.
     (dict(draft_model=5), TypeError, "a model is a model id, a directory or a .gguf path"),
+    (dict(cost_refresh="sometimes"), ValueError, "cost_refresh must be 'fit', 'measure' or 'off'"),
 ])
 def test_decoder_settings_of_the_wrong_kind_are_refused_by_name(kwargs, error, message):
     with pytest.raises(error, match=message):
         Decoder(tiny_loaded(0), **kwargs)
+
+
+def test_a_bad_cost_refresh_is_refused_before_the_model_loads(tmp_path):
+    # It was checked after loading: a missing model was reported instead, or the model loaded for nothing.
+    with pytest.raises(ValueError, match="cost_refresh must be"):
+        Decoder(str(tmp_path / "no-such-model"), cost_refresh="sometimes")
 
 
 @pytest.mark.parametrize("kwargs, message", [

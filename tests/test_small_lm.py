@@ -10,6 +10,7 @@ from lookupdec.costs import CostCurve
 from lookupdec.decoder import Decoder
 from lookupdec.drafters.small_lm import SmallLMConfig, SmallLMDrafter
 from lookupdec.errors import DraftError, TokenizerMismatchError
+from lookupdec.proposals import check_tree
 from lookupdec.sampling import SamplingParams
 from lookupdec.tree import DraftTree, merge_trees
 from tests.conftest import char_tokenizer, save_tiny, tiny_loaded, tiny_model
@@ -208,7 +209,7 @@ def test_sampled_trees_are_cut_by_shape_only():
         Decoder(tiny_loaded(0), hf_kernels=True, draft_budget=2).generate(
             [5, 6], max_new_tokens=3, temperature=1.0, seed=0, drafter=_Sampled())
     dec = Decoder(tiny_loaded(0), hf_kernels=True, tree_masks=False)
-    tree, kept = dec._checked(_Sampled(), _Sampled().propose(None), budget=8, max_depth=8)
+    tree, kept = check_tree(_Sampled(), _Sampled().propose(None), dec.vocab_size, 8, 8, dec.verifier.tree_masks)
     assert tree.tokens.tolist() == [5, 6] and kept.tolist() == [0, 2] and tree.q.shape == (2, 128)
-    tree, kept = dec._checked(_Sampled(), _Sampled().propose(None), budget=8, max_depth=1)
+    tree, kept = check_tree(_Sampled(), _Sampled().propose(None), dec.vocab_size, 8, 1, dec.verifier.tree_masks)
     assert tree.tokens.tolist() == [5]

@@ -52,7 +52,7 @@ class HFChatCodec:
         self.tokenizer = tokenizer
 
     def encode(self, messages: Sequence[Mapping[str, str]]) -> list[int]:
-        from lookupdec.models import encode_prompt
+        from lookupdec.prompts import encode_prompt
 
         return encode_prompt(self.tokenizer, [dict(m) for m in messages])
 

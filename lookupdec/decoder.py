@@ -109,8 +109,10 @@ class Decoder:
                  **renamed) -> None:
         import torch
 
+        from lookupdec.fast_forward_support import supports_fast_forward
         from lookupdec.fast_kernels import fast_kernels_available, pack_linears
         from lookupdec.kvcache import unsupported_attention
+        from lookupdec.products import BLOCK_FORMATS
         from lookupdec.verify import TreeVerifier
         from lookupdec.weights import build_verifier, check_weights
 
@@ -122,7 +124,11 @@ class Decoder:
         check_flag(hf_kernels, "hf_kernels")
         check_flag(tree_masks, "tree_masks", none_ok=True)
         indexes = open_indexes(indexes)  # file errors before the model loads
-        self.loaded = model if isinstance(model, LoadedModel) else load_model(model, dtype=dtype, device=device)
+        # A model loaded here for the quantized formats may leave its layer matrices unread: those
+        # formats read the file's blocks (lookupdec.deferred); anything else reads them first.
+        defer = not hf_kernels and draft_model is None and draft_layers is None and weights in ("auto",) + BLOCK_FORMATS
+        self.loaded = model if isinstance(model, LoadedModel) else load_model(model, dtype=dtype, device=device,
+                                                                              defer_matrices=defer)
         reason = unsupported_attention(self.loaded.model.config)
         if reason:
             raise ModelLoadError(f"model {self.loaded.name!r} cannot be decoded with lookupdec: {reason}, so a "
@@ -146,12 +152,14 @@ class Decoder:
         # copy of an owned model's linear weights); other models keep transformers'
         # forward, with linear weights prepacked for oneDNN when the model is ours.
         def build(fmt: str) -> TreeVerifier:
+            if not owned or fmt not in BLOCK_FORMATS or not supports_fast_forward(self.loaded.model):
+                self.loaded.materialize()
             return TreeVerifier(self.loaded.model, tree_masks=tree_masks, fast=self.fast_kernels, release=owned,
                                 weights=fmt, blocks=self.loaded.blocks if owned else None)
 
         self.verifier, self.weights_choice = build_verifier(
             build, self.loaded.model, weights=weights, stored=self.loaded.stored, fast=self.fast_kernels,
-            threads=torch.get_num_threads())
+            threads=torch.get_num_threads(), prepare=self.loaded.materialize)
         self.weights = self.weights_choice.weights  # "float32" / "float16"; "" on transformers' forward
         if self.fast_kernels and self.verifier.backend == "hf":
             if owned:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Collection
 
 import numpy as np
 
@@ -69,13 +70,16 @@ def rotary_heads(gguf_name: str, heads: int, kv_heads: int) -> int:
     return heads if ".attn_q." in gguf_name else kv_heads if ".attn_k." in gguf_name else 0
 
 
-def read_llama_tensors(path: str, heads: int, kv_heads: int, header=None) -> dict[str, np.ndarray] | None:
+def read_llama_tensors(path: str, heads: int, kv_heads: int, header=None,
+                       only: Collection[str] | None = None) -> dict[str, np.ndarray] | None:
     """Every tensor of a Llama GGUF file, dequantized to float32, under transformers' names.
 
     Args:
         path: the ``.gguf`` file.
         heads, kv_heads: the model's attention and key/value heads (for un-permuting q and k).
         header: the file's ``gguf_info.read_header`` when the caller has it (None: read here).
+        only: read only the tensors of these names (None: all). Whether the reader applies is
+            still judged on every tensor of the file.
     Returns:
         ``{name: array}`` in the file's order (arrays the caller owns; none maps the file), or None
         when this reader does not apply (see the module docstring).
@@ -93,6 +97,8 @@ def read_llama_tensors(path: str, heads: int, kv_heads: int, header=None) -> dic
     data = np.memmap(path, np.uint8, "r")
     out = {}
     for t, name in wanted.items():
+        if only is not None and name not in only:
+            continue
         qtype = gguf.GGMLQuantizationType(t.type_id)
         block, size = gguf.GGML_QUANT_SIZES[qtype]
         cols, rows = t.shape[0], int(np.prod(t.shape[1:], dtype=np.int64))

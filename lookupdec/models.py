@@ -40,6 +40,8 @@ class LoadedModel:
         blocks: for a Llama GGUF of Q4_1 / Q8_0 matrices loaded in float32 on the CPU, where
             the file keeps each matrix's blocks (``{parameter name: blocks.FileBlocks}``), so the
             quantized weight format reads them instead of recovering them; else empty.
+        deferred: the decoder layers' matrices left unread by ``load_model(defer_matrices=True)``
+            (``lookupdec.deferred.DeferredMatrices``), or None: every weight is loaded.
     """
 
     model: Any
@@ -49,6 +51,20 @@ class LoadedModel:
     max_context: int
     stored: str = ""
     blocks: Mapping[str, Any] = field(default_factory=dict)
+    deferred: Any = None
+
+    def materialize(self) -> None:
+        """Read the matrices ``load_model(defer_matrices=True)`` left unread (if any; once).
+
+        Raises:
+            ModelLoadError: the file changed since the model was loaded, or no longer reads.
+        """
+        if self.deferred is None or not self.deferred.pending:
+            return
+        try:
+            self.deferred.materialize(self.model)
+        except (OSError, ValueError) as exc:
+            raise ModelLoadError(f"cannot read the rest of model {self.name!r}: {exc}") from exc
 
 
 def embedded_model_file() -> str:
@@ -138,7 +154,8 @@ def check_device(device: str | None) -> str:
     return device
 
 
-def load_model(model: str | None = None, *, dtype: str = "float32", device: str | None = None) -> LoadedModel:
+def load_model(model: str | None = None, *, dtype: str = "float32", device: str | None = None,
+               defer_matrices: bool = False) -> LoadedModel:
     """Load a target model and its tokenizer from local files only.
 
     Args:
@@ -146,6 +163,11 @@ def load_model(model: str | None = None, *, dtype: str = "float32", device: str 
             model directory, a ``.gguf`` file, or None for the embedded default.
         dtype: "float32" (default), "bfloat16" or "float16".
         device: a torch device string; None = LOOKUPDEC_DEVICE when set, else CUDA when available, else CPU.
+        defer_matrices: for a Llama GGUF of Q4_1 / Q8_0 matrices loaded in float32 on the CPU, leave
+            the decoder layers' matrices unread (on the meta device) until ``LoadedModel.materialize``:
+            the quantized weight formats read their blocks from the file and never need them
+            (``lookupdec.deferred``). Until then the model's own forward does not run. Ignored for
+            other models.
     Returns:
         The loaded model, tokenizer, EOS ids and context length.
     Raises:
@@ -189,11 +211,12 @@ def load_model(model: str | None = None, *, dtype: str = "float32", device: str 
 
             path = os.path.join(source, kwargs["gguf_file"])
             config, tokenizer = config_and_tokenizer(path)
-            lm, blocks = _load_gguf(path, config, torch_dtype)
+            defer = defer_matrices and torch.device(device).type == "cpu"
+            lm, blocks, deferred = _load_gguf(path, config, torch_dtype, defer)
         else:
             tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)
             lm = AutoModelForCausalLM.from_pretrained(source, local_files_only=True, dtype=torch_dtype)
-            blocks = {}
+            blocks, deferred = {}, None
     except ImportError as exc:
         missing = getattr(exc, "name", None)
         if not missing:
@@ -210,7 +233,7 @@ def load_model(model: str | None = None, *, dtype: str = "float32", device: str 
     finally:
         if bars:
             hf_logging.enable_progress_bar()
-    lm = lm.to(device).eval()
+    lm = (lm if deferred is not None else lm.to(device)).eval()  # deferred: on the CPU already, meta matrices kept
     if torch.device(device).type != "cpu":
         blocks = {}  # the quantized formats are the CPU fast forward's
     stored = ""
@@ -218,12 +241,13 @@ def load_model(model: str | None = None, *, dtype: str = "float32", device: str 
         from lookupdec.gguf_info import gguf_weight_storage
 
         stored = gguf_weight_storage(os.path.join(source, kwargs["gguf_file"]))
-    return LoadedModel(lm, tokenizer, name, eos_ids_of(lm, tokenizer), max_context_of(lm), stored, blocks)
+    return LoadedModel(lm, tokenizer, name, eos_ids_of(lm, tokenizer), max_context_of(lm), stored, blocks, deferred)
 
 
-def _load_gguf(path: str, config, torch_dtype):
+def _load_gguf(path: str, config, torch_dtype, defer: bool = False):
     """A GGUF checkpoint (``config`` its transformers config), dequantized into a transformers model,
-    and where the file keeps its quantized matrices' blocks (``LoadedModel.blocks``).
+    where the file keeps its quantized matrices' blocks (``LoadedModel.blocks``), and the matrices
+    left unread (``LoadedModel.deferred``: with ``defer``, where every layer matrix has file blocks).
 
     transformers' ``from_pretrained(gguf_file=...)`` insists on the
     ``accelerate`` package; this does the same steps (config and tensors from
@@ -237,13 +261,24 @@ def _load_gguf(path: str, config, torch_dtype):
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
     from lookupdec.gguf_info import read_header
-    from lookupdec.gguf_tensors import llama_file_blocks, read_llama_tensors
+    from lookupdec.gguf_tensors import hf_name, llama_file_blocks, read_llama_tensors
 
     heads = (config.num_attention_heads, config.num_key_value_heads) if config.model_type == "llama" else None
     header = read_header(path) if heads else None
-    arrays = read_llama_tensors(path, *heads, header) if heads else None  # transformers' tensors, read faster
-    # The blocks the float32 weights were dequantized from (by the reader above, bit for bit).
-    blocks = llama_file_blocks(path, *heads, header) if arrays is not None and torch_dtype == torch.float32 else {}
+    # The blocks the float32 weights are dequantized from (by the reader below, bit for bit).
+    blocks = llama_file_blocks(path, *heads, header) if heads and torch_dtype == torch.float32 else {}
+    deferred = None
+    if defer and blocks:
+        from lookupdec.deferred import DeferredMatrices, deferrable
+
+        names = deferrable(blocks, [hf_name(t.name) or "" for t in header.tensors])
+        if names:
+            st = os.stat(path)
+            deferred = DeferredMatrices(path, *heads, names, (st.st_size, st.st_mtime_ns))
+    every = None if deferred is None else {hf_name(t.name) for t in header.tensors} - set(deferred.names)
+    arrays = read_llama_tensors(path, *heads, header, only=every) if heads else None  # transformers' tensors, read faster
+    if arrays is None:
+        blocks, deferred = {}, None
     if arrays is not None:
         tensors = {name: torch.from_numpy(a) for name, a in arrays.items()}
     else:
@@ -259,14 +294,15 @@ def _load_gguf(path: str, config, torch_dtype):
     result = lm.load_state_dict(tensors, strict=False, assign=True)
     del tensors
     tied = {"lm_head.weight"} if getattr(config, "tie_word_embeddings", False) else set()
-    missing = set(result.missing_keys) - tied
+    unread = set() if deferred is None else set(deferred.names)
+    missing = set(result.missing_keys) - tied - unread
     if missing or result.unexpected_keys:
         raise ValueError(f"GGUF tensors do not fit the model: missing {sorted(missing)[:5]}, unexpected {result.unexpected_keys[:5]}")
     lm.tie_weights()
-    left = [name for name, t in list(lm.named_parameters()) + list(lm.named_buffers()) if t.is_meta]
+    left = [name for name, t in list(lm.named_parameters()) + list(lm.named_buffers()) if t.is_meta and name not in unread]
     if left:
         raise ValueError(f"GGUF file has no values for {left[:5]}")
-    return lm, blocks
+    return lm, blocks, deferred
 
 
 class _parameters_on_meta:

@@ -170,6 +170,8 @@ def _small_products_round_alike(packed, in_features: int) -> bool:
 # The weight formats of the fast forward, and the product class of each.
 _LINEARS = {"float32": _Linear, "float16": _LinearF16, "quantized": _LinearQuant, "quantized-bf16": _LinearQuantBF16}
 WEIGHT_FORMATS = tuple(_LINEARS)
+# The formats that keep a GGUF's blocks (and read them from its file: they never need the float32 matrices).
+BLOCK_FORMATS = tuple(f for f, cls in _LINEARS.items() if issubclass(cls, _LinearQuant))
 
 
 def weights_unavailable_reason(weights: str) -> str:
@@ -212,6 +214,9 @@ def make_linear(weight: torch.Tensor, bias: torch.Tensor | None, weights: str = 
     if reason:
         raise ValueError(f"{reason}; use weights='float32'")
     if blocks is None:
+        if weight.is_meta:
+            raise ValueError("this matrix was never read (load_model(defer_matrices=True)) and its file's blocks "
+                             "cannot be read now (the file changed or is gone): load the model again")
         return _LINEARS[weights](weight, bias)
     if not issubclass(_LINEARS[weights], _LinearQuant):
         raise ValueError(f"blocks are for the quantized formats, not {weights!r}")

@@ -179,7 +179,7 @@ def _write_choice(path: Path, choice: WeightsChoice, measured_for: str) -> None:
 
 
 def build_verifier(build: Callable, model, *, weights: str, stored: str, fast: bool, threads: int,
-                   cache_dir: Path | None = None):
+                   cache_dir: Path | None = None, prepare: Callable[[], None] | None = None):
     """The verifier in the weight format asked for, or the one ``auto`` picks (see the module docstring).
 
     Args:
@@ -190,6 +190,8 @@ def build_verifier(build: Callable, model, *, weights: str, stored: str, fast: b
         fast: the fast backend was asked for (not ``hf_kernels``).
         threads: torch's thread count (part of the cache key).
         cache_dir: where choices are cached (default ``cache_root()/costs``, beside the cost curves).
+        prepare: called before the formats are timed, which reads every weight of the first
+            layers (``LoadedModel.materialize`` for a model loaded with ``defer_matrices``).
     Returns:
         ``(verifier, WeightsChoice)``.
     Raises:
@@ -230,6 +232,8 @@ def build_verifier(build: Callable, model, *, weights: str, stored: str, fast: b
         return build(cached.weights), cached
     from lookupdec.fast_forward import FastForward
 
+    if prepare is not None:
+        prepare()
     partial = {}
     for fmt in candidates:
         try:

@@ -68,7 +68,7 @@ def test_a_file_changed_since_loading_is_refused_and_the_forward_recovers_the_bl
     from lookupdec.models import _load_gguf
 
     path = _llama_gguf(tmp_path / "m.gguf", kinds=("Q4_1",))
-    model, blocks = _load_gguf(path, AutoConfig.from_pretrained(str(tmp_path), gguf_file="m.gguf"), torch.float32)
+    model, blocks, _ = _load_gguf(path, AutoConfig.from_pretrained(str(tmp_path), gguf_file="m.gguf"), torch.float32)
     st = os.stat(path)
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # rewritten since: same size, later time
     some = next(iter(blocks.values()))
@@ -90,7 +90,7 @@ def test_the_fast_forward_on_the_files_blocks_is_the_one_on_recovered_blocks(tmp
 
     path = _llama_gguf(tmp_path / "m.gguf", kinds=(kind,))
     config = AutoConfig.from_pretrained(str(tmp_path), gguf_file="m.gguf")
-    model, blocks = _load_gguf(path, config, torch.float32)
+    model, blocks, _ = _load_gguf(path, config, torch.float32)
     assert blocks and all(f.fmt == kind.lower() for f in blocks.values())
     read = FastForward(model, weights="quantized", blocks=blocks)
     recovered = FastForward(model, weights="quantized")

@@ -180,6 +180,31 @@ def test_auto_measures_quantized_models_once_and_caches_the_choice(tmp_path, mon
     assert f"weights {other.weights}" in curve_description(other.verifier, 1)
 
 
+def test_build_verifier_prepares_the_model_only_to_time_the_formats(tmp_path):
+    """``prepare`` (``LoadedModel.materialize`` in the Decoder) runs before the formats are timed, which
+    reads every weight of the first layers; a cached choice or a format asked for times nothing."""
+    from lookupdec.verify import TreeVerifier
+    from lookupdec.weights import build_verifier
+
+    model = tiny_loaded(0).model
+    calls = []
+
+    def build(fmt):
+        calls.append(fmt)
+        return TreeVerifier(model, fast=True, weights=fmt)
+
+    def run(weights):
+        calls.clear()
+        return build_verifier(build, model, weights=weights, stored="quantized", fast=True, threads=1,
+                              cache_dir=tmp_path, prepare=lambda: calls.append("prepare"))[1]
+
+    first = run("auto")
+    assert not first.cached and calls == ["prepare", first.weights]
+    assert run("auto").cached and calls == [first.weights]
+    run("float16")
+    assert calls == ["float16"]
+
+
 def test_pick_faster_prefers_float32_on_a_tie():
     assert pick_faster({"float16": (10.0, 20.0), "float32": (10.0, 20.0)}) == "float32"
     assert pick_faster({"float16": (10.0, 19.0), "float32": (10.0, 20.0)}) == "float16"

@@ -1,0 +1,85 @@
+"""A Llama GGUF's layer matrices left unread until something needs them as float32.
+
+The quantized weight formats read a GGUF's Q4_1 / Q8_0 blocks straight from the file
+(``blocks.FileBlocks``): a Decoder in those formats never uses the float32 matrices that
+loading would dequantize from the same blocks. Dequantizing them anyway costs most of a
+second and, for the embedded model, 425 MB at the peak (30 layers x 7 matrices). So a model
+the Decoder loads itself may leave the decoder layers' matrices on the meta device
+(``load_model(defer_matrices=True)``): ``materialize`` reads them, bit for bit as loading
+would have (``gguf_tensors.read_llama_tensors``), the moment anything else needs them (the
+float32 or float16 formats, transformers' forward, timing the formats for ``--weights auto``).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Mapping
+
+# The decoder layers' matrices (transformers' names); the embedding, norms and lm_head load as usual.
+_LAYER_MATRIX = re.compile(r"model\.layers\.\d+\.(self_attn\.[qkvo]_proj|mlp\.(gate|up|down)_proj)\.weight")
+
+
+def deferrable(blocks: Mapping[str, object], names) -> tuple[str, ...]:
+    """The decoder layers' matrices among ``names`` (a model's parameter names), if the file keeps
+    the blocks of every one of them (``blocks``: ``LoadedModel.blocks``); else ``()``: a model some
+    of whose matrices the quantized formats could not read from the file is loaded whole.
+
+    Example:
+        >>> deferrable({"model.layers.0.mlp.up_proj.weight": 1}, ["model.layers.0.mlp.up_proj.weight",
+        ...            "model.norm.weight"])
+        ('model.layers.0.mlp.up_proj.weight',)
+    """
+    matrices = tuple(n for n in names if _LAYER_MATRIX.fullmatch(n))
+    return matrices if matrices and all(n in blocks for n in matrices) else ()
+
+
+@dataclass
+class DeferredMatrices:
+    """Matrices of a loaded model still on the meta device, and where to read them.
+
+    Attributes:
+        path: the ``.gguf`` file.
+        heads, kv_heads: the model's attention and key/value heads (q and k are un-permuted).
+        names: the parameters left unread (transformers' names).
+        stamp: the file's (size, modification time in ns) when the model was loaded from it.
+        pending: True until ``materialize`` has read them.
+    """
+
+    path: str
+    heads: int
+    kv_heads: int
+    names: tuple[str, ...]
+    stamp: tuple = ()
+    pending: bool = field(default=True)
+
+    def materialize(self, model) -> None:
+        """Read the matrices into ``model`` (once; later calls do nothing).
+
+        Raises:
+            ValueError: the file changed since the model was loaded, or no longer reads.
+            OSError: the file cannot be read.
+        """
+        if not self.pending:
+            return
+        import os
+
+        import torch
+        import torch.nn as nn
+
+        from lookupdec.gguf_tensors import read_llama_tensors
+
+        st = os.stat(self.path)
+        if self.stamp and (st.st_size, st.st_mtime_ns) != tuple(self.stamp):
+            raise ValueError(f"{self.path!r} changed since the model was loaded from it; load the model again")
+        arrays = read_llama_tensors(self.path, self.heads, self.kv_heads, only=frozenset(self.names))
+        if arrays is None or set(arrays) != set(self.names):
+            raise ValueError(f"{self.path!r} no longer holds the matrices the model was loaded without; "
+                             "load the model again")
+        for name in self.names:
+            owner, attr = name.rsplit(".", 1)
+            module = model.get_submodule(owner)
+            if tuple(getattr(module, attr).shape) != arrays[name].shape:
+                raise ValueError(f"{self.path!r} changed since the model was loaded ({name} has another shape); "
+                                 "load the model again")
+            setattr(module, attr, nn.Parameter(torch.from_numpy(arrays.pop(name)), requires_grad=False))
+        self.pending = False

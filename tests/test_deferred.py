@@ -1,0 +1,113 @@
+"""A Llama GGUF's layer matrices left unread (``load_model(defer_matrices=True)``, ``lookupdec.deferred``):
+the quantized formats read the file's blocks instead, and anything that needs the float32 matrices reads
+them first, bit for bit as the eager load (the oracle here) reads them."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from lookupdec.errors import ModelLoadError
+from lookupdec.models import LoadedModel, _load_gguf
+from tests.test_gguf_tensors import LAYERS, _llama_gguf
+
+pytestmark = pytest.mark.cpu  # the quantized formats are the CPU fast forward's
+
+MATRICES = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
+            "mlp.up_proj", "mlp.down_proj")
+
+
+def _config(path):
+    from transformers import AutoConfig
+
+    return AutoConfig.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path))
+
+
+def _loaded(model, blocks, deferred):
+    return LoadedModel(model, None, "tiny", (2,), 128, "quantized", blocks, deferred)
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_deferred_matrices_stay_unread_until_materialized_then_equal_the_eager_load(tmp_path, tied):
+    path = _llama_gguf(tmp_path / "m.gguf", kinds=("Q4_1", "Q8_0"), tied=tied)
+    eager, _, none = _load_gguf(path, _config(path), torch.float32)
+    model, blocks, deferred = _load_gguf(path, _config(path), torch.float32, defer=True)
+    assert none is None and deferred.pending
+    want = {f"model.layers.{i}.{m}.weight" for i in range(LAYERS) for m in MATRICES}
+    assert set(deferred.names) == want
+    params = dict(model.named_parameters())
+    assert all(params[n].is_meta for n in want)
+    assert not any(p.is_meta for n, p in params.items() if n not in want)  # norms, embedding, lm_head read
+    lm = _loaded(model, blocks, deferred)
+    lm.materialize()
+    assert not deferred.pending
+    reference = dict(eager.named_parameters())
+    got = dict(model.named_parameters())
+    assert set(got) == set(reference)
+    for name, p in got.items():
+        assert torch.equal(p, reference[name]), name  # bit for bit, q and k un-permuted alike
+    ids = torch.tensor([[1, 5, 7, 2, 9]])
+    with torch.inference_mode():
+        assert torch.equal(model(ids).logits, eager(ids).logits)
+    lm.materialize()  # a second call reads nothing more
+    assert all(got[n] is p for n, p in model.named_parameters())
+
+
+def test_a_file_with_matrices_in_no_block_format_is_loaded_whole(tmp_path):
+    path = _llama_gguf(tmp_path / "m.gguf")  # layers cycle through Q4_1, Q8_0, F16, F32
+    model, blocks, deferred = _load_gguf(path, _config(path), torch.float32, defer=True)
+    assert deferred is None and blocks  # some matrices have blocks, not all: nothing is left unread
+    assert not any(p.is_meta for p in model.parameters())
+
+
+def test_a_file_changed_since_loading_is_refused_by_materialize_and_by_the_quantized_forward(tmp_path):
+    from lookupdec.fast_forward import FastForward
+
+    path = _llama_gguf(tmp_path / "m.gguf", kinds=("Q4_1",))
+    model, blocks, deferred = _load_gguf(path, _config(path), torch.float32, defer=True)
+    st = os.stat(path)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # rewritten since: same size, later time
+    with pytest.raises(ModelLoadError, match="changed since the model was loaded"):
+        _loaded(model, blocks, deferred).materialize()
+    assert deferred.pending
+    with pytest.raises(ValueError, match="never read"):  # no blocks from the file, no weights to recover them from
+        FastForward(model, weights="quantized", blocks=blocks)
+
+
+@pytest.mark.parametrize("kind", ["Q4_1", "Q8_0"])
+def test_the_quantized_forward_of_a_deferred_model_is_the_eager_ones_and_reads_nothing_more(tmp_path, kind):
+    from lookupdec.fast_forward import FastForward
+
+    path = _llama_gguf(tmp_path / "m.gguf", kinds=(kind,))
+    eager, eager_blocks, _ = _load_gguf(path, _config(path), torch.float32)
+    model, blocks, deferred = _load_gguf(path, _config(path), torch.float32, defer=True)
+    lazy = FastForward(model, weights="quantized", blocks=blocks, release=True)
+    full = FastForward(eager, weights="quantized")  # blocks recovered from the float32 weights
+    assert deferred.pending
+    ids = torch.tensor([1, 5, 7, 2, 9])
+    outs = [ff.forward(ff.new_cache(16), ids, torch.arange(5), None, list(range(5)), causal=True)
+            for ff in (lazy, full)]
+    assert torch.equal(outs[0], outs[1])
+
+
+@pytest.mark.slow
+def test_a_decoder_leaves_the_matrices_unread_only_where_its_format_reads_the_file(tmp_path, monkeypatch):
+    """Decoder() in the quantized format never reads the float32 matrices; asked for float32 it loads them
+    all; a deferred model passed in is read before a format that needs the matrices is built."""
+    from lookupdec import Decoder
+    from lookupdec.models import load_model
+
+    monkeypatch.setenv("LOOKUPDEC_CACHE", str(tmp_path))
+    text = "Repeat this: the quick brown fox jumps over the lazy dog."
+    quantized = Decoder(weights="quantized")
+    assert quantized.loaded.deferred is not None and quantized.loaded.deferred.pending
+    assert len(quantized.loaded.deferred.names) == 7 * quantized.model.config.num_hidden_layers
+    assert Decoder(weights="float32").loaded.deferred is None
+    passed = load_model(defer_matrices=True)
+    dec = Decoder(passed, weights="float32")
+    assert not passed.deferred.pending and dec.weights == "float32"
+    assert not any(p.is_meta for p in passed.model.parameters())
+    eager = Decoder(load_model(), weights="quantized")  # blocks recovered from the eager float32 weights
+    assert quantized.generate(text, method="ar", max_new_tokens=24).token_ids == \
+        eager.generate(text, method="ar", max_new_tokens=24).token_ids

@@ -114,7 +114,7 @@ class Decoder:
         from lookupdec.kvcache import unsupported_attention
         from lookupdec.products import BLOCK_FORMATS
         from lookupdec.verify import TreeVerifier
-        from lookupdec.weights import build_verifier, check_weights
+        from lookupdec.weights import MEASURE_LAYERS, build_verifier, check_weights
 
         check_weights(weights)
         self.draft_budget = checked_budget(draft_budget)
@@ -159,7 +159,7 @@ class Decoder:
 
         self.verifier, self.weights_choice = build_verifier(
             build, self.loaded.model, weights=weights, stored=self.loaded.stored, fast=self.fast_kernels,
-            threads=torch.get_num_threads(), prepare=self.loaded.materialize)
+            threads=torch.get_num_threads(), prepare=lambda: self.loaded.materialize(MEASURE_LAYERS))
         self.weights = self.weights_choice.weights  # "float32" / "float16"; "" on transformers' forward
         if self.fast_kernels and self.verifier.backend == "hf":
             if owned:

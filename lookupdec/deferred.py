@@ -42,7 +42,7 @@ class DeferredMatrices:
         heads, kv_heads: the model's attention and key/value heads (q and k are un-permuted).
         names: the parameters left unread (transformers' names).
         stamp: the file's (size, modification time in ns) when the model was loaded from it.
-        pending: True until ``materialize`` has read them.
+        unread: the names not read yet.
     """
 
     path: str
@@ -50,16 +50,27 @@ class DeferredMatrices:
     kv_heads: int
     names: tuple[str, ...]
     stamp: tuple = ()
-    pending: bool = field(default=True)
+    unread: set = field(default=None)
 
-    def materialize(self, model) -> None:
-        """Read the matrices into ``model`` (once; later calls do nothing).
+    def __post_init__(self) -> None:
+        if self.unread is None:
+            self.unread = set(self.names)
+
+    @property
+    def pending(self) -> bool:
+        """Whether some matrices are still unread."""
+        return bool(self.unread)
+
+    def materialize(self, model, layers: int | None = None) -> None:
+        """Read the unread matrices into ``model``: all, or those of the first ``layers`` decoder layers
+        (what timing the weight formats reads: ``weights.MEASURE_LAYERS``). Each is read once.
 
         Raises:
             ValueError: the file changed since the model was loaded, or no longer reads.
             OSError: the file cannot be read.
         """
-        if not self.pending:
+        wanted = {n for n in self.unread if layers is None or _layer_of(n) < layers}
+        if not wanted:
             return
         import os
 
@@ -71,15 +82,19 @@ class DeferredMatrices:
         st = os.stat(self.path)
         if self.stamp and (st.st_size, st.st_mtime_ns) != tuple(self.stamp):
             raise ValueError(f"{self.path!r} changed since the model was loaded from it; load the model again")
-        arrays = read_llama_tensors(self.path, self.heads, self.kv_heads, only=frozenset(self.names))
-        if arrays is None or set(arrays) != set(self.names):
+        arrays = read_llama_tensors(self.path, self.heads, self.kv_heads, only=frozenset(wanted))
+        if arrays is None or set(arrays) != wanted:
             raise ValueError(f"{self.path!r} no longer holds the matrices the model was loaded without; "
                              "load the model again")
-        for name in self.names:
+        for name in sorted(wanted):
             owner, attr = name.rsplit(".", 1)
             module = model.get_submodule(owner)
             if tuple(getattr(module, attr).shape) != arrays[name].shape:
                 raise ValueError(f"{self.path!r} changed since the model was loaded ({name} has another shape); "
                                  "load the model again")
             setattr(module, attr, nn.Parameter(torch.from_numpy(arrays.pop(name)), requires_grad=False))
-        self.pending = False
+            self.unread.discard(name)
+
+
+def _layer_of(name: str) -> int:
+    return int(name.split(".")[2])  # model.layers.<i>. ...

@@ -53,8 +53,9 @@ class LoadedModel:
     blocks: Mapping[str, Any] = field(default_factory=dict)
     deferred: Any = None
 
-    def materialize(self) -> None:
-        """Read the matrices ``load_model(defer_matrices=True)`` left unread (if any; once).
+    def materialize(self, layers: int | None = None) -> None:
+        """Read the matrices ``load_model(defer_matrices=True)`` left unread (if any; each once): all,
+        or only those of the first ``layers`` decoder layers.
 
         Raises:
             ModelLoadError: the file changed since the model was loaded, or no longer reads.
@@ -62,7 +63,7 @@ class LoadedModel:
         if self.deferred is None or not self.deferred.pending:
             return
         try:
-            self.deferred.materialize(self.model)
+            self.deferred.materialize(self.model, layers)
         except (OSError, ValueError) as exc:
             raise ModelLoadError(f"cannot read the rest of model {self.name!r}: {exc}") from exc
 

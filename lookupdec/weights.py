@@ -191,7 +191,8 @@ def build_verifier(build: Callable, model, *, weights: str, stored: str, fast: b
         threads: torch's thread count (part of the cache key).
         cache_dir: where choices are cached (default ``cache_root()/costs``, beside the cost curves).
         prepare: called before the formats are timed, which reads every weight of the first
-            layers (``LoadedModel.materialize`` for a model loaded with ``defer_matrices``).
+            ``MEASURE_LAYERS`` layers (the Decoder reads them there for a model loaded with
+            ``defer_matrices``: ``LoadedModel.materialize``).
     Returns:
         ``(verifier, WeightsChoice)``.
     Raises:

@@ -40,6 +40,10 @@ def test_deferred_matrices_stay_unread_until_materialized_then_equal_the_eager_l
     assert all(params[n].is_meta for n in want)
     assert not any(p.is_meta for n, p in params.items() if n not in want)  # norms, embedding, lm_head read
     lm = _loaded(model, blocks, deferred)
+    lm.materialize(layers=1)  # what timing the weight formats reads: the first layers only
+    first = {n for n in want if n.startswith("model.layers.0.")}
+    assert deferred.unread == want - first and deferred.pending
+    assert not any(p.is_meta for n, p in model.named_parameters() if n in first)
     lm.materialize()
     assert not deferred.pending
     reference = dict(eager.named_parameters())
@@ -93,16 +97,29 @@ def test_the_quantized_forward_of_a_deferred_model_is_the_eager_ones_and_reads_n
 
 @pytest.mark.slow
 def test_a_decoder_leaves_the_matrices_unread_only_where_its_format_reads_the_file(tmp_path, monkeypatch):
-    """Decoder() in the quantized format never reads the float32 matrices; asked for float32 it loads them
-    all; a deferred model passed in is read before a format that needs the matrices is built."""
+    """Decoder() in the quantized format never reads the float32 matrices (with ``auto``'s first run, only the
+    first layers', to time the formats); asked for float32 it loads them all; a deferred model passed in is
+    read before a format that needs the matrices is built."""
     from lookupdec import Decoder
     from lookupdec.models import load_model
+
+    from lookupdec.products import BLOCK_FORMATS
+    from lookupdec.weights import MEASURE_LAYERS
 
     monkeypatch.setenv("LOOKUPDEC_CACHE", str(tmp_path))
     text = "Repeat this: the quick brown fox jumps over the lazy dog."
     quantized = Decoder(weights="quantized")
-    assert quantized.loaded.deferred is not None and quantized.loaded.deferred.pending
-    assert len(quantized.loaded.deferred.names) == 7 * quantized.model.config.num_hidden_layers
+    deferred = quantized.loaded.deferred
+    assert deferred is not None and deferred.unread == set(deferred.names)
+    assert len(deferred.names) == 7 * quantized.model.config.num_hidden_layers
+    # auto, first run here (an empty cache): timing the formats reads the first layers' matrices only
+    auto = Decoder(weights="auto")
+    assert not auto.weights_choice.cached
+    later = {n for n in auto.loaded.deferred.names if int(n.split(".")[2]) >= MEASURE_LAYERS}
+    if auto.weights in BLOCK_FORMATS:
+        assert auto.loaded.deferred.unread == later
+    else:  # float32 or float16 measured faster on this machine: everything read
+        assert not auto.loaded.deferred.pending
     assert Decoder(weights="float32").loaded.deferred is None
     passed = load_model(defer_matrices=True)
     dec = Decoder(passed, weights="float32")

@@ -152,7 +152,7 @@ class Decoder:
         # copy of an owned model's linear weights); other models keep transformers'
         # forward, with linear weights prepacked for oneDNN when the model is ours.
         def build(fmt: str) -> TreeVerifier:
-            if not owned or fmt not in BLOCK_FORMATS or not supports_fast_forward(self.loaded.model):
+            if not (owned and self.fast_kernels and fmt in BLOCK_FORMATS and supports_fast_forward(self.loaded.model)):
                 self.loaded.materialize()
             return TreeVerifier(self.loaded.model, tree_masks=tree_masks, fast=self.fast_kernels, release=owned,
                                 weights=fmt, blocks=self.loaded.blocks if owned else None)

@@ -145,7 +145,7 @@ def test_a_missing_optional_package_is_a_message(monkeypatch):
     import lookupdec.models as models
     from lookupdec.errors import ModelLoadError
 
-    def no_gguf(path, config, dtype):
+    def no_gguf(path, config, dtype, defer=False):
         raise ModuleNotFoundError("No module named 'gguf'", name="gguf")
 
     monkeypatch.setattr(models, "_load_gguf", no_gguf)

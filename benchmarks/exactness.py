@@ -307,7 +307,7 @@ def main(argv=None) -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({
             "config": {**{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-                       "backend": dec.verifier.backend, "weights_used": dec.weights, "machine": device_description(dec.loaded.model.device),
+                       "backend": dec.verifier.backend, "weights_used": dec.weights, "machine": device_description(dec.verifier.device),
                        "torch": torch.__version__, "seconds": seconds},
             "methods": {m: {"generations": t.generations, "tokens": t.tokens,
                             "mismatches": [asdict(x) for x in t.mismatches]} for m, t in tally.items()},

@@ -238,7 +238,7 @@ def main(argv=None) -> int:
     summary = summarize(rows, args.methods)
     info = {"cases": len({r.case for r in rows}), "max_new_tokens": args.max_new_tokens, "torch": torch.__version__,
             "answer": "whole output" if args.whole_output else f"up to the code block's end ({ANSWER_END!r})",
-            "threads": torch.get_num_threads(), "machine": device_description(dec.loaded.model.device),
+            "threads": torch.get_num_threads(), "machine": device_description(dec.verifier.device),
             "model": dec.loaded.name, "weights": dec.weights, "python": platform.python_version(), "command": " ".join(sys.argv)}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -53,6 +53,20 @@ def dequantize(blocks: Blocks) -> np.ndarray:
     return (blocks.dm.reshape(n, k // QK, 1).astype(np.float32) * q).reshape(n, k)
 
 
+def dequantize_rows(blocks: Blocks, rows: np.ndarray) -> np.ndarray:
+    """Rows ``rows`` of ``dequantize(blocks)``, the same values, dequantizing only those (an embedding
+    lookup).
+
+    Example:
+        >>> w = np.array([[0.5 * (j % 16) - 2.0 + r for j in range(32)] for r in range(3)], dtype=np.float32)
+        >>> bool((dequantize_rows(find_blocks(w), np.array([2, 0])) == w[[2, 0]]).all())
+        True
+    """
+    rows = np.asarray(rows, np.int64)
+    k = blocks.shape[1]
+    return dequantize(Blocks(blocks.fmt, blocks.qs[rows], blocks.dm[rows], (len(rows), k)))
+
+
 def _q4_1(w: np.ndarray) -> Blocks | None:
     n, k = w.shape
     b = w.reshape(n, k // QK, QK)

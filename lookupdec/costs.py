@@ -186,7 +186,9 @@ def curve_key(model, backend: str, threads: int, weights: str = "float32", *, ve
     """
     import torch
 
-    param = next(model.parameters())
+    from lookupdec.release import held_parameter
+
+    param = held_parameter(model)
     n_params = sum(p.numel() for p in model.parameters())
     config = model.config.to_json_string(use_diff=False) if hasattr(model.config, "to_json_string") else repr(model.config)
     parts = [config, str(n_params), str(param.dtype), device_description(param.device), backend, str(threads)]

@@ -170,6 +170,11 @@ class FastForward:
         decoder_layers = list(inner.layers)[:layers]
         self.n_layers = len(decoder_layers)
         self.embed = inner.embed_tokens.weight.detach()
+        # An embedding never read (a deferred load): its rows are dequantized from the file's blocks on use.
+        self._embed_blocks = _file_blocks(blocks, ["model.embed_tokens.weight"]) if self.embed.is_meta else None
+        if self.embed.is_meta and self._embed_blocks is None:
+            raise ValueError("the embedding was never read (load_model(defer_matrices=True)) and its file's blocks "
+                             "cannot be read now (the file changed or is gone): load the model again")
         self.final_norm = inner.norm.weight.detach().float().contiguous()
         w, b = _dense_linear(model.lm_head)
         # lm_head keeps float32 products in the bfloat16 format: a step computes few of its rows
@@ -397,6 +402,10 @@ class FastForward:
         self._ensure_positions(int(positions.max()) + 1)
         cos = self._cos.index_select(0, positions).unsqueeze(1)         # (R, 1, D)
         sin = self._sin_signed.index_select(0, positions).unsqueeze(1)
+        if self._embed_blocks is not None:
+            from lookupdec.blocks import dequantize_rows
+
+            return torch.from_numpy(dequantize_rows(self._embed_blocks, ids.numpy())), cos, sin
         return F.embedding(ids, self.embed), cos, sin
 
     def _rope(self, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from lookupdec.kvcache import all_full_attention
+from lookupdec.release import held_parameter
 
 # model_type values whose decoder layer is: RMSNorm, attention (q/k/v/o
 # projections, rotary, GQA), residual, RMSNorm, SiLU-gated MLP, residual.
@@ -24,7 +25,7 @@ def fast_forward_unsupported_reason(model) -> str:
     cfg = model.config
     if getattr(cfg, "model_type", None) not in SUPPORTED_MODEL_TYPES:
         return f"model_type {getattr(cfg, 'model_type', None)!r} is not one of {SUPPORTED_MODEL_TYPES}"
-    param = next(model.parameters())
+    param = held_parameter(model)
     if param.device.type != "cpu" or param.dtype != torch.float32:
         return f"needs a float32 CPU model, got {param.dtype} on {param.device}"
     if not torch.backends.mkldnn.is_available():

@@ -15,10 +15,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from lookupdec.release import held_parameter
+
 
 def fast_kernels_available(model) -> bool:
     """True when prepacking applies: a float32 model on the CPU with oneDNN built in."""
-    param = next(model.parameters())
+    param = held_parameter(model)
     return param.device.type == "cpu" and param.dtype == torch.float32 and torch.backends.mkldnn.is_available()
 
 

@@ -1,7 +1,22 @@
-"""Handing a model's own weight memory back once a packed copy serves the forward (``FastForward(release=True)``)."""
+"""Handing a model's own weight memory back once a packed copy serves the forward (``FastForward(release=True)``),
+and finding a parameter that still holds values (to read a model's device and dtype from)."""
 from __future__ import annotations
 
 import torch
+
+
+def held_parameter(model):
+    """The model's first parameter that holds values: not released (empty) and not left unread on the meta
+    device (``lookupdec.deferred``); its device and dtype are the model's. The first parameter if none does."""
+    first = None
+    for p in model.parameters():
+        if first is None:
+            first = p
+        if p.numel() and not p.is_meta:
+            return p
+    if first is None:
+        raise ValueError("the model has no parameters")
+    return first
 
 
 def release_linear(linear) -> None:

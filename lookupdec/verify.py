@@ -59,6 +59,7 @@ from lookupdec.batch_cache import padded_forward
 from lookupdec.accept import Acceptance, greedy_accept, main_path, sample_accept  # noqa: F401  (re-exported)
 from lookupdec.logit_rows import LazyLogits, subtree  # noqa: F401  (re-exported)
 from lookupdec.kvcache import all_full_attention, keep_rows, new_cache, uniform_layers, with_cache
+from lookupdec.release import held_parameter
 from lookupdec.tree import DraftTree
 from lookupdec.tree_rows import (argmax_rows, best_path_nodes, clip_depth, longest_path, longest_path_nodes,  # noqa: F401
                                  topk_of_rows, topk_rows, tree_attention_bias, tree_inputs)  # (re-exported)
@@ -217,7 +218,7 @@ class TreeVerifier:
         if pad_multiple < 1:
             raise ValueError(f"pad_multiple must be >= 1, got {pad_multiple}")
         self.pad_multiple = int(pad_multiple)
-        param = next(p for p in model.parameters() if p.numel()) if release else next(model.parameters())
+        param = held_parameter(model)
         self.device, self.dtype = param.device, param.dtype
 
     @property

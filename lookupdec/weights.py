@@ -39,6 +39,7 @@ from typing import Callable
 
 from lookupdec.fast_forward_support import fast_forward_unsupported_reason
 from lookupdec.products import WEIGHT_FORMATS, weights_unavailable_reason
+from lookupdec.release import held_parameter
 
 WEIGHTS_CHOICES = ("auto",) + WEIGHT_FORMATS
 # Rows of the two forwards ``auto`` times per format: plain decoding, and a mid-size verify tree.
@@ -147,7 +148,7 @@ def choice_key(model, stored: str, threads: int) -> str:
 
     from lookupdec.costs import device_description
 
-    param = next(model.parameters())
+    param = held_parameter(model)
     n_params = sum(p.numel() for p in model.parameters())
     config = model.config.to_json_string(use_diff=False) if hasattr(model.config, "to_json_string") else repr(model.config)
     ident = "|".join([config, str(n_params), stored, device_description(param.device), str(threads),

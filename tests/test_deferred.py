@@ -34,16 +34,19 @@ def test_deferred_matrices_stay_unread_until_materialized_then_equal_the_eager_l
     eager, _, none = _load_gguf(path, _config(path), torch.float32)
     model, blocks, deferred = _load_gguf(path, _config(path), torch.float32, defer=True)
     assert none is None and deferred.pending
-    want = {f"model.layers.{i}.{m}.weight" for i in range(LAYERS) for m in MATRICES}
+    layers = {f"model.layers.{i}.{m}.weight" for i in range(LAYERS) for m in MATRICES}
+    outer = {"model.embed_tokens.weight"} | (set() if tied else {"lm_head.weight"})  # stored as blocks too
+    want = layers | outer
     assert set(deferred.names) == want
     params = dict(model.named_parameters())
     assert all(params[n].is_meta for n in want)
-    assert not any(p.is_meta for n, p in params.items() if n not in want)  # norms, embedding, lm_head read
+    assert not any(p.is_meta for n, p in params.items() if n not in want)  # the norms are read
     lm = _loaded(model, blocks, deferred)
-    lm.materialize(layers=1)  # what timing the weight formats reads: the first layers only
-    first = {n for n in want if n.startswith("model.layers.0.")}
+    lm.materialize(layers=1)  # what timing the weight formats reads: the first layers and the embedding
+    first = {n for n in layers if n.startswith("model.layers.0.")} | outer
     assert deferred.unread == want - first and deferred.pending
     assert not any(p.is_meta for n, p in model.named_parameters() if n in first)
+    assert (model.lm_head.weight is model.model.embed_tokens.weight) == tied  # tied again to the embedding read
     lm.materialize()
     assert not deferred.pending
     reference = dict(eager.named_parameters())
@@ -93,6 +96,11 @@ def test_the_quantized_forward_of_a_deferred_model_is_the_eager_ones_and_reads_n
     outs = [ff.forward(ff.new_cache(16), ids, torch.arange(5), None, list(range(5)), causal=True)
             for ff in (lazy, full)]
     assert torch.equal(outs[0], outs[1])
+    # two sequences in one forward: the embedding rows looked up in the blocks there too
+    batch = [torch.tensor([3, 3, 8]), torch.tensor([0, 39])]
+    hidden = [ff.forward_batch([ff.new_cache(8) for _ in batch], batch, [torch.arange(len(b)) for b in batch],
+                               [None, None]) for ff in (lazy, full)]
+    assert all(torch.equal(a, b) for a, b in zip(*hidden))
 
 
 @pytest.mark.slow
@@ -111,11 +119,14 @@ def test_a_decoder_leaves_the_matrices_unread_only_where_its_format_reads_the_fi
     quantized = Decoder(weights="quantized")
     deferred = quantized.loaded.deferred
     assert deferred is not None and deferred.unread == set(deferred.names)
-    assert len(deferred.names) == 7 * quantized.model.config.num_hidden_layers
+    # every layer's 7 matrices, and the embedding (a Q8_0 matrix that is also the lm_head)
+    assert len(deferred.names) == 7 * quantized.model.config.num_hidden_layers + 1
+    assert "model.embed_tokens.weight" in deferred.names
     # auto, first run here (an empty cache): timing the formats reads the first layers' matrices only
     auto = Decoder(weights="auto")
     assert not auto.weights_choice.cached
-    later = {n for n in auto.loaded.deferred.names if int(n.split(".")[2]) >= MEASURE_LAYERS}
+    later = {n for n in auto.loaded.deferred.names
+             if n.startswith("model.layers.") and int(n.split(".")[2]) >= MEASURE_LAYERS}
     if auto.weights in BLOCK_FORMATS:
         assert auto.loaded.deferred.unread == later
     else:  # float32 or float16 measured faster on this machine: everything read

@@ -159,7 +159,8 @@ class Decoder:
 
         self.verifier, self.weights_choice = build_verifier(
             build, self.loaded.model, weights=weights, stored=self.loaded.stored, fast=self.fast_kernels,
-            threads=torch.get_num_threads(), prepare=lambda: self.loaded.materialize(MEASURE_LAYERS))
+            threads=torch.get_num_threads(), prepare=lambda: self.loaded.materialize(MEASURE_LAYERS),
+            blocks=self.loaded.blocks if owned else None)
         self.weights = self.weights_choice.weights  # "float32" / "float16"; "" on transformers' forward
         if self.fast_kernels and self.verifier.backend == "hf":
             if owned:

@@ -180,7 +180,7 @@ def _write_choice(path: Path, choice: WeightsChoice, measured_for: str) -> None:
 
 
 def build_verifier(build: Callable, model, *, weights: str, stored: str, fast: bool, threads: int,
-                   cache_dir: Path | None = None, prepare: Callable[[], None] | None = None):
+                   cache_dir: Path | None = None, prepare: Callable[[], None] | None = None, blocks=None):
     """The verifier in the weight format asked for, or the one ``auto`` picks (see the module docstring).
 
     Args:
@@ -194,6 +194,8 @@ def build_verifier(build: Callable, model, *, weights: str, stored: str, fast: b
         prepare: called before the formats are timed, which reads every weight of the first
             ``MEASURE_LAYERS`` layers (the Decoder reads them there for a model loaded with
             ``defer_matrices``: ``LoadedModel.materialize``).
+        blocks: ``LoadedModel.blocks`` where the file's blocks may be read (a model the Decoder loaded
+            itself): timing the quantized format then reads them instead of recovering them.
     Returns:
         ``(verifier, WeightsChoice)``.
     Raises:
@@ -239,7 +241,7 @@ def build_verifier(build: Callable, model, *, weights: str, stored: str, fast: b
     partial = {}
     for fmt in candidates:
         try:
-            partial[fmt] = FastForward(model, weights=fmt, layers=MEASURE_LAYERS)
+            partial[fmt] = FastForward(model, weights=fmt, layers=MEASURE_LAYERS, blocks=blocks)
         except ValueError:  # "quantized" where the matrices are not Q4_1 / Q8_0 blocks (e.g. K-quants)
             continue
     ms = time_forwards(partial)

@@ -122,9 +122,16 @@ def test_a_decoder_leaves_the_matrices_unread_only_where_its_format_reads_the_fi
     # every layer's 7 matrices, and the embedding (a Q8_0 matrix that is also the lm_head)
     assert len(deferred.names) == 7 * quantized.model.config.num_hidden_layers + 1
     assert "model.embed_tokens.weight" in deferred.names
-    # auto, first run here (an empty cache): timing the formats reads the first layers' matrices only
+    # auto, first run here (an empty cache): timing the formats reads the first layers' matrices only,
+    # and the quantized format's blocks from the file (none recovered from the float32 values)
+    import lookupdec.blocks
+
+    recovered = []
+    original = lookupdec.blocks.find_blocks
+    monkeypatch.setattr(lookupdec.blocks, "find_blocks", lambda w: recovered.append(w.shape) or original(w))
     auto = Decoder(weights="auto")
-    assert not auto.weights_choice.cached
+    assert not auto.weights_choice.cached and "quantized" in auto.weights_choice.ms and recovered == []
+    monkeypatch.setattr(lookupdec.blocks, "find_blocks", original)
     later = {n for n in auto.loaded.deferred.names
              if n.startswith("model.layers.") and int(n.split(".")[2]) >= MEASURE_LAYERS}
     if auto.weights in BLOCK_FORMATS:

@@ -40,8 +40,9 @@ class LoadedModel:
         blocks: for a Llama GGUF of Q4_1 / Q8_0 matrices loaded in float32 on the CPU, where
             the file keeps each matrix's blocks (``{parameter name: blocks.FileBlocks}``), so the
             quantized weight format reads them instead of recovering them; else empty.
-        deferred: the decoder layers' matrices left unread by ``load_model(defer_matrices=True)``
-            (``lookupdec.deferred.DeferredMatrices``), or None: every weight is loaded.
+        deferred: the matrices left unread by ``load_model(defer_matrices=True)`` (the decoder
+            layers', and the embedding and lm_head where the file keeps them as blocks too;
+            ``lookupdec.deferred.DeferredMatrices``), or None: every weight is loaded.
     """
 
     model: Any
@@ -55,7 +56,7 @@ class LoadedModel:
 
     def materialize(self, layers: int | None = None) -> None:
         """Read the matrices ``load_model(defer_matrices=True)`` left unread (if any; each once): all,
-        or only those of the first ``layers`` decoder layers.
+        or only those of the first ``layers`` decoder layers and the embedding and lm_head.
 
         Raises:
             ModelLoadError: the file changed since the model was loaded, or no longer reads.
@@ -165,10 +166,10 @@ def load_model(model: str | None = None, *, dtype: str = "float32", device: str 
         dtype: "float32" (default), "bfloat16" or "float16".
         device: a torch device string; None = LOOKUPDEC_DEVICE when set, else CUDA when available, else CPU.
         defer_matrices: for a Llama GGUF of Q4_1 / Q8_0 matrices loaded in float32 on the CPU, leave
-            the decoder layers' matrices unread (on the meta device) until ``LoadedModel.materialize``:
-            the quantized weight formats read their blocks from the file and never need them
-            (``lookupdec.deferred``). Until then the model's own forward does not run. Ignored for
-            other models.
+            the decoder layers' matrices (and the embedding and lm_head where they are blocks too)
+            unread, on the meta device, until ``LoadedModel.materialize``: the quantized weight
+            formats read their blocks from the file and never need them (``lookupdec.deferred``).
+            Until then the model's own forward does not run. Ignored for other models.
     Returns:
         The loaded model, tokenizer, EOS ids and context length.
     Raises:

@@ -112,3 +112,30 @@ def test_an_unwritable_cache_only_costs_time(tmp_path, monkeypatch):
     monkeypatch.setenv("LOOKUPDEC_CACHE", str(tmp_path / "file"))
     config, tok = gguf_cache.config_and_tokenizer(embedded_model_file())
     assert config.vocab_size == 49152 and tok.eos_token_id is not None
+
+
+@pytest.mark.slow
+def test_a_first_load_parses_the_file_once_and_builds_what_transformers_builds(tmp_path, monkeypatch):
+    """Cold, the config and the tokenizer are built from one ``GGUFReader`` of the file (transformers' two
+    loaders parse it once each otherwise); they behave as those two loaders' own, the slow oracle here."""
+    import gguf
+    from transformers import AutoConfig, AutoTokenizer
+
+    monkeypatch.setenv("LOOKUPDEC_CACHE", str(tmp_path))
+    path = embedded_model_file()
+    source, name = os.path.dirname(path), os.path.basename(path)
+    parsed = []
+    original = gguf.GGUFReader
+
+    def counting(p, *a, **k):
+        parsed.append(os.path.abspath(str(p)))
+        return original(p, *a, **k)
+
+    monkeypatch.setattr(gguf, "GGUFReader", counting)
+    config, tokenizer = gguf_cache.config_and_tokenizer(path)
+    assert parsed == [os.path.abspath(path)]
+    assert gguf.GGUFReader is counting  # put back after the block
+    parsed.clear()
+    want = (AutoConfig.from_pretrained(source, gguf_file=name), AutoTokenizer.from_pretrained(source, gguf_file=name))
+    assert len(parsed) == 2  # the oracle: each loader parses the file itself
+    assert gguf_cache._behaviour(config, tokenizer) == gguf_cache._behaviour(*want)

@@ -109,12 +109,10 @@ class Decoder:
                  **renamed) -> None:
         import torch
 
-        from lookupdec.fast_forward_support import supports_fast_forward
         from lookupdec.fast_kernels import fast_kernels_available, pack_linears
         from lookupdec.kvcache import unsupported_attention
         from lookupdec.products import BLOCK_FORMATS
-        from lookupdec.verify import TreeVerifier
-        from lookupdec.weights import MEASURE_LAYERS, build_verifier, check_weights
+        from lookupdec.weights import check_weights, decoder_verifier
 
         check_weights(weights)
         self.draft_budget = checked_budget(draft_budget)
@@ -148,19 +146,8 @@ class Decoder:
         # A model the caller passed in is never changed; one loaded here is ours to repack, and only its
         # weights are surely still its file's (the quantized blocks are then read, not recovered).
         owned = not isinstance(model, LoadedModel)
-        # Fast kernels: the lean forward for Llama-family models (which then holds the only
-        # copy of an owned model's linear weights); other models keep transformers'
-        # forward, with linear weights prepacked for oneDNN when the model is ours.
-        def build(fmt: str) -> TreeVerifier:
-            if not (owned and self.fast_kernels and fmt in BLOCK_FORMATS and supports_fast_forward(self.loaded.model)):
-                self.loaded.materialize()
-            return TreeVerifier(self.loaded.model, tree_masks=tree_masks, fast=self.fast_kernels, release=owned,
-                                weights=fmt, blocks=self.loaded.blocks if owned else None)
-
-        self.verifier, self.weights_choice = build_verifier(
-            build, self.loaded.model, weights=weights, stored=self.loaded.stored, fast=self.fast_kernels,
-            threads=torch.get_num_threads(), prepare=lambda: self.loaded.materialize(MEASURE_LAYERS),
-            blocks=self.loaded.blocks if owned else None)
+        self.verifier, self.weights_choice = decoder_verifier(self.loaded, owned, weights=weights, tree_masks=tree_masks,
+                                                              fast=self.fast_kernels, threads=torch.get_num_threads())
         self.weights = self.weights_choice.weights  # "float32" / "float16"; "" on transformers' forward
         if self.fast_kernels and self.verifier.backend == "hf":
             if owned:

@@ -252,3 +252,31 @@ def build_verifier(build: Callable, model, *, weights: str, stored: str, fast: b
     _write_choice(path, choice, f"model {getattr(cfg, '_name_or_path', '') or type(model).__name__}; "
                                 f"stored {stored}; threads {threads}")
     return build(best), choice
+
+
+def decoder_verifier(loaded, owned: bool, *, weights: str, tree_masks: bool | None, fast: bool, threads: int):
+    """A Decoder's verifier for ``loaded`` (a ``LoadedModel``) in the format asked for or ``auto``'s.
+
+    Fast kernels: the lean forward for Llama-family models (which then holds the only copy of an
+    ``owned`` model's linear weights); other models keep transformers' forward. Only an owned
+    model's weights are surely still its file's, so only its blocks are read from the file, and
+    only it is repacked. Matrices a deferred load left unread (``lookupdec.deferred``) are read
+    first wherever the verifier will not run the quantized products on the file's blocks, and
+    the first layers' only to time the formats.
+
+    Returns:
+        ``(verifier, WeightsChoice)``, as ``build_verifier``.
+    """
+    from lookupdec.fast_forward_support import supports_fast_forward
+    from lookupdec.products import BLOCK_FORMATS
+    from lookupdec.verify import TreeVerifier
+
+    blocks = loaded.blocks if owned else None
+
+    def build(fmt: str) -> TreeVerifier:
+        if not (owned and fast and fmt in BLOCK_FORMATS and supports_fast_forward(loaded.model)):
+            loaded.materialize()
+        return TreeVerifier(loaded.model, tree_masks=tree_masks, fast=fast, release=owned, weights=fmt, blocks=blocks)
+
+    return build_verifier(build, loaded.model, weights=weights, stored=loaded.stored, fast=fast, threads=threads,
+                          prepare=lambda: loaded.materialize(MEASURE_LAYERS), blocks=blocks)

@@ -261,15 +261,14 @@ def measure(verifier, *, widths: Sequence[int] = WIDTHS, past: int = 256, far_pa
         verifier.prefill(cache, rng.integers(low, vocab, p + 1).tolist())
         return cache
 
-    def at(p: int, ws: Sequence[int]) -> list[float]:
+    def at(cache, p: int, ws: Sequence[int]) -> list[float]:
         # In rounds, every width once a round: a burst of interference from elsewhere on the
         # machine then lands on all widths alike instead of bending the curve at one of them
         # (width by width, a curve measured on a 2-core VM read c(4) 18.1 ms between c(2) 11.6
-        # and c(8) 22.6).
+        # and c(8) 22.6). ``cache`` holds p + 1 rows.
         trees = [tree_of(w) for w in ws]
         ts: list[list[float]] = [[] for _ in ws]
         with torch.inference_mode():
-            cache = prefilled(p, max(ws) + 8)
             for i in range(warmup + repeats):
                 for k, tree in enumerate(trees):
                     t = time.perf_counter()
@@ -281,7 +280,7 @@ def measure(verifier, *, widths: Sequence[int] = WIDTHS, past: int = 256, far_pa
                     keep_rows(cache, p + 1, [])  # back to p + 1 rows
         return [statistics.median(x) * 1e3 for x in ts]
 
-    def heads(ws: Sequence[int]) -> list[float]:
+    def heads(cache, ws: Sequence[int]) -> list[float]:
         # lm_head timed right after a forward's body, as in a step, where the layers' weights
         # have just streamed through the caches. Timed in a loop of its own, the product kept much
         # of its weights in L3: 1.0 ms for one row against 2.3 ms inside steps (embedded model,
@@ -290,7 +289,6 @@ def measure(verifier, *, widths: Sequence[int] = WIDTHS, past: int = 256, far_pa
         h = torch.randn(max(ws), fast.hidden, generator=torch.Generator().manual_seed(seed))
         ts: list[list[float]] = [[] for _ in ws]
         with torch.inference_mode():
-            cache = prefilled(past, 8)
             one, at_past = torch.tensor([7 % vocab]), torch.tensor([past + 1])
             for i in range(warmup + repeats):
                 for k, w in enumerate(ws):
@@ -302,13 +300,19 @@ def measure(verifier, *, widths: Sequence[int] = WIDTHS, past: int = 256, far_pa
                         ts[k].append(time.perf_counter() - t)
         return [statistics.median(x) * 1e3 for x in ts]
 
-    base = at(past, widths)
+    # One prefill of far_past + 1 random rows serves every measurement: the far widths first, then
+    # the cache cut back to past + 1 rows (prefilling each cache length anew took ~1/3 of measuring).
     ends = [widths[0], widths[-1]]
-    far = at(far_past, ends)
+    with torch.inference_mode():
+        cache = prefilled(far_past, widths[-1] + 8)
+    far = at(cache, far_past, ends)
+    with torch.inference_mode():
+        keep_rows(cache, past + 1, [])
+    base = at(cache, past, widths)
     slopes_at_ends = [max((f - b) / (far_past - past), 0.0) for f, b in zip(far, [base[0], base[-1]])]
     slopes = [float(np.interp(w, ends, slopes_at_ends)) for w in widths]
     fast = getattr(verifier, "fast", None)
-    head_ms = tuple(heads(widths)) if fast is not None else ()
+    head_ms = tuple(heads(cache, widths)) if fast is not None else ()
     return CostCurve(tuple(widths), tuple(base), past + 1, tuple(slopes), device_description(verifier.device), key,
                      head_ms)
 

@@ -55,7 +55,7 @@ def dequantize(blocks: Blocks) -> np.ndarray:
 
 def dequantize_rows(blocks: Blocks, rows: np.ndarray) -> np.ndarray:
     """Rows ``rows`` of ``dequantize(blocks)``, the same values, dequantizing only those (an embedding
-    lookup).
+    lookup). A row outside the matrix is an IndexError, as in ``torch.nn.functional.embedding``.
 
     Example:
         >>> w = np.array([[0.5 * (j % 16) - 2.0 + r for j in range(32)] for r in range(3)], dtype=np.float32)
@@ -63,7 +63,9 @@ def dequantize_rows(blocks: Blocks, rows: np.ndarray) -> np.ndarray:
         True
     """
     rows = np.asarray(rows, np.int64)
-    k = blocks.shape[1]
+    n, k = blocks.shape
+    if rows.size and (rows.min() < 0 or rows.max() >= n):  # numpy would wrap a negative row around
+        raise IndexError(f"rows must be in [0, {n}), got {rows.min()}..{rows.max()}")
     return dequantize(Blocks(blocks.fmt, blocks.qs[rows], blocks.dm[rows], (len(rows), k)))
 
 

@@ -101,6 +101,9 @@ def test_the_quantized_forward_of_a_deferred_model_is_the_eager_ones_and_reads_n
     hidden = [ff.forward_batch([ff.new_cache(8) for _ in batch], batch, [torch.arange(len(b)) for b in batch],
                                [None, None]) for ff in (lazy, full)]
     assert all(torch.equal(a, b) for a, b in zip(*hidden))
+    for bad in (torch.tensor([1, -1]), torch.tensor([40])):  # the tiny vocabulary is 40: never wrapped around
+        with pytest.raises(IndexError):
+            lazy.forward(lazy.new_cache(4), bad, torch.arange(len(bad)), None, [len(bad) - 1], causal=True)
 
 
 @pytest.mark.slow

@@ -18,7 +18,11 @@ import json
 import sys
 from pathlib import Path
 
-DEFAULT_QUESTIONS = Path(__file__).resolve().parents[2] / "shared" / "data" / "spec_bench_question.jsonl"
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from specbench.tasks import load_questions  # noqa: E402  (torch-free)
+
+DEFAULT_QUESTIONS = HERE.parents[1] / "shared" / "data" / "spec_bench_question.jsonl"
 
 
 def main() -> int:
@@ -38,8 +42,7 @@ def main() -> int:
     from lookupdec.models import load_model
 
     torch.set_num_threads(args.threads)
-    lines = args.questions_file.read_text().splitlines()
-    questions = [json.loads(x) for x in lines if x.strip()][::args.every][:args.questions]
+    questions = load_questions(args.questions_file)[::args.every][:args.questions]
     deferred = Decoder(weights="quantized")
     eager = Decoder(load_model(), weights="quantized")
     if deferred.loaded.deferred is None or not deferred.loaded.deferred.pending:
@@ -48,12 +51,12 @@ def main() -> int:
     methods = args.methods.split(",")
     differ = []
     for q in questions:
-        messages = [{"role": "user", "content": q["turns"][0]}]
+        messages = [{"role": "user", "content": q.turns[0]}]
         for method in methods:
             a = deferred.generate(messages, method=method, max_new_tokens=args.max_new_tokens).token_ids
             b = eager.generate(messages, method=method, max_new_tokens=args.max_new_tokens).token_ids
             if a != b:
-                differ.append((q.get("question_id"), method))
+                differ.append((q.question_id, method))
     print(json.dumps({"device": device_description(deferred.verifier.device), "threads": args.threads,
                       "generations": len(questions) * len(methods), "differ": len(differ),
                       "which": differ}))

@@ -111,7 +111,7 @@ class Decoder:
 
         from lookupdec.fast_kernels import fast_kernels_available, pack_linears
         from lookupdec.kvcache import unsupported_attention
-        from lookupdec.products import BLOCK_FORMATS
+        from lookupdec.products import QUANTIZED_FORMATS
         from lookupdec.weights import check_weights, decoder_verifier
 
         check_weights(weights)
@@ -124,7 +124,8 @@ class Decoder:
         indexes = open_indexes(indexes)  # file errors before the model loads
         # A model loaded here for the quantized formats may leave its layer matrices unread: those
         # formats read the file's blocks (lookupdec.deferred); anything else reads them first.
-        defer = not hf_kernels and draft_model is None and draft_layers is None and weights in ("auto",) + BLOCK_FORMATS
+        defer = (not hf_kernels and draft_model is None and draft_layers is None
+                 and weights in ("auto",) + QUANTIZED_FORMATS)
         self.loaded = model if isinstance(model, LoadedModel) else load_model(model, dtype=dtype, device=device,
                                                                               defer_matrices=defer)
         reason = unsupported_attention(self.loaded.model.config)

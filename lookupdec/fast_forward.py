@@ -62,7 +62,7 @@ from lookupdec.fast_forward_support import fast_forward_unsupported_reason
 from lookupdec.kvcache import FlatKVCache
 from lookupdec._native import attend_ptr, rms_norm_ptr
 from lookupdec.native_layers import layer_table, run_layers
-from lookupdec.products import Product, make_linear, weights_unavailable_reason
+from lookupdec.products import QUANTIZED_FORMATS, Product, make_linear, weights_unavailable_reason
 from lookupdec.release import release_linear, return_freed_memory
 
 def _dense_linear(module) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -180,7 +180,7 @@ class FastForward:
         # lm_head keeps float32 products in the bfloat16 format: a step computes few of its rows
         # (the acceptance walk's), where bfloat16 saves nothing and its rounding would touch the logits.
         head = "quantized" if weights == "quantized-bf16" else weights
-        if weights not in ("quantized", "quantized-bf16"):
+        if weights not in QUANTIZED_FORMATS:
             blocks = None
         tied = model.lm_head.weight is inner.embed_tokens.weight
         head_name = "model.embed_tokens.weight" if tied else "lm_head.weight"

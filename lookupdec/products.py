@@ -170,8 +170,9 @@ def _small_products_round_alike(packed, in_features: int) -> bool:
 # The weight formats of the fast forward, and the product class of each.
 _LINEARS = {"float32": _Linear, "float16": _LinearF16, "quantized": _LinearQuant, "quantized-bf16": _LinearQuantBF16}
 WEIGHT_FORMATS = tuple(_LINEARS)
-# The formats that keep a GGUF's blocks (and read them from its file: they never need the float32 matrices).
-BLOCK_FORMATS = tuple(f for f, cls in _LINEARS.items() if issubclass(cls, _LinearQuant))
+# The weight formats that keep a GGUF's blocks (``lookupdec.blocks.BLOCK_FORMATS``: Q4_1, Q8_0) and read them
+# from its file: they never need the float32 matrices.
+QUANTIZED_FORMATS = tuple(f for f, cls in _LINEARS.items() if issubclass(cls, _LinearQuant))
 
 
 def weights_unavailable_reason(weights: str) -> str:

@@ -268,13 +268,13 @@ def decoder_verifier(loaded, owned: bool, *, weights: str, tree_masks: bool | No
         ``(verifier, WeightsChoice)``, as ``build_verifier``.
     """
     from lookupdec.fast_forward_support import supports_fast_forward
-    from lookupdec.products import BLOCK_FORMATS
+    from lookupdec.products import QUANTIZED_FORMATS
     from lookupdec.verify import TreeVerifier
 
     blocks = loaded.blocks if owned else None
 
     def build(fmt: str) -> TreeVerifier:
-        if not (owned and fast and fmt in BLOCK_FORMATS and supports_fast_forward(loaded.model)):
+        if not (owned and fast and fmt in QUANTIZED_FORMATS and supports_fast_forward(loaded.model)):
             loaded.materialize()
         return TreeVerifier(loaded.model, tree_masks=tree_masks, fast=fast, release=owned, weights=fmt, blocks=blocks)
 

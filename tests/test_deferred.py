@@ -114,7 +114,7 @@ def test_a_decoder_leaves_the_matrices_unread_only_where_its_format_reads_the_fi
     from lookupdec import Decoder
     from lookupdec.models import load_model
 
-    from lookupdec.products import BLOCK_FORMATS
+    from lookupdec.products import QUANTIZED_FORMATS
     from lookupdec.weights import MEASURE_LAYERS
 
     monkeypatch.setenv("LOOKUPDEC_CACHE", str(tmp_path))
@@ -137,7 +137,7 @@ def test_a_decoder_leaves_the_matrices_unread_only_where_its_format_reads_the_fi
     monkeypatch.setattr(lookupdec.blocks, "find_blocks", original)
     later = {n for n in auto.loaded.deferred.names
              if n.startswith("model.layers.") and int(n.split(".")[2]) >= MEASURE_LAYERS}
-    if auto.weights in BLOCK_FORMATS:
+    if auto.weights in QUANTIZED_FORMATS:
         assert auto.loaded.deferred.unread == later
     else:  # float32 or float16 measured faster on this machine: everything read
         assert not auto.loaded.deferred.pending

@@ -62,6 +62,7 @@ from lookupdec.fast_forward_support import fast_forward_unsupported_reason
 from lookupdec.kvcache import FlatKVCache
 from lookupdec._native import attend_ptr, rms_norm_ptr
 from lookupdec.native_layers import layer_table, run_layers
+from lookupdec.blocks import concat_rows, dequantize_rows
 from lookupdec.products import QUANTIZED_FORMATS, Product, make_linear, weights_unavailable_reason
 from lookupdec.release import release_linear, return_freed_memory
 
@@ -84,8 +85,6 @@ def _file_blocks(blocks: Mapping | None, names: Sequence[str]):
     model was loaded (the product then recovers the blocks from the weights, checking each value)."""
     if not blocks or any(n not in blocks for n in names):
         return None
-    from lookupdec.blocks import concat_rows
-
     try:
         return concat_rows([blocks[n].load() for n in names])
     except (OSError, ValueError):
@@ -169,6 +168,8 @@ class FastForward:
         self.intermediate = inner.layers[0].mlp.gate_proj.out_features
         decoder_layers = list(inner.layers)[:layers]
         self.n_layers = len(decoder_layers)
+        if weights not in QUANTIZED_FORMATS:
+            blocks = None
         self.embed = inner.embed_tokens.weight.detach()
         # An embedding never read (a deferred load): its rows are dequantized from the file's blocks on use.
         self._embed_blocks = _file_blocks(blocks, ["model.embed_tokens.weight"]) if self.embed.is_meta else None
@@ -180,11 +181,14 @@ class FastForward:
         # lm_head keeps float32 products in the bfloat16 format: a step computes few of its rows
         # (the acceptance walk's), where bfloat16 saves nothing and its rounding would touch the logits.
         head = "quantized" if weights == "quantized-bf16" else weights
-        if weights not in QUANTIZED_FORMATS:
-            blocks = None
         tied = model.lm_head.weight is inner.embed_tokens.weight
-        head_name = "model.embed_tokens.weight" if tied else "lm_head.weight"
-        self.lm_head = make_linear(w, b, head, _file_blocks(blocks, [head_name])) if layers is None else None
+        if layers is not None:
+            self.lm_head = None
+        elif tied and self._embed_blocks is not None:  # the embedding's blocks, already read: shared, not read again
+            self.lm_head = make_linear(w, b, head, self._embed_blocks)
+        else:
+            head_name = "model.embed_tokens.weight" if tied else "lm_head.weight"
+            self.lm_head = make_linear(w, b, head, _file_blocks(blocks, [head_name]))
         self.vocab = w.shape[0]
         if release and not tied:  # a tied head is the embedding
             release_linear(model.lm_head)
@@ -403,8 +407,6 @@ class FastForward:
         cos = self._cos.index_select(0, positions).unsqueeze(1)         # (R, 1, D)
         sin = self._sin_signed.index_select(0, positions).unsqueeze(1)
         if self._embed_blocks is not None:
-            from lookupdec.blocks import dequantize_rows
-
             return torch.from_numpy(dequantize_rows(self._embed_blocks, ids.numpy())), cos, sin
         return F.embedding(ids, self.embed), cos, sin
 

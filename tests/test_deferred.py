@@ -106,6 +106,22 @@ def test_the_quantized_forward_of_a_deferred_model_is_the_eager_ones_and_reads_n
             lazy.forward(lazy.new_cache(4), bad, torch.arange(len(bad)), None, [len(bad) - 1], causal=True)
 
 
+def test_a_tied_lm_head_shares_the_embeddings_blocks_read_once(tmp_path):
+    import numpy as np
+
+    from lookupdec.fast_forward import FastForward
+
+    path = _llama_gguf(tmp_path / "m.gguf", kinds=("Q8_0",), tied=True)
+    eager, _, _ = _load_gguf(path, _config(path), torch.float32)
+    model, blocks, deferred = _load_gguf(path, _config(path), torch.float32, defer=True)
+    lazy = FastForward(model, weights="quantized", blocks=blocks)
+    assert np.shares_memory(lazy.lm_head.qs.numpy(), lazy._embed_blocks.qs)  # one copy of the file's blocks
+    full = FastForward(eager, weights="quantized")
+    ids = torch.tensor([4, 0, 39, 7])
+    outs = [ff.forward(ff.new_cache(8), ids, torch.arange(4), None, [0, 1, 2, 3], causal=True) for ff in (lazy, full)]
+    assert torch.equal(outs[0], outs[1])
+
+
 @pytest.mark.slow
 def test_a_decoder_leaves_the_matrices_unread_only_where_its_format_reads_the_file(tmp_path, monkeypatch):
     """Decoder() in the quantized format never reads the float32 matrices (with ``auto``'s first run, only the

@@ -136,6 +136,18 @@ def concat_rows(parts: Sequence[Blocks]) -> Blocks | None:
                   (sum(b.shape[0] for b in parts), parts[0].shape[1]))
 
 
+def file_stamp(path: str) -> tuple[int, int]:
+    """A file's (size, modification time in ns): what tells that it changed since it was read."""
+    st = os.stat(path)
+    return st.st_size, st.st_mtime_ns
+
+
+def check_unchanged(path: str, stamp: tuple) -> None:
+    """ValueError if ``path`` no longer has ``stamp`` (``file_stamp`` when the model was loaded; () checks nothing)."""
+    if stamp and file_stamp(path) != tuple(stamp):
+        raise ValueError(f"{path!r} changed since the model was loaded from it; load the model again")
+
+
 @dataclass(frozen=True)
 class FileBlocks:
     """Where a GGUF file keeps one Q4_1 or Q8_0 matrix: its blocks, read from the file on demand.
@@ -170,9 +182,7 @@ class FileBlocks:
             ValueError: the file changed since ``stamp``, or ends before the tensor does.
             OSError: the file cannot be read.
         """
-        st = os.stat(self.path)
-        if self.stamp and (st.st_size, st.st_mtime_ns) != tuple(self.stamp):
-            raise ValueError(f"{self.path!r} changed since the model was loaded from it")
+        check_unchanged(self.path, self.stamp)
         n, k = self.shape
         per_row = k // QK
         size = _BLOCK_BYTES[self.fmt]

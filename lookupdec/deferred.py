@@ -80,16 +80,13 @@ class DeferredMatrices:
         wanted = {n for n in self.unread if layers is None or _layer_of(n) < layers}
         if not wanted:
             return
-        import os
-
         import torch
         import torch.nn as nn
 
+        from lookupdec.blocks import check_unchanged
         from lookupdec.gguf_tensors import read_llama_tensors
 
-        st = os.stat(self.path)
-        if self.stamp and (st.st_size, st.st_mtime_ns) != tuple(self.stamp):
-            raise ValueError(f"{self.path!r} changed since the model was loaded from it; load the model again")
+        check_unchanged(self.path, self.stamp)
         arrays = read_llama_tensors(self.path, self.heads, self.kv_heads, only=frozenset(wanted))
         if arrays is None or set(arrays) != wanted:
             raise ValueError(f"{self.path!r} no longer holds the matrices the model was loaded without; "

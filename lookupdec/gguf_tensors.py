@@ -14,7 +14,6 @@ package cannot dequantize) gives None, and the caller uses transformers' loader.
 """
 from __future__ import annotations
 
-import os
 import re
 from typing import Collection
 
@@ -129,17 +128,17 @@ def llama_file_blocks(path: str, heads: int, kv_heads: int, header=None) -> dict
     Raises:
         ValueError: not a GGUF file, or one whose header is malformed.
     """
-    from lookupdec.blocks import GGML_TYPES, FileBlocks
+    from lookupdec.blocks import GGML_TYPES, FileBlocks, file_stamp
 
     header = header or read_header(path)
     if header.architecture != "llama":
         return {}
-    st = os.stat(path)
+    stamp = file_stamp(path)
     out = {}
     for t in header.tensors:
         name = hf_name(t.name)
         if name is None or t.type_id not in GGML_TYPES or len(t.shape) != 2:
             continue
         out[name] = FileBlocks(path, t.offset, GGML_TYPES[t.type_id], (t.shape[1], t.shape[0]),
-                               rotary_heads(t.name, heads, kv_heads), (st.st_size, st.st_mtime_ns))
+                               rotary_heads(t.name, heads, kv_heads), stamp)
     return out

@@ -274,9 +274,8 @@ def _load_gguf(path: str, config, torch_dtype, defer: bool = False):
         from lookupdec.deferred import DeferredMatrices, deferrable
 
         names = deferrable(blocks, [hf_name(t.name) or "" for t in header.tensors])
-        if names:
-            st = os.stat(path)
-            deferred = DeferredMatrices(path, *heads, names, (st.st_size, st.st_mtime_ns))
+        if names:  # stamped as the blocks were: the file as this load read it
+            deferred = DeferredMatrices(path, *heads, names, blocks[names[0]].stamp)
     every = None if deferred is None else {hf_name(t.name) for t in header.tensors} - set(deferred.names)
     arrays = read_llama_tensors(path, *heads, header, only=every) if heads else None  # transformers' tensors, read faster
     if arrays is None:

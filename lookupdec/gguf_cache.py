@@ -20,6 +20,7 @@ import logging
 import os
 import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 from lookupdec.tokenizer import cache_root, source_key
@@ -90,37 +91,29 @@ def _store(entry: Path, config, tokenizer, source: str) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-class _one_reader:
+@contextmanager
+def _one_reader(path: str):
     """Within it, the ``gguf`` package's ``GGUFReader`` parses the file ``path`` once: transformers' config
     and tokenizer loaders each open their own reader of it (about 2 s apiece for the embedded model's
     metadata, most of it the 49,152-token vocabulary and its merges) and only read from it. Readers
     of any other file, or with other arguments, are built as usual; loaders that imported the class
     before the block keep their own (then nothing is shared, and nothing changes)."""
+    import gguf
 
-    def __init__(self, path: str) -> None:
-        self.path = os.path.abspath(path)
+    original, target, shared = gguf.GGUFReader, os.path.abspath(path), []
 
-    def __enter__(self):
-        import gguf
+    def reader(p, *args, **kwargs):
+        if args or kwargs or os.path.abspath(str(p)) != target:
+            return original(p, *args, **kwargs)
+        if not shared:
+            shared.append(original(p))
+        return shared[0]
 
-        self._original = original = gguf.GGUFReader
-        shared = []
-
-        def reader(path, *args, **kwargs):
-            if args or kwargs or os.path.abspath(str(path)) != self.path:
-                return original(path, *args, **kwargs)
-            if not shared:
-                shared.append(original(path))
-            return shared[0]
-
-        gguf.GGUFReader = reader
-        return self
-
-    def __exit__(self, *exc):
-        import gguf
-
-        gguf.GGUFReader = self._original
-        return False
+    gguf.GGUFReader = reader
+    try:
+        yield
+    finally:
+        gguf.GGUFReader = original
 
 
 def config_and_tokenizer(path: str):

@@ -10,6 +10,7 @@ from lookupdec.errors import (
     IndexFormatError,
     LookupdecError,
     ModelLoadError,
+    PromptError,
     TokenizerMismatchError,
 )
 from lookupdec.tree import DraftTree
@@ -53,6 +54,7 @@ __all__ = [
     "DraftError",
     "IndexFormatError",
     "TokenizerMismatchError",
+    "PromptError",
     "ContextTooLongError",
     "ModelLoadError",
     *_LAZY,

@@ -289,14 +289,14 @@ def checked_prompt(prompt_ids: list[int], vocab_size: int, max_context: int, max
     """``prompt_ids`` if every id is in the vocabulary and ``max_new_tokens`` more fit the context.
 
     Raises:
-        ValueError: a token id outside ``[0, vocab_size)``.
-        ContextTooLongError: naming both lengths and the largest max_new_tokens that fits.
+        PromptError: a token id outside ``[0, vocab_size)``.
+        ContextTooLongError (a PromptError): naming both lengths and the largest max_new_tokens that fits.
     """
-    from lookupdec.errors import ContextTooLongError
+    from lookupdec.errors import ContextTooLongError, PromptError
 
     bad = next(((i, t) for i, t in enumerate(prompt_ids) if not 0 <= t < vocab_size), None)
     if bad is not None:
-        raise ValueError(f"prompt token id {bad[1]} (position {bad[0]}) is outside the model's vocabulary "
+        raise PromptError(f"prompt token id {bad[1]} (position {bad[0]}) is outside the model's vocabulary "
                          f"[0, {vocab_size}); token-id prompts must come from this model's tokenizer")
     if len(prompt_ids) + max_new_tokens > max_context:
         room = max_context - len(prompt_ids)

@@ -21,7 +21,11 @@ class TokenizerMismatchError(LookupdecError, ValueError):
     """An index was built with a different tokenizer than the one in use."""
 
 
-class ContextTooLongError(LookupdecError, ValueError):
+class PromptError(LookupdecError, ValueError):
+    """A prompt the model cannot take: a token id outside its vocabulary, or too long for its context."""
+
+
+class ContextTooLongError(PromptError):
     """A prompt (plus the tokens to generate) does not fit the model's context."""
 
 

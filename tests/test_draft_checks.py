@@ -81,8 +81,11 @@ def test_oversized_and_too_deep_trees_are_cut_and_accepted_ids_map_back():
 @pytest.mark.parametrize("bad", [[5, TINY_VOCAB], [-1, 5], [5, 2**40]])
 def test_token_id_prompts_outside_the_vocabulary_are_refused(bad):
     dec = Decoder(tiny_loaded(0))
-    with pytest.raises(ValueError, match=f"prompt token id {bad[0] if bad[0] < 0 else bad[1]}.*outside"):
+    with pytest.raises(ValueError, match=f"prompt token id {bad[0] if bad[0] < 0 else bad[1]}.*outside") as caught:
         dec.generate(bad, max_new_tokens=4)
+    from lookupdec import PromptError
+
+    assert isinstance(caught.value, PromptError)  # the server answers it as a 400 on the prompt by its type
 
 
 def test_cli_token_id_prompts_are_checked_before_generating(tmp_path):

@@ -362,15 +362,15 @@ class Engine:
 def _user_error(job: Job, exc: Exception) -> APIError:
     """A check ``new_sequence`` failed, as a 400 naming the request field it is about."""
     from lookupdec.constraints.spec import ConstraintError
-    from lookupdec.errors import ContextTooLongError
+    from lookupdec.errors import ContextTooLongError, PromptError
 
     if isinstance(exc, ContextTooLongError):
         return APIError(str(exc), 400, job.prompt_param, code="context_length_exceeded")
+    if isinstance(exc, PromptError):  # e.g. a token id outside the vocabulary
+        return APIError(str(exc), 400, job.prompt_param)
     if isinstance(exc, ConstraintError):
         return APIError(str(exc), 400, "response_format")
     msg = str(exc)
-    if msg.startswith("prompt token id"):  # checked_prompt: an id outside the vocabulary
-        return APIError(msg, 400, job.prompt_param)
     param = next((p for p in ("references", "prediction", "temperature", "top_p", "top_k", "seed", "stop")
                   if p in msg), None)
     return APIError(msg, 400, param)

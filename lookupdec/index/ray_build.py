@@ -171,6 +171,16 @@ def _dataset(ray, files: list[Path], text_field: str, skip_invalid: bool):
     return parts  # read one after another: a union does not keep the order across its inputs
 
 
+def _settle(ray, futures: list) -> None:
+    """Wait until every shard task submitted has ended, failed or not, without cancelling any.
+
+    `ray.cancel` races a task's own reply in Ray's core worker, and the loser aborts the whole driver process
+    (a failed check, "Tried to complete task that was not pending"); a task left running would also write its
+    shard into the folder about to be removed. Shard tasks are short, so waiting costs little."""
+    if futures:
+        ray.wait(futures, num_returns=len(futures), timeout=None, fetch_local=False)
+
+
 def build_with_ray(reader, out: Path, loaded, tok, *, shard_tokens: int, overwrite: bool, address: str | None,
                    params: dict, _task_hook: Any = None):
     """The Ray engine of :func:`lookupdec.index.build_index` (see the module docstring).
@@ -227,8 +237,7 @@ def build_with_ray(reader, out: Path, loaded, tok, *, shard_tokens: int, overwri
         size = write_manifest(tmp, manifest)
         install(tmp, out, overwrite)
     except BaseException as exc:
-        for f in futures:
-            ray.cancel(f, force=True)
+        _settle(ray, futures)
         shutil.rmtree(tmp, ignore_errors=True)
         if isinstance(exc, LookupdecError):
             raise

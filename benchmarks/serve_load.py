@@ -12,7 +12,9 @@ For each server configuration (its own `lookupdec serve` process, all of them up
 
 Spec-Bench prompts (the first turn of ``--per-category`` questions per category) are sent as
 streamed chat completions with the official ``openai`` client by ``c`` worker threads, for every
-concurrency ``c``, greedy. Each concurrency runs the configurations back to back, ``--rounds``
+concurrency ``c``, greedy. With ``--conversations`` each worker takes a whole question instead,
+every turn in order, as Spec-Bench runs its multi-turn (MT-bench) questions: each turn's request
+carries the conversation so far, the server's own earlier answers included. Each concurrency runs the configurations back to back, ``--rounds``
 times over (their order alternating by round), so a machine whose speed drifts weighs on every
 configuration alike; ``--fresh-prompts`` gives every (round, concurrency) pass its own questions, so
 no request repeats one the server has learnt from. Reported per (configuration, concurrency,
@@ -69,6 +71,8 @@ class Sample:
     total_s: float
     tokens: int
     text: str
+    turn: int = 0
+    prompt_tokens: int = 0  # as the server's usage counted them (0 from a server without usage)
 
 
 @dataclass(frozen=True)
@@ -158,29 +162,40 @@ def percentile(xs: list[float], q: float) -> float:
     return xs[k]
 
 
-def one_request(client, k: int, prompt: str, max_tokens: int) -> Sample:
+def one_request(client, k: int, messages: list[dict], max_tokens: int, turn: int = 0) -> Sample:
     t0 = time.perf_counter()
     first = None
-    tokens = 0
+    tokens = prompt_tokens = 0
     chunks = 0  # content chunks: the token count of a server whose stream carries no usage (llama.cpp's)
     parts = []
-    for chunk in client.chat.completions.create(model="served", messages=[{"role": "user", "content": prompt}],
+    for chunk in client.chat.completions.create(model="served", messages=messages,
                                                 max_tokens=max_tokens, temperature=0, stream=True,
                                                 stream_options={"include_usage": True}):
         if chunk.usage is not None:
-            tokens = chunk.usage.completion_tokens
+            tokens, prompt_tokens = chunk.usage.completion_tokens, chunk.usage.prompt_tokens
         if chunk.choices and chunk.choices[0].delta.content:
             if first is None:
                 first = time.perf_counter() - t0
             parts.append(chunk.choices[0].delta.content)
             chunks += 1
     total = time.perf_counter() - t0
-    return Sample(k, total if first is None else first, total, tokens or chunks, "".join(parts))
+    return Sample(k, total if first is None else first, total, tokens or chunks, "".join(parts), turn, prompt_tokens)
 
 
-def run_load(server: Server, prompts: list[str], concurrency: int,
+def one_conversation(client, k: int, turns: list[str], max_tokens: int) -> list[Sample]:
+    """Each user turn in order, one request each; every request carries the answers so far."""
+    messages: list[dict] = []
+    samples = []
+    for t, user in enumerate(turns):
+        messages.append({"role": "user", "content": user})
+        samples.append(one_request(client, k, list(messages), max_tokens, t))
+        messages.append({"role": "assistant", "content": samples[-1].text})
+    return samples
+
+
+def run_load(server: Server, prompts: list[list[str]], concurrency: int,
              max_tokens: int) -> tuple[list[Sample], float, float, dict[str, float]]:
-    """Every prompt once through ``concurrency`` workers: the samples, the wall time, tau and the
+    """Every conversation (its user turns) once through ``concurrency`` workers: the samples, the wall time, tau and the
     server's step counters over the pass (``steps``, ``step_s``, ``forward_s``; empty for a peer)."""
     import openai
 
@@ -189,7 +204,8 @@ def run_load(server: Server, prompts: list[str], concurrency: int,
     t0 = time.perf_counter()
     pool = cf.ThreadPoolExecutor(concurrency)
     try:
-        samples = list(pool.map(lambda kp: one_request(client, kp[0], kp[1], max_tokens), enumerate(prompts)))
+        done = pool.map(lambda kp: one_conversation(client, kp[0], kp[1], max_tokens), enumerate(prompts))
+        samples = [s for conversation in done for s in conversation]
     except BaseException:  # a stop (SIGTERM): drop the queued requests; those in flight end with their server
         pool.shutdown(wait=False, cancel_futures=True)
         raise
@@ -233,7 +249,8 @@ def ratios(rows: list[Row]) -> dict[tuple[str, int], list[float]]:
 
 
 def markdown(rows: list[Row], meta: dict) -> str:
-    lines = [f"Serving load: {meta['prompts']} Spec-Bench prompts, {meta['max_new_tokens']} new tokens max, greedy; "
+    lines = [f"Serving load: {meta['requests']} requests ({meta['prompts']} Spec-Bench "
+             f"{'conversations, every turn' if meta.get('conversations') else 'prompts, first turns'}), {meta['max_new_tokens']} new tokens max, greedy; "
              f"{meta.get('device') or meta.get('cpu')}, {meta['threads']}; {meta['rounds']} round(s), the configurations interleaved."
              + (f" Stopped early: {meta['stopped']}." if meta.get("stopped") else ""), "",
              "| config | concurrency | round | tokens/s | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | TPOT p99 ms | tau "
@@ -338,6 +355,10 @@ def main(argv=None) -> int:
     ap.add_argument("--fresh-prompts", action="store_true",
                     help="give every (round, concurrency) pass its own questions (the next --per-category of "
                          "each category), so no request repeats one the server has already answered")
+    ap.add_argument("--conversations", action="store_true",
+                    help="send every turn of each question in order, each request carrying the conversation so "
+                         "far (the server's own answers included), as Spec-Bench runs multi-turn questions; "
+                         "without it, first turns only")
     ap.add_argument("--weights", default=None, help="the lookupdec servers' --weights (default: theirs, auto)")
     ap.add_argument("--max-batch", type=int, default=8, help="--max-batch of the batched configurations")
     ap.add_argument("--threads", type=int, default=None, help="OMP_NUM_THREADS of the server (default: torch's choice)")
@@ -370,7 +391,7 @@ def main(argv=None) -> int:
         # server learnt from earlier requests (Token Recycling, the n-gram pool) never meets a repeat.
         offset = j * args.per_category if args.fresh_prompts else 0
         questions = load_questions(args.questions, per_category=args.per_category, offset=offset)
-        return [q.turns[0] for q in questions][:args.limit]
+        return [list(q.turns) if args.conversations else [q.turns[0]] for q in questions][:args.limit]
 
     pass_prompts = [prompts_of(j) for j in range(len(passes))]
     if not all(pass_prompts):
@@ -379,7 +400,8 @@ def main(argv=None) -> int:
     prompts = pass_prompts[0]
     if args.threads:
         os.environ["OMP_NUM_THREADS"] = str(args.threads)
-    runs: list[tuple[Row, dict[str, str]]] = []  # each row with its outputs by prompt
+    runs: list[tuple[Row, dict[tuple[str, int], str]]] = []  # each row with its outputs by (first turn, turn)
+    requests: list[dict] = []  # every request as the client saw it, with its pass
     servers: dict[str, Server] = {}
     stopped = None  # why the run ended before its last pass, if it did
     began = time.perf_counter()
@@ -392,7 +414,7 @@ def main(argv=None) -> int:
         order = sorted(configs, key=lambda c: c != "ar")  # ar first in even rounds, last in odd ones
         for config in order:
             servers[config] = start(config, args, len(prompts))
-            run_load(servers[config], prompts[:1], 1, min(16, args.max_new_tokens))  # warm-up
+            run_load(servers[config], [prompts[0][:1]], 1, min(16, args.max_new_tokens))  # warm-up
         for j, (rnd, c) in enumerate(passes):
             if j and args.time_limit is not None and time.perf_counter() - began > args.time_limit:
                 stopped = f"--time-limit {args.time_limit:g} s reached after {j} of {len(passes)} passes"
@@ -400,8 +422,10 @@ def main(argv=None) -> int:
             todo = pass_prompts[j]
             for config in (order if rnd % 2 == 0 else order[::-1]):
                 samples, wall, tau, counters = run_load(servers[config], todo, c, args.max_new_tokens)
+                requests += [{"config": config, "concurrency": c, "round": rnd,
+                              **{k: v for k, v in asdict(s).items() if k != "text"}} for s in samples]
                 runs.append((summarise(config, c, rnd, samples, wall, tau, counters),
-                             {todo[s.prompt]: s.text for s in samples}))
+                             {(todo[s.prompt][0], s.turn): s.text for s in samples}))
                 r = runs[-1][0]
                 print(f"[{config}] round {rnd} c={c}: {r.tokens_per_s:.1f} tok/s, TTFT p50 "
                       f"{r.ttft_p50_ms:.0f} ms, tau {r.tau:.2f}, {r.steps} steps of {r.step_ms:.1f} ms "
@@ -425,12 +449,13 @@ def main(argv=None) -> int:
         known = [k for k in got if k in reference]
         exact = None if row.config == "llama_cpp" or not known else all(got[k] == reference[k] for k in known)
         rows.append(replace(row, exact=exact))
-    meta = {"prompts": len(prompts), "max_new_tokens": args.max_new_tokens, "device": served_device(),
+    meta = {"prompts": len(prompts), "requests": sum(len(p) for p in prompts), "conversations": args.conversations, "max_new_tokens": args.max_new_tokens, "device": served_device(),
             "threads": f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}",
             "python": platform.python_version(), "max_batch": args.max_batch, "rounds": args.rounds,
             "stopped": stopped}
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "serve_load.json").write_text(json.dumps({"meta": meta, "rows": [asdict(r) for r in rows]}, indent=1))
+    (args.out / "serve_load.json").write_text(json.dumps({"meta": meta, "rows": [asdict(r) for r in rows],
+                                                                "requests": requests}, indent=1))
     md = markdown(rows, meta)
     (args.out / "serve_load.md").write_text(md)
     plot(rows, args.plot or args.out / "serve_load_throughput.png")

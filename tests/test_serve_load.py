@@ -16,9 +16,10 @@ pytest.importorskip("fastapi")
 
 from tests.conftest import ROOT, checkout_env, save_tiny  # noqa: E402
 
-QUESTIONS = [{"question_id": i, "category": cat, "turns": [text]}
-             for i, (cat, text) in enumerate([("writing", "Write about tea."), ("qa", "What is a cat?"),
-                                              ("writing", "Write about rain."), ("qa", "What is a dog?")], 1)]
+QUESTIONS = [{"question_id": i, "category": cat, "turns": turns}
+             for i, (cat, turns) in enumerate([("writing", ["Write about tea.", "Now say it shorter."]),
+                                               ("qa", ["What is a cat?"]), ("writing", ["Write about rain."]),
+                                               ("qa", ["What is a dog?"])], 1)]
 
 
 def _questions(tmp_path: Path) -> Path:
@@ -68,3 +69,19 @@ def test_sigterm_stops_the_run_and_writes_what_it_gathered(tmp_path):
     assert "SIGTERM" in doc["meta"]["stopped"]
     assert len(doc["rows"]) >= 2 and len(doc["rows"]) < 2 * 2 * 200
     assert all(r["exact"] is not False for r in doc["rows"])
+
+
+@pytest.mark.slow
+def test_conversations_send_every_turn_with_the_answers_so_far(tmp_path):
+    res = subprocess.run(_command(tmp_path, "--concurrency", "1", "--conversations"), cwd=ROOT,
+                         env=checkout_env(), capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    doc = json.loads((tmp_path / "out" / "serve_load.json").read_text())
+    assert doc["meta"]["conversations"] is True and doc["meta"]["requests"] == 3
+    assert all(r["requests"] == 3 and r["exact"] is True for r in doc["rows"])  # the second turn checked too
+    for config in ("ar", "auto"):
+        sent = {(r["prompt"], r["turn"]): r for r in doc["requests"] if r["config"] == config}
+        assert sorted(sent) == [(0, 0), (0, 1), (1, 0)]
+        first, second = sent[0, 0], sent[0, 1]
+        # The second turn's prompt holds the first turn's prompt and its answer, then the new user turn.
+        assert first["tokens"] > 0 and second["prompt_tokens"] > first["prompt_tokens"] + first["tokens"]

@@ -14,9 +14,9 @@ Spec-Bench prompts (the first turn of ``--per-category`` questions per category)
 streamed chat completions with the official ``openai`` client by ``c`` worker threads, for every
 concurrency ``c``, greedy. With ``--conversations`` each worker takes a whole question instead,
 every turn in order, as Spec-Bench runs its multi-turn (MT-bench) questions: each turn's request
-carries the conversation so far, the server's own earlier answers included. Each concurrency runs the configurations back to back, ``--rounds``
-times over (their order alternating by round), so a machine whose speed drifts weighs on every
-configuration alike; ``--fresh-prompts`` gives every (round, concurrency) pass its own questions, so
+carries the conversation so far, the server's own earlier answers included. Each concurrency
+runs the configurations back to back, ``--rounds`` times over (their order alternating by round),
+so a machine whose speed drifts weighs on every configuration alike; ``--fresh-prompts`` gives every (round, concurrency) pass its own questions, so
 no request repeats one the server has learnt from. Reported per (configuration, concurrency,
 round): output tokens/s over the run's wall time, p50/p99 time to first token, p50/p99 time per
 output token (after the first), tau (tokens committed per sequence per verify forward, from the
@@ -179,7 +179,8 @@ def one_request(client, k: int, messages: list[dict], max_tokens: int, turn: int
             parts.append(chunk.choices[0].delta.content)
             chunks += 1
     total = time.perf_counter() - t0
-    return Sample(k, total if first is None else first, total, tokens or chunks, "".join(parts), turn, prompt_tokens)
+    return Sample(k, total if first is None else first, total, tokens or chunks, "".join(parts), turn,
+                  prompt_tokens)
 
 
 def one_conversation(client, k: int, turns: list[str], max_tokens: int) -> list[Sample]:
@@ -195,8 +196,9 @@ def one_conversation(client, k: int, turns: list[str], max_tokens: int) -> list[
 
 def run_load(server: Server, prompts: list[list[str]], concurrency: int,
              max_tokens: int) -> tuple[list[Sample], float, float, dict[str, float]]:
-    """Every conversation (its user turns) once through ``concurrency`` workers: the samples, the wall time, tau and the
-    server's step counters over the pass (``steps``, ``step_s``, ``forward_s``; empty for a peer)."""
+    """Every conversation (its user turns) once through ``concurrency`` workers: the samples, the
+    wall time, tau and the server's step counters over the pass (``steps``, ``step_s``,
+    ``forward_s``; empty for a peer)."""
     import openai
 
     client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=3600)
@@ -249,8 +251,9 @@ def ratios(rows: list[Row]) -> dict[tuple[str, int], list[float]]:
 
 
 def markdown(rows: list[Row], meta: dict) -> str:
-    lines = [f"Serving load: {meta['requests']} requests ({meta['prompts']} Spec-Bench "
-             f"{'conversations, every turn' if meta.get('conversations') else 'prompts, first turns'}), {meta['max_new_tokens']} new tokens max, greedy; "
+    kind = "conversations, every turn" if meta.get("conversations") else "prompts, first turns"
+    lines = [f"Serving load: {meta['requests']} requests ({meta['prompts']} Spec-Bench {kind}), "
+             f"{meta['max_new_tokens']} new tokens max, greedy; "
              f"{meta.get('device') or meta.get('cpu')}, {meta['threads']}; {meta['rounds']} round(s), the configurations interleaved."
              + (f" Stopped early: {meta['stopped']}." if meta.get("stopped") else ""), "",
              "| config | concurrency | round | tokens/s | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | TPOT p99 ms | tau "
@@ -449,7 +452,8 @@ def main(argv=None) -> int:
         known = [k for k in got if k in reference]
         exact = None if row.config == "llama_cpp" or not known else all(got[k] == reference[k] for k in known)
         rows.append(replace(row, exact=exact))
-    meta = {"prompts": len(prompts), "requests": sum(len(p) for p in prompts), "conversations": args.conversations, "max_new_tokens": args.max_new_tokens, "device": served_device(),
+    meta = {"prompts": len(prompts), "requests": sum(len(p) for p in prompts), "conversations": args.conversations,
+            "max_new_tokens": args.max_new_tokens, "device": served_device(),
             "threads": f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}",
             "python": platform.python_version(), "max_batch": args.max_batch, "rounds": args.rounds,
             "stopped": stopped}

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 import numpy as np
 import pytest
@@ -38,6 +39,15 @@ def always_fail(number):
     raise RuntimeError(f"shard {number} cannot be built")
 
 
+def fail_one_others_late(ended_dir):
+    def hook(number):
+        if number == 1:
+            raise RuntimeError(f"shard {number} cannot be built")
+        time.sleep(1.0)  # still running when shard 1 has failed
+        open(os.path.join(ended_dir, f"ended-{number}"), "w").close()
+    return hook
+
+
 @pytest.mark.slow
 def test_ray_build_equals_local_build_survives_a_killed_worker_and_fails_cleanly(tmp_path):
     from lookupdec.index.ray_build import build_with_ray
@@ -67,6 +77,16 @@ def test_ray_build_equals_local_build_survives_a_killed_worker_and_fails_cleanly
         with pytest.raises(LookupdecError, match="left nothing behind.*cannot be built"):
             build_with_ray(CorpusReader(files), tmp_path / "failed", *args, **kw, _task_hook=always_fail)
         assert leftovers(tmp_path, "failed") == []
+
+        # A failure returns only once every other shard task has ended (none is cancelled, none
+        # is left running to write into the removed temporary folder).
+        ended = tmp_path / "ended"
+        ended.mkdir()
+        with pytest.raises(LookupdecError, match="cannot be built"):
+            build_with_ray(CorpusReader(files), tmp_path / "late", *args, **kw,
+                           _task_hook=fail_one_others_late(str(ended)))
+        assert len(list(ended.iterdir())) == local.shards - 1
+        assert leftovers(tmp_path, "late") == []
     finally:
         ray.shutdown()
 

@@ -14,16 +14,18 @@ Spec-Bench prompts (the first turn of ``--per-category`` questions per category)
 streamed chat completions with the official ``openai`` client by ``c`` worker threads, for every
 concurrency ``c``, greedy. With ``--conversations`` each worker takes a whole question instead,
 every turn in order, as Spec-Bench runs its multi-turn (MT-bench) questions: each turn's request
-carries the conversation so far, the server's own earlier answers included. Each concurrency
-runs the configurations back to back, ``--rounds`` times over (their order alternating by round),
-so a machine whose speed drifts weighs on every configuration alike; ``--fresh-prompts`` gives every (round, concurrency) pass its own questions, so
-no request repeats one the server has learnt from. Reported per (configuration, concurrency,
-round): output tokens/s over the run's wall time, p50/p99 time to first token, p50/p99 time per
-output token (after the first), tau (tokens committed per sequence per verify forward, from the
-server's /metrics), the server's batched steps (count, mean step and forward time, and the share
-of the wall time inside steps: the rest is prefill, admission and HTTP), and whether every output equals ``ar``'s first output for the same prompt
-(reported; a batch's wider forward carries the same float-rounding caveat as a tree, see README);
-then each configuration's tokens/s over ``ar``'s in the same pass.
+carries the conversation so far, the server's own earlier answers included. Each concurrency runs
+the configurations back to back, ``--rounds`` times over (their order alternating by round), so a
+machine whose speed drifts weighs on every configuration alike; ``--fresh-prompts`` gives every
+(round, concurrency) pass its own questions, so no request repeats one the server has learnt from.
+The servers start with ``--fresh-state`` (nothing learnt by earlier runs on the machine) unless
+``--saved-state`` is given. Reported per (configuration, concurrency, round): output tokens/s over
+the run's wall time, p50/p99 time to first token, p50/p99 time per output token (after the first),
+tau (tokens committed per sequence per verify forward, from the server's /metrics), the server's
+batched steps (count, mean step and forward time, and the share of the wall time inside steps: the
+rest is prefill, admission and HTTP), and whether every output equals ``ar``'s first output for the
+same prompt (reported; a batch's wider forward carries the same float-rounding caveat as a tree, see
+README); then each configuration's tokens/s over ``ar``'s in the same pass.
 
 Writes ``serve_load.json``, ``serve_load.md`` and the plot ``serve_load_throughput.png``
 (throughput against concurrency; ``--plot`` puts it elsewhere) into ``--out``.
@@ -326,6 +328,8 @@ def start(config: str, args, n_prompts: int) -> Server:
         serve_args += ["--model", args.model]
     if args.weights:
         serve_args += ["--weights", args.weights]
+    if not args.saved_state:  # what earlier runs on this machine taught the drafters stays out of the figures
+        serve_args += ["--fresh-state"]
     command = None
     if config == "llama_cpp":
         gguf = args.gguf or embedded_gguf()
@@ -362,6 +366,10 @@ def main(argv=None) -> int:
                     help="send every turn of each question in order, each request carrying the conversation so "
                          "far (the server's own answers included), as Spec-Bench runs multi-turn questions; "
                          "without it, first turns only")
+    ap.add_argument("--saved-state", action="store_true",
+                    help="let the servers start from the drafting state saved on this machine (as `lookupdec serve` "
+                         "does by default) and save theirs; without it they start with --fresh-state, so no "
+                         "figure depends on what earlier runs (perhaps on these very questions) taught them")
     ap.add_argument("--weights", default=None, help="the lookupdec servers' --weights (default: theirs, auto)")
     ap.add_argument("--max-batch", type=int, default=8, help="--max-batch of the batched configurations")
     ap.add_argument("--threads", type=int, default=None, help="OMP_NUM_THREADS of the server (default: torch's choice)")

@@ -46,6 +46,8 @@ def test_a_time_limit_reports_the_passes_done_each_checked_against_ar(tmp_path):
     assert sorted((r["config"], r["concurrency"]) for r in rows) == [("ar", 1), ("auto", 1)]
     assert all(r["requests"] == 2 and r["tokens"] > 0 and r["exact"] is True for r in rows)
     assert "--time-limit 0 s reached after 1 of 2 passes" in doc["meta"]["stopped"]
+    # Neither server starts from a drafting state that earlier runs on this machine saved.
+    assert res.stderr.count("--fresh-state") == 2
     assert "Stopped early" in (tmp_path / "out" / "serve_load.md").read_text()
 
 

@@ -23,6 +23,12 @@ _LAYER_MATRIX = re.compile(r"model\.layers\.\d+\.(self_attn\.[qkvo]_proj|mlp\.(g
 _OUTER = ("model.embed_tokens.weight", "lm_head.weight")
 
 
+def unread_error(what: str) -> ValueError:
+    """The error for ``what`` (a matrix) that a deferred load left unread and whose file blocks cannot be read now."""
+    return ValueError(f"{what} was never read (load_model(defer_matrices=True)) and its file's blocks cannot be "
+                      "read now (the file changed or is gone): load the model again")
+
+
 def deferrable(blocks: Mapping[str, object], names) -> tuple[str, ...]:
     """The matrices among ``names`` (a model's parameter names) that may stay unread: if the file
     keeps the blocks of every decoder layer's matrix (``blocks``: ``LoadedModel.blocks``), those, and

@@ -63,6 +63,7 @@ from lookupdec.kvcache import FlatKVCache
 from lookupdec._native import attend_ptr, rms_norm_ptr
 from lookupdec.native_layers import layer_table, run_layers
 from lookupdec.blocks import concat_rows, dequantize_rows
+from lookupdec.deferred import unread_error
 from lookupdec.products import QUANTIZED_FORMATS, Product, make_linear, weights_unavailable_reason
 from lookupdec.release import release_linear, return_freed_memory
 
@@ -174,8 +175,7 @@ class FastForward:
         # An embedding never read (a deferred load): its rows are dequantized from the file's blocks on use.
         self._embed_blocks = _file_blocks(blocks, ["model.embed_tokens.weight"]) if self.embed.is_meta else None
         if self.embed.is_meta and self._embed_blocks is None:
-            raise ValueError("the embedding was never read (load_model(defer_matrices=True)) and its file's blocks "
-                             "cannot be read now (the file changed or is gone): load the model again")
+            raise unread_error("the embedding")
         self.final_norm = inner.norm.weight.detach().float().contiguous()
         w, b = _dense_linear(model.lm_head)
         # lm_head keeps float32 products in the bfloat16 format: a step computes few of its rows

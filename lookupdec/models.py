@@ -278,11 +278,10 @@ def _load_gguf(path: str, config, torch_dtype, defer: bool = False):
             deferred = DeferredMatrices(path, *heads, names, blocks[names[0]].stamp)
     every = None if deferred is None else {hf_name(t.name) for t in header.tensors} - set(deferred.names)
     arrays = read_llama_tensors(path, *heads, header, only=every) if heads else None  # transformers' tensors, read faster
-    if arrays is None:
-        blocks, deferred = {}, None
     if arrays is not None:
         tensors = {name: torch.from_numpy(a) for name, a in arrays.items()}
-    else:
+    else:  # transformers' loader: no blocks read bit for bit, nothing left unread
+        blocks, deferred = {}, None
         with torch.device("meta"):
             skeleton = AutoModelForCausalLM.from_config(config)  # only for the GGUF -> HF name map
         tensors = load_gguf_checkpoint(path, return_tensors=True, model_to_load=skeleton, torch_dtype=torch_dtype)["tensors"]

@@ -216,8 +216,9 @@ def make_linear(weight: torch.Tensor, bias: torch.Tensor | None, weights: str = 
         raise ValueError(f"{reason}; use weights='float32'")
     if blocks is None:
         if weight.is_meta:
-            raise ValueError("this matrix was never read (load_model(defer_matrices=True)) and its file's blocks "
-                             "cannot be read now (the file changed or is gone): load the model again")
+            from lookupdec.deferred import unread_error
+
+            raise unread_error("this matrix")
         return _LINEARS[weights](weight, bias)
     if not issubclass(_LINEARS[weights], _LinearQuant):
         raise ValueError(f"blocks are for the quantized formats, not {weights!r}")

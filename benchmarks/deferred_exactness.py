@@ -20,9 +20,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from specbench.tasks import load_questions  # noqa: E402  (torch-free)
-
-DEFAULT_QUESTIONS = HERE.parents[1] / "shared" / "data" / "spec_bench_question.jsonl"
+from specbench.tasks import DEFAULT_QUESTIONS, load_questions  # noqa: E402  (torch-free)
 
 
 def main() -> int:

@@ -58,9 +58,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from serve_report import markdown, percentile, plot  # noqa: E402
-from specbench.tasks import load_questions  # noqa: E402
+from specbench.tasks import DEFAULT_QUESTIONS, load_questions  # noqa: E402
 
-DEFAULT_QUESTIONS = REPO.parent / "shared" / "data" / "spec_bench_question.jsonl"
 # name -> (method, max batch: None = --max-batch)
 CONFIGS = {"auto": ("auto", None), "ar": ("ar", None), "one": ("auto", 1), "llama_cpp": (None, None)}
 

@@ -67,7 +67,8 @@ print(status("VmHWM"), status("VmRSS"))
 
 def memory(which: str) -> tuple[float, float]:
     out = subprocess.run([sys.executable, "-c", _MEMORY_PROBE, which], capture_output=True, text=True, check=True,
-                         cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+                         cwd=REPO, env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                             p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)})
     peak, rss = out.stdout.split()
     return float(peak), float(rss)
 

@@ -73,7 +73,7 @@ def probe(which: str, model: str | None, max_new: int, threads: int, cache_dir: 
     Raises:
         RuntimeError: the process failed (its stderr's last lines are in the message).
     """
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)}
     if cache_dir:
         env["LOOKUPDEC_CACHE"] = cache_dir
     proc = subprocess.run([sys.executable, "-c", _PROBE, which, model or "", str(max_new), str(threads)],

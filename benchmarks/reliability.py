@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from damage import PROBE, VOCAB, corrupt, word_tokenizer  # noqa: E402
 
-ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
 CLI = [sys.executable, "-c", "from lookupdec.cli import main; main()"]
 
 

@@ -45,9 +45,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 from specbench.documents import extract_documents  # noqa: E402
-from specbench.tasks import task_of  # noqa: E402
+from specbench.tasks import DEFAULT_QUESTIONS as QUESTIONS, task_of  # noqa: E402
 
-QUESTIONS = HERE.parents[1] / "shared" / "data" / "spec_bench_question.jsonl"
 CODE_QUESTIONS = HERE / "data" / "code_questions.jsonl"
 # New tokens per prompt, cycled: most generations short, some long.
 LENGTHS = (64, 128, 32, 256, 64, 128, 512, 64, 128, 32)

@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's package and tests/
-
-QUESTIONS = Path(__file__).resolve().parents[2] / "shared" / "data" / "spec_bench_question.jsonl"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from specbench.tasks import DEFAULT_QUESTIONS as QUESTIONS  # noqa: E402
 
 
 def natural_tokens(n: int) -> list[int]:

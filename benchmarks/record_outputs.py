@@ -37,12 +37,11 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-DEFAULT_QUESTIONS = Path(__file__).resolve().parents[2] / "shared" / "data" / "spec_bench_question.jsonl"
 
 if str(Path(__file__).resolve().parent) not in sys.path:  # loaded by path (tests), not run as a script
     sys.path.insert(0, str(Path(__file__).resolve().parent))
 from specbench.documents import extract_documents  # noqa: E402
-from specbench.tasks import TASKS, task_of  # noqa: E402  (one definition of the tasks)
+from specbench.tasks import DEFAULT_QUESTIONS, TASKS, task_of  # noqa: E402  (one definition of the tasks)
 
 from lookupdec.prompts import encode_prompt  # noqa: E402
 

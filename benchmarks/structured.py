@@ -1,7 +1,7 @@
 """Structured output with lookup drafts: constrained auto vs constrained ar vs unconstrained.
 
 Three tasks on Spec-Bench's summarization and RAG passages
-(``/work/shared/data/spec_bench_question.jsonl``, or ``--data``):
+(``../shared/data/spec_bench_question.jsonl`` beside the checkout, or ``--data``):
 
 - ``extract``: a JSON object whose string values are spans of the document
   (its first sentence, a person, a place, a number), under a JSON Schema;
@@ -36,7 +36,8 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-DATA = "/work/shared/data/spec_bench_question.jsonl"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from specbench.tasks import DEFAULT_QUESTIONS as DATA  # noqa: E402
 
 EXTRACT_SCHEMA = {
     "type": "object",

@@ -35,7 +35,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-QUESTIONS = HERE.parents[1] / "shared" / "data" / "spec_bench_question.jsonl"
+sys.path.insert(0, str(HERE))
+from specbench.tasks import DEFAULT_QUESTIONS as QUESTIONS  # noqa: E402
 # The question file is grouped by task (80 each); this stride (coprime with 480) spreads a prefix over all six.
 QUESTION_STRIDE = 83
 

@@ -17,10 +17,9 @@ from .metrics import accept_histograms, summarize, turn_shortfalls
 from .plots import plot_accept_hist, plot_speedup
 from .report import markdown_table, ordered_methods, turn_table, write_json
 from .runner import ChatCodec, HFChatCodec, RunConfig, run_benchmark
-from .tasks import SPEC_BENCH_TASKS, load_questions
+from .tasks import DEFAULT_QUESTIONS, SPEC_BENCH_TASKS, load_questions
 
 REPO = Path(__file__).resolve().parents[2]
-DEFAULT_QUESTIONS = REPO.parent / "shared" / "data" / "spec_bench_question.jsonl"
 DEFAULT_CODE_QUESTIONS = REPO / "benchmarks" / "data" / "code_questions.jsonl"
 DEFAULT_OUT = REPO / "benchmarks" / "out"
 # The baseline of the main table; speedups are also given against REFERENCE_METHOD.

@@ -15,7 +15,7 @@ from tests.oracles.forward import reference_forward
 from lookupdec.models import LoadedModel
 from lookupdec.products import make_linear
 from lookupdec.weights import pick_faster
-from tests.conftest import NATIVE_ISAS, TINY_VOCAB, char_tokenizer, save_tiny, tiny_loaded
+from tests.conftest import NATIVE_ISAS, TINY_VOCAB, save_tiny, tiny_loaded
 from tests.oracles.blocks import blockified_model, product_reference, q4_1_reference, q8_0_reference
 from tests.test_decoder_exact import OracleDrafter, RandomDrafter
 

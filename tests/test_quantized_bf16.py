@@ -16,7 +16,7 @@ from lookupdec import _native
 from lookupdec.decoder import Decoder
 from lookupdec.models import LoadedModel
 from lookupdec.products import _LinearQuantBF16, make_linear, weights_unavailable_reason
-from tests.conftest import TINY_VOCAB, save_tiny, tiny_loaded
+from tests.conftest import save_tiny, tiny_loaded
 from tests.oracles.blocks import bf16_reference, blockified_model, product_reference, q4_1_reference, q8_0_reference
 from tests.test_quantized import _matrix, assert_rows_independent
 

@@ -149,14 +149,12 @@ class Constraint:
         keep = np.zeros(n, bool)
         if n:
             toks = tree.tokens.tolist()
-            children = tree.children()
             for leaf in tree.leaves().tolist():
                 path = tree.path(leaf)
                 if keep[path[-1]]:
                     continue
                 ok = 0 if self._ended else self._m.validate_tokens([toks[i] for i in path])
                 keep[path[:ok]] = True
-            del children
         self.mask_s += time.perf_counter() - t0
         return np.flatnonzero(keep).astype(np.int64)
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import statistics
 import subprocess
@@ -38,6 +37,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from child_env import checkout_env  # noqa: E402
 
 AR_PROMPTS = [
     "Explain how a suffix array is built and what it is used for.",
@@ -67,8 +67,7 @@ print(status("VmHWM"), status("VmRSS"))
 
 def memory(which: str) -> tuple[float, float]:
     out = subprocess.run([sys.executable, "-c", _MEMORY_PROBE, which], capture_output=True, text=True, check=True,
-                         cwd=REPO, env={**os.environ, "PYTHONPATH": os.pathsep.join(
-                             p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)})
+                         cwd=REPO, env=checkout_env())
     peak, rss = out.stdout.split()
     return float(peak), float(rss)
 

@@ -35,6 +35,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from child_env import checkout_env  # noqa: E402
 
 PEER = """
 import os, torch
@@ -58,8 +59,7 @@ CASES = {
 
 
 def run_case(name: str, model: str | None, cache: str) -> float:
-    env = {**os.environ, "LOOKUPDEC_CACHE": cache, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-           "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)}
+    env = checkout_env(LOOKUPDEC_CACHE=cache, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     cmd = [sys.executable, "-c", CASES[name].format(model=model)]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)

@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+from child_env import checkout_env  # noqa: E402
 PROMPT = "Write a haiku about rain."
 
 _PROBE = r"""
@@ -73,9 +74,7 @@ def probe(which: str, model: str | None, max_new: int, threads: int, cache_dir: 
     Raises:
         RuntimeError: the process failed (its stderr's last lines are in the message).
     """
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)}
-    if cache_dir:
-        env["LOOKUPDEC_CACHE"] = cache_dir
+    env = checkout_env(**({"LOOKUPDEC_CACHE": cache_dir} if cache_dir else {}))
     proc = subprocess.run([sys.executable, "-c", _PROBE, which, model or "", str(max_new), str(threads)],
                           capture_output=True, text=True, cwd=REPO, env=env)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]

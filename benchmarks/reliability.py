@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -40,8 +39,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from damage import PROBE, VOCAB, corrupt, word_tokenizer  # noqa: E402
+from child_env import checkout_env  # noqa: E402
 
-ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
+ENV = checkout_env()
 CLI = [sys.executable, "-c", "from lookupdec.cli import main; main()"]
 
 

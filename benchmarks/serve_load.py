@@ -56,6 +56,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
+from child_env import checkout_env  # noqa: E402
 
 from serve_report import markdown, percentile, plot  # noqa: E402
 from specbench.tasks import DEFAULT_QUESTIONS, load_questions  # noqa: E402
@@ -109,10 +110,7 @@ class Server:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
         self.log = tempfile.TemporaryFile(mode="w+")
-        # The checkout ahead of the caller's own PYTHONPATH, which is kept (packages installed with
-        # ``pip --target``, say, stay importable by the server).
-        path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
-        env = dict(os.environ, PYTHONPATH=path)
+        env = checkout_env()  # the caller's PYTHONPATH kept behind the checkout
         cmd = ([c.replace("{port}", str(self.port)) for c in command] if command
                else [sys.executable, "-m", "lookupdec", "serve", *args, "--port", str(self.port)])
         self.has_metrics = command is None

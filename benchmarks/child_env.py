@@ -12,13 +12,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def checkout_env(**extra: str) -> dict[str, str]:
-    """``os.environ`` with the checkout first on PYTHONPATH (the caller's entries kept after it), and ``extra`` set.
+def checkout_env(*first: str, **extra: str) -> dict[str, str]:
+    """``os.environ`` with ``first`` and the checkout ahead on PYTHONPATH (the caller's entries kept
+    after them), and ``extra`` set. The tests start their children with it too (``tests/conftest.py``).
 
     Example:
         >>> env = checkout_env(LOOKUPDEC_CACHE="/tmp/c")
         >>> env["PYTHONPATH"].split(os.pathsep)[0] == str(REPO), env["LOOKUPDEC_CACHE"]
         (True, '/tmp/c')
     """
-    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    path = os.pathsep.join(p for p in (*first, str(REPO), os.environ.get("PYTHONPATH", "")) if p)
     return {**os.environ, "PYTHONPATH": path, **extra}

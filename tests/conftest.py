@@ -36,14 +36,13 @@ os.environ.setdefault("LOOKUPDEC_CACHE", os.path.join(ROOT, ".pytest_cache", "lo
 
 
 def checkout_env(*first: str, **extra: str) -> dict[str, str]:
-    """The environment for a child Python run from this checkout.
+    """The environment for a child Python run from this checkout: ``benchmarks/child_env.py``'s.
 
     ``first`` and the checkout go ahead of the caller's own PYTHONPATH, which is kept: packages
     installed through it (a ``pip install --target`` directory, say) stay importable in the child.
     ``extra`` sets further variables.
     """
-    path = os.pathsep.join(p for p in (*first, ROOT, os.environ.get("PYTHONPATH", "")) if p)
-    return {**os.environ, "PYTHONPATH": path, **extra}
+    return load_benchmark("child_env").checkout_env(*first, **extra)
 
 
 def _native_isas() -> list[str]:

@@ -37,7 +37,6 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-
 if str(Path(__file__).resolve().parent) not in sys.path:  # loaded by path (tests), not run as a script
     sys.path.insert(0, str(Path(__file__).resolve().parent))
 from specbench.documents import extract_documents  # noqa: E402

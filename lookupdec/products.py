@@ -16,6 +16,7 @@ from typing import Union
 
 import torch
 
+from lookupdec.deferred import unread_error
 from lookupdec._native import QMATMUL_BF16, QMATMUL_FORMATS, qmatmul_bf16_native, qmatmul_ptr
 
 # Products with fewer rows are padded to this many (see _Linear.__call__).
@@ -216,8 +217,6 @@ def make_linear(weight: torch.Tensor, bias: torch.Tensor | None, weights: str = 
         raise ValueError(f"{reason}; use weights='float32'")
     if blocks is None:
         if weight.is_meta:
-            from lookupdec.deferred import unread_error
-
             raise unread_error("this matrix")
         return _LINEARS[weights](weight, bias)
     if not issubclass(_LINEARS[weights], _LinearQuant):

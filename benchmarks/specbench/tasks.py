@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-# Spec-Bench groups these eight MT-bench categories into the task "mt_bench".
 # Spec-Bench's 480 questions, where the workplace keeps them (beside the checkout).
 DEFAULT_QUESTIONS = Path(__file__).resolve().parents[3] / "shared" / "data" / "spec_bench_question.jsonl"
+# Spec-Bench groups these eight MT-bench categories into the task "mt_bench".
 MT_BENCH_CATEGORIES = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
 # The six tasks in Spec-Bench's reporting order.
 SPEC_BENCH_TASKS = ("mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag")

@@ -27,6 +27,7 @@ from lookupdec.drafters.ledger import SourceLedger, StepShares, step_shares
 from lookupdec.drafters.merged import MergedCalibration
 from lookupdec.drafters.select import DEFAULT_MARGIN, select_nodes
 from lookupdec.drafters.state import DrafterState
+from lookupdec.drafters.step_costs import StepCosts
 from lookupdec.tree import DraftTree, Merged, merge_trees
 
 # Most nodes each source proposes: candidates for the selection, which keeps far fewer.
@@ -150,10 +151,7 @@ class AutoDrafter(Drafter):
         # What each source put into this step's forward, settled in the ledger at its commit.
         self._step: StepShares | None = None
         self._cost = cost
-        self._table: np.ndarray | None = None
-        self._table_past = -1
-        self._table_version = -1
-        self._extra_cache: dict[int, np.ndarray] = {}
+        self._step_costs = StepCosts(lambda: self.cost)
         self.margin = float(margin)
         self._past = 0
         # Tokens of steps without a proposal that the sources have not been told yet.
@@ -229,46 +227,9 @@ class AutoDrafter(Drafter):
         _ = self.cost  # measure (or load) the curve before the first step, not inside it
 
     def _costs(self, budget: int, extra: int = 0) -> np.ndarray:
-        """``t[w]`` = modelled ms of a forward of ``w`` tree rows (root included) plus ``extra`` window rows.
-
-        Every row costs what its place in the forward costs, whatever its mask, so a
-        tree of ``k`` nodes beside ``m`` window rows is priced ``c(1 + k + m)``, plus the
-        window rows' ``lm_head`` (``logits_extra_ms``). A source's top-k costs no row: it
-        is taken from the rows the acceptance walk computes (deferred top-k, verify.py).
-        The table follows the cost model (``lookupdec.pricing.CostModel``) as measured
-        steps refit it.
-        """
-        curve = self.cost
-        version = getattr(curve, "version", 0)
-        # Re-tabulate when the cache has grown by 64 rows (the past moves the curve slowly)
-        # or the cost model was refitted.
-        need = budget + 2 + extra
-        if (self._table is None or len(self._table) < need or abs(self._past - self._table_past) >= 64
-                or version != self._table_version):
-            top = max(budget + 1 + extra, 2)
-            if curve is None:
-                self._table = np.concatenate([[np.inf], np.ones(top)])
-            else:
-                self._table = curve.table(self._past, top)
-            self._table_past = self._past
-            self._table_version = getattr(curve, "version", 0)  # table() may have refitted it
-            self._extra_cache = {}
-        if not extra:
-            return self._table
-        out = self._extra_cache.get(extra)
-        if out is None:
-            out = np.concatenate([[np.inf], self._table[1 + extra:]])
-            if curve is not None and curve.head_ms:
-                from lookupdec.costs import MEASURED_LOGIT_ROWS
-
-                # From MEASURED_LOGIT_ROWS tree rows on, the extra lm_head rows are the same
-                # (the window's), so they are priced once for all those widths.
-                for w in range(1, min(MEASURED_LOGIT_ROWS, len(out) - 1) + 1):
-                    out[w] += curve.logits_extra_ms(w + extra, w + extra)
-                out[MEASURED_LOGIT_ROWS + 1:] += curve.logits_extra_ms(MEASURED_LOGIT_ROWS + extra,
-                                                                       MEASURED_LOGIT_ROWS + extra)
-            self._extra_cache[extra] = out
-        return out
+        """``t[w]`` = modelled ms of a forward of ``w`` tree rows (root included) plus ``extra`` window
+        rows, at the current cache length (``drafters/step_costs.py``)."""
+        return self._step_costs.table(self._past, budget, extra)
 
     def propose(self, request: DraftRequest) -> DraftTree:
         sub = request.sub(min(request.budget, self._source_budget()))

@@ -12,7 +12,6 @@ from click.testing import CliRunner
 
 from lookupdec import Decoder
 from lookupdec.drafters.saved import FORMAT, VERSION, StateFileError, read_state
-from lookupdec.drafters.weak import WeakMatchGate
 from tests.conftest import FLAT, TINY_VOCAB, save_tiny, tiny_loaded
 
 PROMPT = "abcdabcdabcdxyzabcdab"
@@ -37,7 +36,7 @@ def saved(tmp_path_factory):
 
 def ledger_view(led) -> dict:
     return {"totals": (led.n, led.tokens, led.ms, led.budget_ms, led.probe_spent_ms, led.total_ms),
-            "keep": sorted(led._keep), "accounts": sorted(map(repr, led.accounts)), "weak": led.weak.state()}
+            "keep": sorted(led._keep), "accounts": sorted(map(repr, led.accounts))}
 
 
 def test_round_trip_restores_rates_tables_and_ledgers(saved):
@@ -61,7 +60,6 @@ def test_round_trip_restores_rates_tables_and_ledgers(saved):
     assert set(fresh.state.ledgers) == set(dec.state.ledgers) != set()
     for key, led in dec.state.ledgers.items():
         assert ledger_view(fresh.state.ledgers[key]) == ledger_view(led)
-    assert any(sum(led.weak.steps) > 0 for led in dec.state.ledgers.values())  # the weak-match gate's evidence
 
 
 def test_a_decoder_started_from_a_saved_state_decodes_exactly(saved):
@@ -138,9 +136,6 @@ DAMAGED = {
     "a pickled object array": lambda p, out: _rewrite_raw(p, out, _object_array),
     "a ledger account malformed": lambda p, out: _rewrite(p, out, lambda m: m["ledgers"][0]["accounts"][0].pop("ms")),
     "a ledger total negative": lambda p, out: _rewrite(p, out, lambda m: m["ledgers"][0]["totals"].update(ms=-1.0)),
-    "a weak-match gate's evidence negative": lambda p, out: _rewrite(
-        p, out, lambda m: m["ledgers"][0]["weak"]["cost_ms"].__setitem__(0, -1.0)),
-    "a weak-match gate's field missing": lambda p, out: _rewrite(p, out, lambda m: m["ledgers"][0]["weak"].pop("steps")),
     "a boolean where a band goes": lambda p, out: _rewrite(p, out, lambda m: m["ledgers"][0].update(band=True)),
 }
 
@@ -264,14 +259,3 @@ def test_cli_generate_saves_the_state_reads_it_back_and_fresh_state_touches_noth
     assert "ignoring the saved drafting state" in r.stderr
     assert json.loads(r.stdout)["token_ids"] == first["token_ids"]
     assert read_state(saved_file, TINY_VOCAB).calibration._fine
-
-
-def test_a_file_written_before_the_weak_match_gate_loads_with_a_fresh_gate(saved, tmp_path):
-    dec, path = saved
-    old = tmp_path / "old.npz"
-    _rewrite(path, old, lambda m: [led.pop("weak") for led in m["ledgers"]])
-    fresh = Decoder(tiny_loaded(0), cost_curve=FLAT)
-    assert fresh.load_state(old)
-    for key, led in dec.state.ledgers.items():
-        got = fresh.state.ledgers[key]
-        assert got.tokens == led.tokens and got.weak.state() == WeakMatchGate().state()

@@ -140,13 +140,6 @@ class AutoDrafter(Drafter):
         else:
             self.ledger = None
         self._active = [True] * len(self.sources)
-        # Lookup sources are asked first, the others (not second-stage) after them.
-        self._lookups = [i for i, s in enumerate(self.sources) if s.looks_up and not s.second_stage]
-        self._others = [i for i, s in enumerate(self.sources) if not s.looks_up and not s.second_stage]
-        # Steps where the lookup sources matched nothing or little: whether they draft (``drafters/weak.py``).
-        self._weak = self.ledger.weak if self.ledger is not None and self._lookups else None
-        self._skip = False  # this step was made plain by that gate
-        self._weak_step = None  # a gated step that drafts: (band, start), then (band, plain ms, cost ms)
         self._draft_ms = np.zeros(len(self.sources))
         # What each source put into this step's forward, settled in the ledger at its commit.
         self._step: StepShares | None = None
@@ -168,10 +161,7 @@ class AutoDrafter(Drafter):
 
     @property
     def topk(self) -> int:
-        """Top-k candidates per verified row asked of the verifier: the most any source asks (protocol v3);
-        none on a step the weak-match gate made plain."""
-        if self._skip:
-            return 0
+        """Top-k candidates per verified row asked of the verifier: the most any source asks (protocol v3)."""
         return max((int(s.topk) for s, on in zip(self.sources, self._active) if on), default=0)
 
     def window(self, request: DraftRequest) -> ExtraRows | None:
@@ -222,7 +212,6 @@ class AutoDrafter(Drafter):
         self._merged_calibration.restart()
         self._last = None
         self._step = None
-        self._skip, self._weak_step = False, None
         self._active = self.ledger.drafting(self._names) if self.ledger is not None else [True] * len(self.sources)
         _ = self.cost  # measure (or load) the curve before the first step, not inside it
 
@@ -236,23 +225,10 @@ class AutoDrafter(Drafter):
         active = self._active = self.ledger.drafting(self._names) if self.ledger is not None else self._active
         spent = self._draft_ms
         spent[:] = 0.0
-        self._skip, self._weak_step = False, None
         self._catch_up()
         trees = [DraftTree.empty()] * len(self.sources)
-        # The lookup sources first: where they matched nothing or little, the weak-match gate
-        # decides whether the step drafts at all (``drafters/weak.py``).
-        for i in self._lookups:
-            if active[i]:
-                trees[i] = self._ask(i, sub)
-        if self._weak is not None:
-            band = self._weak.band(max((float(trees[i].path_scores().max()) for i in self._lookups
-                                        if len(trees[i])), default=None))
-            if band is not None:
-                if not self._weak.drafts(band):
-                    return self._plain_step()
-                self._weak_step = (band, time.perf_counter())
-        for i in self._others:
-            if active[i]:
+        for i, src in enumerate(self.sources):
+            if active[i] and not src.second_stage:
                 trees[i] = self._ask(i, sub)
         merged = merge_trees(trees)
         tree = self._merged_calibration.apply(merged)
@@ -282,12 +258,6 @@ class AutoDrafter(Drafter):
         self._recent_k.append(len(sel.nodes))
         if self.ledger is not None:
             self._account(merged, sel.nodes, costs, request.budget, windows)
-        if self._weak_step is not None:
-            # What this gated step costs beyond a plain one, before its commit: the other
-            # sources, the merge and selection, and the forward's extra rows (as priced).
-            band, t0 = self._weak_step
-            plain = float(self._costs(request.budget)[1])
-            self._weak_step = (band, plain, (time.perf_counter() - t0) * 1e3 + float(costs[1 + len(sel.nodes)]) - plain)
         return tree.subset(sel.nodes) if len(sel.nodes) < len(tree) else tree
 
     def _ask(self, i: int, request: DraftRequest) -> DraftTree:
@@ -296,13 +266,6 @@ class AutoDrafter(Drafter):
         tree = self.sources[i].propose(request)
         self._draft_ms[i] += (time.perf_counter() - t0) * 1e3
         return tree
-
-    def _plain_step(self) -> DraftTree:
-        """No draft, no window and no top-k this step; the sources learn its tokens at their next proposal."""
-        self._skip = True
-        self._step_windows = [0] * len(self.sources)
-        self._last, self._step = None, None
-        return DraftTree.empty()
 
     def _select(self, tree: DraftTree, costs: np.ndarray, request: DraftRequest):
         """The nodes of ``tree`` worth verifying; under chain verification a prefix of its best-scored path.
@@ -354,14 +317,6 @@ class AutoDrafter(Drafter):
             spent[i] += (time.perf_counter() - t0) * 1e3
 
     def commit(self, outcome: StepOutcome) -> None:
-        pending, self._weak_step = self._weak_step, None
-        t0 = time.perf_counter()
-        self._commit(outcome)
-        if pending is not None and len(pending) == 3:
-            band, plain, ms = pending
-            self._weak.record(band, len(outcome.accepted), plain, ms + outcome.topk_ms + (time.perf_counter() - t0) * 1e3)
-
-    def _commit(self, outcome: StepOutcome) -> None:
         new = outcome.new_tokens
         self._past += len(new)
         if self._last is None and not len(outcome.row_tokens) and not len(outcome.extra_argmax):

@@ -46,10 +46,6 @@ the decoder calls them directly instead of probing with ``getattr``:
   source that a merging drafter (``auto``) asks only after the other sources' tree is
   selected, and only where ``pays`` says its draft is worth more; the small LM is one,
   through these hooks, not by identity.
-- ``looks_up`` (default True): the source drafts from text it matches (the context,
-  references, datastores, history). ``auto`` asks these first; on a step where they
-  matched nothing or little, a ``WeakMatchGate`` (``drafters/weak.py``) decides whether
-  the others (False: Token Recycling, Lookahead, the small LM) are asked at all.
 
 The request says what the verifier can run (``DraftRequest.tree``,
 ``DraftRequest.extra_rows``): under chain verification only one path of the
@@ -273,9 +269,6 @@ class Drafter:
     # A second-stage source in a merging drafter (``auto``): asked to propose only on steps where
     # ``pays`` says so, given what the other sources' tree is worth (the small LM: a forward per token).
     second_stage: bool = False
-    # Drafts from text it matches; False for sources drafting from the target's own predictions
-    # or a model (see the module docstring and ``drafters/weak.py``).
-    looks_up: bool = True
 
     def begin(self, prompt_ids: Sequence[int]) -> None:
         """A new sequence starts with ``prompt_ids``."""
@@ -321,7 +314,6 @@ class _Wrapped(Drafter):
         self.propose = inner.propose
         self.commit = inner.commit
         self.second_stage = bool(getattr(inner, "second_stage", False))
-        self.looks_up = bool(getattr(inner, "looks_up", True))
         for hook in ("set_sampling", "window", "window_rows", "pays"):
             fn = getattr(inner, hook, None)
             if fn is not None:

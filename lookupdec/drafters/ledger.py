@@ -44,8 +44,6 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from lookupdec.drafters.weak import WeakMatchGate
-
 if TYPE_CHECKING:
     from lookupdec.tree import Merged
 
@@ -157,10 +155,6 @@ class SourceLedger:
         min_share: a source costing less than this share of a step's time is never switched
             off (its saving would be smaller than the risk of losing its tokens on little evidence).
 
-    Attributes:
-        weak: the band's ``WeakMatchGate``: whether steps where the lookup sources matched nothing
-            or little draft.
-
     Example:
         >>> led = SourceLedger(["good", "useless"], min_steps=4)
         >>> for _ in range(6): led.record(30.0, 2, ["good", "useless"], [1.0, 0.0], [1.0, 5.0])
@@ -184,8 +178,6 @@ class SourceLedger:
         self.probe_spent_ms = 0.0
         self.total_ms = 0.0
         self._keep: set[str] = set()
-        # Whether steps where the lookup sources matched nothing or little draft at all (``drafters/weak.py``).
-        self.weak = WeakMatchGate()
 
     def keep_on(self, name: str) -> None:
         """Never switch source ``name`` off (and switch it back on now if it was)."""

@@ -203,7 +203,6 @@ class LookaheadDrafter(Drafter):
     """
 
     name = "lookahead"
-    looks_up = False  # drafts from the target's (or a model's) predictions, not from matched text
 
     def __init__(self, config: LookaheadConfig | None = None, *, calibration: Calibration | None = None,
                  cost: CostCurve | Callable[[], CostCurve] | None = None, **settings) -> None:

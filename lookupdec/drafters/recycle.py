@@ -226,7 +226,6 @@ class RecycleDrafter(Drafter):
     """
 
     name = "recycle"
-    looks_up = False  # drafts from the target's (or a model's) predictions, not from matched text
 
     def __init__(self, config: RecycleConfig | None = None, *, calibration: Calibration | None = None,
                  state: "DrafterState | None" = None, table_key: str = "recycle", **settings) -> None:

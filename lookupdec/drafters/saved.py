@@ -88,8 +88,7 @@ def _write(state: DrafterState, path: Path, vocab_size: int) -> None:
         ledgers.append({"method": str(method), "band": int(band),
                         "totals": {name: float(getattr(led, name)) for name in _LEDGER_TOTALS},
                         "keep": sorted(led._keep),
-                        "accounts": [{name: getattr(a, name) for name in _ACCOUNT_FIELDS} for a in led.accounts],
-                        "weak": led.weak.state()})
+                        "accounts": [{name: getattr(a, name) for name in _ACCOUNT_FIELDS} for a in led.accounts]})
     cal = state.calibration.root
     meta = {"format": FORMAT, "version": VERSION, "vocab_size": int(vocab_size),
             "calibration": {"rates": _rates(cal),
@@ -268,9 +267,4 @@ def _ledger(entry: dict, i: int) -> SourceLedger:
             setattr(acc, n, type(getattr(acc, n))(v))
     for n in keep:
         led.keep_on(n)
-    if "weak" in entry:  # absent in files written before the weak-match gate: it starts fresh
-        try:
-            led.weak.restore(entry["weak"])
-        except ValueError as exc:
-            _require(False, f"ledger {i}: {exc}")
     return led

@@ -168,7 +168,6 @@ class SmallLMDrafter(Drafter):
     """
 
     name = "draft"
-    looks_up = False  # drafts from the target's (or a model's) predictions, not from matched text
 
     # In ``auto`` it drafts after the lookup sources, and only where ``pays`` says so.
     second_stage = True

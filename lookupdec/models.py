@@ -201,6 +201,10 @@ def load_model(model: str | None = None, *, dtype: str = "float32", device: str 
         name, source, kwargs = str(model), str(model), {}
         # A hub id is "name" or "org/name"; anything else is meant as a path.
         looks_local = name.startswith((os.sep, ".", "~")) or name.count("/") > 1 or os.path.exists(name)
+        if looks_local and os.path.isfile(name):
+            raise ModelLoadError(f"model {name!r} is a file, not a model directory, and its name does not end in "
+                                 ".gguf; pass a model directory, a .gguf file (renamed to end in .gguf if it is "
+                                 "one) or a cached model id")
         if looks_local and not os.path.isdir(name):
             raise ModelLoadError(f"model directory not found: {name!r}; pass an existing directory, a .gguf file or a cached model id")
     from transformers.utils import logging as hf_logging

@@ -57,6 +57,11 @@ def test_missing_models_give_clear_errors(tmp_path):
         load_model(str(tmp_path / "nope"))
     with pytest.raises(ModelLoadError, match="not found"):
         load_model(str(tmp_path / "nope.gguf"))
+    # A file that is neither a directory nor named .gguf is named as such, not as a missing directory.
+    weights = tmp_path / "model.bin"
+    weights.write_bytes(b"GGUF\x03\x00\x00\x00")
+    with pytest.raises(ModelLoadError, match=r"model\.bin' is a file, not a model directory.*end in \.gguf"):
+        load_model(str(weights))
     # A hub id that is not cached is never downloaded.
     with pytest.raises(ModelLoadError, match="never downloads"):
         load_model("lookupdec-test/definitely-not-cached-model")

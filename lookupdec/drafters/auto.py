@@ -351,26 +351,33 @@ class AutoDrafter(Drafter):
             return
         merged, chosen = self._last
         self._last = None
-        # Auto's node a is merged node chosen[a]; accepted merged nodes, root to leaf.
-        chosen = np.asarray(chosen, np.int64)
-        accepted_merged = chosen[list(outcome.accepted)]
-        verified = np.asarray(outcome.origin if len(outcome.origin) else np.arange(len(outcome.tree)), np.int64)
+        # Auto's node a is merged node chosen[a]; accepted merged nodes, root to leaf. Plain lists:
+        # these trees hold a few dozen nodes, where each numpy call (~5-35 us right after a forward
+        # has cooled the caches) costs more than the whole loop.
+        chosen = chosen.tolist() if isinstance(chosen, np.ndarray) else list(chosen)
+        accepted_merged = [chosen[a] for a in outcome.accepted]
+        verified = outcome.origin.tolist() if len(outcome.origin) else range(len(outcome.tree))
         # Each verified node's merged node (-1: not the drafter's, e.g. a forced grammar token).
-        verified_merged = np.where(verified >= 0, chosen[np.maximum(verified, 0)] if len(chosen) else -1, -1)
-        n_merged = len(merged.tree)
+        verified_merged = [chosen[v] if v >= 0 else -1 for v in verified] if chosen else [-1] * len(verified)
+        nothing = None
         for i, (s, where) in enumerate(zip(self.sources, merged.maps)):
-            if not len(where) or not len(chosen):  # proposed nothing (or was off), or none of it was verified
-                tell(i, s, StepOutcome((), new, outcome.tree, np.full(len(outcome.tree), -1, np.int64)))
+            if not len(where) or not chosen:  # proposed nothing (or was off), or none of it was verified
+                if nothing is None:
+                    nothing = np.full(len(outcome.tree), -1, np.int64)
+                tell(i, s, StepOutcome((), new, outcome.tree, nothing))
                 continue
-            # Merged node -> this source's node (its first), by one inverse table.
-            inverse = np.full(n_merged + 1, -1, np.int64)  # the last entry stands for "no merged node"
-            firsts, at = np.unique(where, return_index=True)
-            inverse[firsts] = at
-            own = inverse[accepted_merged]
-            cut = np.flatnonzero(own < 0)  # the accepted path leaves this source's tree there
-            own = own[:cut[0]] if len(cut) else own
-            origin = inverse[np.where(verified_merged >= 0, verified_merged, n_merged)]
-            tell(i, s, StepOutcome(tuple(own.tolist()), new, outcome.tree, origin))
+            # Merged node -> this source's node (its first).
+            first: dict[int, int] = {}
+            for j, m in enumerate(where.tolist()):
+                first.setdefault(m, j)
+            own = []
+            for m in accepted_merged:  # up to where the accepted path leaves this source's tree
+                j = first.get(m)
+                if j is None:
+                    break
+                own.append(j)
+            origin = np.array([first.get(m, -1) for m in verified_merged], np.int64)
+            tell(i, s, StepOutcome(tuple(own), new, outcome.tree, origin))
         # The deferred top-k is the cost of the sources that asked for it.
         asked = [i for i, (s, on) in enumerate(zip(self.sources, self._active)) if on and s.topk > 0]
         for i in asked:
@@ -378,4 +385,4 @@ class AutoDrafter(Drafter):
         step, self._step = self._step, None
         if self.ledger is not None and step is not None:
             host = float(getattr(self.cost, "host_ms", 0.0) or 0.0)
-            self.ledger.settle(step, accepted_merged, spent, host, len(new), self._names)
+            self.ledger.settle(step, np.asarray(accepted_merged, np.int64), spent, host, len(new), self._names)

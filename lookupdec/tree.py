@@ -169,11 +169,12 @@ class DraftTree:
     @functools.cached_property
     def depth(self) -> np.ndarray:
         """int32 ``(n,)``: 1 for children of the root, 2 for their children, ... (read-only, computed once)."""
-        d = np.zeros(len(self), np.int32)
-        for i, p in enumerate(self.parents.tolist()):
-            d[i] = 1 if p < 0 else d[p] + 1
-        d.setflags(write=False)
-        return d
+        d: list[int] = []  # plain ints: numpy item access costs more than this loop's work
+        for p in self.parents.tolist():
+            d.append(1 if p < 0 else d[p] + 1)
+        out = np.array(d, np.int32)
+        out.setflags(write=False)
+        return out
 
     def path(self, i: int) -> list[int]:
         """Node indices from the root's child down to node ``i``."""
@@ -222,12 +223,13 @@ class DraftTree:
 
     @functools.cached_property
     def _path_scores(self) -> np.ndarray:
-        s = self.scores.copy()
+        s = self.scores.tolist()  # Python floats are the same doubles
         for i, p in enumerate(self.parents.tolist()):
             if p >= 0 and s[i] > s[p]:
                 s[i] = s[p]
-        s.setflags(write=False)
-        return s
+        out = np.array(s, np.float64)
+        out.setflags(write=False)
+        return out
 
     # -------------------------------------------------------------- reshape
     def best(self, budget: int, max_depth: int | None = None) -> np.ndarray:
@@ -397,10 +399,10 @@ def merge_trees(trees: Sequence[DraftTree]) -> Merged:
     srcs: list[int] = []
     maps = []
     for tree in trees:
-        where = np.zeros(len(tree), np.int64)
-        for i, (tok, par, sc, src) in enumerate(zip(tree.tokens.tolist(), tree.parents.tolist(),
-                                                    tree.scores.tolist(), tree.sources.tolist())):
-            key = (int(where[par]) if par >= 0 else -1, tok)
+        where: list[int] = []  # a list while it grows: numpy item access costs more than the loop's work
+        for tok, par, sc, src in zip(tree.tokens.tolist(), tree.parents.tolist(), tree.scores.tolist(),
+                                     tree.sources.tolist()):
+            key = (where[par] if par >= 0 else -1, tok)
             node = index.get(key)
             if node is None:
                 node = index[key] = len(toks)
@@ -410,8 +412,8 @@ def merge_trees(trees: Sequence[DraftTree]) -> Merged:
                 srcs.append(src)
             elif sc > scores[node]:
                 scores[node], srcs[node] = sc, src
-            where[i] = node
-        maps.append(where)
+            where.append(node)
+        maps.append(np.array(where, np.int64))
     # A trie of valid trees' nodes, each after its parent: valid by construction.
     merged = DraftTree.trusted(np.array(toks, np.int64), np.array(pars, np.int32), np.array(scores, np.float64),
                                np.array(srcs, np.int16))

@@ -317,18 +317,21 @@ class NodeScorer:
         cal, src, prior, grow = self.calibration, self.source, self.prior, self.grow
         depth = [0] * n
         keys: list[tuple] = [()] * n
-        scores = np.empty(n)
+        scores = [0.0] * n  # plain floats: numpy item access costs more than this loop's work
+        raws = np.asarray(raw, np.float64).tolist()
+        rate = cal.rate
         for i, p in enumerate(parents):
             d = 1 if p < 0 else depth[p] + 1
             depth[i] = d
-            r = float(raw[i])
+            r = raws[i]
             m = lens[i] + d - 1 if grow else lens[i]
             key = (src, bucket(RAW_EDGES, r), bucket(MATCH_EDGES, m), bucket(DEPTH_EDGES, d))
             keys[i] = key
-            c = cal.rate(key, prior(r, m, d))
+            c = rate(key, prior(r, m, d))
             scores[i] = c if p < 0 else scores[p] * c
         self._outcomes.add(tokens, parents, depth, keys)
-        return DraftTree.trusted(tree.tokens, tree.parents, scores, np.full(n, source_id, np.int16))
+        return DraftTree.trusted(tree.tokens, tree.parents, np.array(scores, np.float64),
+                                 np.full(n, source_id, np.int16))
 
     def learn(self, new_tokens: Sequence[int]) -> None:
         """Record what the tokens that followed reveal of the scored trees (``Outcomes``)."""

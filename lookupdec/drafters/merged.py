@@ -31,17 +31,16 @@ class MergedCalibration:
         n = len(tree)
         if n == 0:
             return tree
-        agree = np.zeros(n, np.int64)
+        agree = [0] * n
         for where in merged.maps:
-            if len(where):
-                seen = np.zeros(n, bool)  # a source's nodes may share a merged node: counted once
-                seen[where] = True
-                agree += seen
+            for m in set(where.tolist()):  # a source's nodes may share a merged node: counted once
+                agree[m] += 1
         depth = tree.depth.tolist()
-        scores = tree.path_scores()
-        keys = [("auto", int(min(s, 0.999) * 20), int(min(a, 3)), bucket(DEPTH_EDGES, d))
-                for s, a, d in zip(scores.tolist(), agree.tolist(), depth)]
-        rated = np.array([self.calibration.rate(k, float(s)) for k, s in zip(keys, scores.tolist())])
+        scores = tree.path_scores().tolist()
+        keys = [("auto", int(min(s, 0.999) * 20), min(a, 3), bucket(DEPTH_EDGES, d))
+                for s, a, d in zip(scores, agree, depth)]
+        rate = self.calibration.rate
+        rated = np.array([rate(k, s) for k, s in zip(keys, scores)])
         self._outcomes.add(tree.tokens.tolist(), tree.parents.tolist(), depth, keys)
         return DraftTree.trusted(tree.tokens, tree.parents, rated, tree.sources)
 

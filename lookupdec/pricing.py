@@ -44,7 +44,8 @@ VERSION_TOLERANCE = 0.01
 # A curve this far off the steps (2x: measured on a busy machine, or for other hardware) is logged
 # as a WARNING that names the fix; a smaller disagreement is INFO, since the fit corrects it. On a
 # quiet 2-core VM one request's steps differ from the curve by 0-30% and a first request's by up
-# to 80% (twenty-ninth session), so a WARNING below 2x fired in most runs and asked nothing of anyone.
+# to 80% (thirtieth session, benchmarks/RESULTS.md), so a WARNING below 2x fired in most runs of
+# several requests, for what the fit corrects anyway.
 GROSS_LOG_RATIO = math.log(2.0)
 
 

@@ -79,6 +79,36 @@ def test_expansion_equals_the_slow_oracle():
                 assert got[k] == pytest.approx(want[k])
 
 
+def test_expansion_equals_the_slow_oracle_on_a_sparse_table_with_short_rows():
+    """Tokens never seen as a row (no successors) and rows updated with fewer than k candidates
+    (a -1 tail): the expansion and the list form of ``successors`` stop where the table does."""
+    rng = np.random.default_rng(7)
+    for trial in range(30):
+        t = RecycleTable(4)
+        rows = rng.choice(30, size=12, replace=False)  # 18 of the 30 tokens are never a row
+        t.update(rows, rng.integers(0, 30, (12, 4)), rng.random((12, 4)).astype(np.float32))
+        short = rng.choice(rows, size=4, replace=False)  # then some rows shrink to 1-2 candidates
+        kk = int(rng.integers(1, 3))
+        t.update(short, rng.integers(0, 30, (4, kk)), rng.random((4, kk)).astype(np.float32))
+        for tok in range(32):
+            ids, ps = t.successors(tok)
+            for most in (1, 2, 4, 6):
+                got_ids, got_ps = t.successor_lists(tok, most)
+                assert got_ids == ids[:most].tolist() and got_ps == ps[:most].tolist()
+
+        def rate(r, p, d):
+            return (0.9 - 0.1 * r) * (0.5 + p / 2) * 0.95 ** d
+
+        for root in (int(rows[0]), int(short[0]), int(np.setdiff1d(np.arange(30), rows)[0])):
+            for max_nodes in (3, 20, 200):
+                e = expand(t, root, (4, 3, 2, 2), max_nodes, rate)
+                got = {tuple(e.tree.path_tokens(i)): float(e.tree.scores[i]) for i in range(len(e.tree))}
+                want = _slow_expansion(t, root, (4, 3, 2, 2), max_nodes, rate)
+                assert got.keys() == want.keys()
+                for k in got:
+                    assert got[k] == pytest.approx(want[k])
+
+
 def test_expansion_rules_by_hand():
     t = RecycleTable(2)
     t.update(np.array([1, 2, 3]), np.array([[2, 3], [4, 5], [6, 7]]),

@@ -90,20 +90,25 @@ def step_shares(merged: Merged, draft_ms: np.ndarray, chosen: np.ndarray, costs:
         >>> sh.owner.tolist(), sh.rows_ms.tolist()      # the cheap second source owns node 0
         ([1, 0], [2.0, 2.0])
     """
+    # Plain lists: a few sources and a few dozen nodes, where each numpy call costs more than the work.
     k, maps = len(chosen), merged.maps
-    rows_ms = np.asarray(window_ms, np.float64).copy()
-    owner = np.full(len(merged.tree), -1, np.int64)
-    for i in np.argsort(np.asarray(draft_ms) + rows_ms, kind="stable").tolist():
-        where = maps[i]
-        if len(where):
-            free = where[owner[where] < 0]
-            owner[free] = i
+    rows_ms = [float(x) for x in window_ms]
+    spent = [float(x) for x in np.asarray(draft_ms).tolist()]
+    owner = [-1] * len(merged.tree)
+    for i in sorted(range(len(maps)), key=lambda s: spent[s] + rows_ms[s]):  # stable: ties in source order
+        for m in maps[i].tolist():
+            if owner[m] < 0:
+                owner[m] = i
+    forward = float(costs[1 + k])
     if k:
-        mine = np.bincount(owner[chosen][owner[chosen] >= 0], minlength=len(maps))
-        for i, u in enumerate(mine.tolist()):
+        mine = [0] * len(maps)
+        for c in np.asarray(chosen).tolist():
+            if owner[c] >= 0:
+                mine[owner[c]] += 1
+        for i, u in enumerate(mine):
             if u:
-                rows_ms[i] += float(costs[1 + k] - costs[1 + k - u])
-    return StepShares(rows_ms, float(costs[1 + k]), owner)
+                rows_ms[i] += forward - float(costs[1 + k - u])
+    return StepShares(np.array(rows_ms, np.float64), forward, np.array(owner, np.int64))
 
 
 @dataclass

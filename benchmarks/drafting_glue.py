@@ -3,7 +3,8 @@
 `auto`'s host time (the share of a step outside the target's forward) is spread over many small
 pieces; a decoding run cannot resolve a change of a few tens of microseconds in one of them (the
 same run repeated moves its drafting time by 15%). This times the pieces alone, in a loop, on
-trees the size a step sees: three sources of 10, 12 and 40 nodes scored by their calibration,
+trees the size a step sees: three sources of 10, 12 and 40 nodes scored by their calibration
+(conditionals first),
 merged, calibrated again, ranked and selected; Token Recycling's 32-node expansion from a full
 table; the ledger's ownership pass. Warm caches, so a floor: in a real step, right after a
 forward, the same code runs slower. Run it before and after a change, on a quiet machine.
@@ -26,7 +27,7 @@ if __package__ in (None, ""):  # run as a script: make the checkout's package im
 
 def pieces(seed: int = 0) -> dict:
     """Name -> a call doing one step's worth of that piece."""
-    from lookupdec.drafters.calibrate import Calibration, NodeScorer
+    from lookupdec.drafters.calibrate import Calibration, NodeScorer, conditional
     from lookupdec.drafters.ledger import step_shares
     from lookupdec.drafters.merged import MergedCalibration
     from lookupdec.drafters.recycle import RecycleConfig, RecycleTable, expand
@@ -46,7 +47,7 @@ def pieces(seed: int = 0) -> dict:
 
     def score_merge_select() -> None:
         for t in trees:
-            scorer.score(t, t.scores, 3, 1)
+            scorer.score(t, conditional(t), 3, 1)  # as a lookup source scores its tree
         merged = merge_trees(trees)
         t = merged_cal.apply(merged)
         select_nodes(DraftTree.trusted(t.tokens, t.parents, t.scores, t.sources), costs, 64)

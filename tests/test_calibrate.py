@@ -141,3 +141,17 @@ def test_dropping_tokens_no_proposal_waits_on_changes_no_outcome():
             at += step
         rates.append(dict(cal._fine))
     assert rates[0] == rates[1] and sum(t for _, t in rates[0].values()) > 1000
+
+
+def test_conditional_equals_the_vectorised_formula_with_zero_scored_parents():
+    """Each node's score over its parent's (root children: their own; 0 under a parent scored 0)."""
+    rng = np.random.default_rng(5)
+    for _ in range(100):
+        n = int(rng.integers(1, 30))
+        parents = np.array([-1] + [int(rng.integers(-1, i)) for i in range(1, n)])
+        scores = rng.random(n) * (rng.random(n) > 0.2)  # about a fifth scored 0
+        tree = DraftTree(rng.integers(0, 9, n), parents, scores)
+        parent_s = np.where(parents >= 0, scores[np.maximum(parents, 0)], 1.0)
+        want = np.divide(scores, parent_s, out=np.zeros(n), where=parent_s > 0)
+        assert conditional(tree).tolist() == want.tolist()
+    assert conditional(DraftTree.empty()).tolist() == []

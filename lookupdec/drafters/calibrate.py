@@ -352,8 +352,11 @@ def conditional(tree: DraftTree) -> np.ndarray:
         >>> conditional(DraftTree.from_sequences([[1, 2], [1, 3], [4]])).tolist()
         [0.6666666666666666, 0.5, 0.5, 0.3333333333333333]
     """
-    s = tree.scores
     if len(tree) == 0:
-        return s.copy()
-    parent_s = np.where(tree.parents >= 0, s[np.maximum(tree.parents, 0)], 1.0)
-    return np.divide(s, parent_s, out=np.zeros_like(s), where=parent_s > 0)
+        return tree.scores.copy()
+    s = tree.scores.tolist()  # plain floats: a few dozen nodes, where each numpy call costs more
+    out = []
+    for x, p in zip(s, tree.parents.tolist()):
+        ps = s[p] if p >= 0 else 1.0
+        out.append(x / ps if ps > 0 else 0.0)
+    return np.array(out, np.float64)

@@ -59,6 +59,15 @@ def _slow_expansion(table, root, breadth, max_nodes, rate):
     return {tuple(p): s for p, s in nodes[:max_nodes]}
 
 
+def _assert_expansion_is_the_oracles(table, root, breadth, max_nodes, rate):
+    e = expand(table, root, breadth, max_nodes, rate)
+    got = {tuple(e.tree.path_tokens(i)): float(e.tree.scores[i]) for i in range(len(e.tree))}
+    want = _slow_expansion(table, root, breadth, max_nodes, rate)
+    assert got.keys() == want.keys()
+    for k in got:
+        assert got[k] == pytest.approx(want[k])
+
+
 def test_expansion_equals_the_slow_oracle():
     rng = np.random.default_rng(2)
     for trial in range(30):
@@ -71,12 +80,7 @@ def test_expansion_equals_the_slow_oracle():
 
         root = int(rng.integers(0, 15))
         for max_nodes in (1, 4, 13, 80):
-            e = expand(t, root, (3, 2, 2, 1), max_nodes, rate)
-            got = {tuple(e.tree.path_tokens(i)): float(e.tree.scores[i]) for i in range(len(e.tree))}
-            want = _slow_expansion(t, root, (3, 2, 2, 1), max_nodes, rate)
-            assert got.keys() == want.keys()
-            for k in got:
-                assert got[k] == pytest.approx(want[k])
+            _assert_expansion_is_the_oracles(t, root, (3, 2, 2, 1), max_nodes, rate)
 
 
 def test_expansion_equals_the_slow_oracle_on_a_sparse_table_with_short_rows():
@@ -101,12 +105,7 @@ def test_expansion_equals_the_slow_oracle_on_a_sparse_table_with_short_rows():
 
         for root in (int(rows[0]), int(short[0]), int(np.setdiff1d(np.arange(30), rows)[0])):
             for max_nodes in (3, 20, 200):
-                e = expand(t, root, (4, 3, 2, 2), max_nodes, rate)
-                got = {tuple(e.tree.path_tokens(i)): float(e.tree.scores[i]) for i in range(len(e.tree))}
-                want = _slow_expansion(t, root, (4, 3, 2, 2), max_nodes, rate)
-                assert got.keys() == want.keys()
-                for k in got:
-                    assert got[k] == pytest.approx(want[k])
+                _assert_expansion_is_the_oracles(t, root, (4, 3, 2, 2), max_nodes, rate)
 
 
 def test_expansion_rules_by_hand():

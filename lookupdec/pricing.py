@@ -385,10 +385,11 @@ class CostModel:
             off = self.disagreement()
             if off > math.log1p(self.margin):
                 self.stale = True
-                log.log(_level(off), "cost curve %s disagrees with %d measured steps: fitted forward times are "
+                level = _level(off)
+                log.log(level, "cost curve %s disagrees with %d measured steps: fitted forward times are "
                         "%.0f%% off the curve (margin %.0f%%); the decoder refreshes it before its next request%s",
                         self.prior.key, self.steps, 100 * (math.exp(off) - 1), 100 * self.margin,
-                        _REMEASURE if off >= GROSS_LOG_RATIO else "")
+                        _REMEASURE if level == logging.WARNING else "")
         return self._cached
 
 

@@ -149,7 +149,7 @@ class AutoDrafter(Drafter):
         self._past = 0
         # Tokens of steps without a proposal that the sources have not been told yet.
         self._unseen: list[int] = []
-        self._last: tuple[Merged, np.ndarray] | None = None  # the merged proposal and the nodes chosen from it
+        self._last: tuple[Merged, list[int]] | None = None  # the merged proposal and the nodes chosen from it
         # Rows of this step's window, per source: (source index, first row, rows).
         self._windows: list[tuple[int, int, int]] = []
         # Window rows each source may run this step, as priced by ``propose`` (0: none).
@@ -254,10 +254,11 @@ class AutoDrafter(Drafter):
             costs = self._costs(request.budget)
             sel = self._select(tree, costs, request)
         self._step_windows = windows
-        self._last = (merged, sel.nodes)
-        self._recent_k.append(len(sel.nodes))
+        chosen = sel.nodes.tolist()  # once: the accounting and the commit walk these as plain ints
+        self._last = (merged, chosen)
+        self._recent_k.append(len(chosen))
         if self.ledger is not None:
-            self._account(merged, sel.nodes, costs, request.budget, windows)
+            self._account(merged, chosen, costs, request.budget, windows)
         return tree.subset(sel.nodes) if len(sel.nodes) < len(tree) else tree
 
     def _ask(self, i: int, request: DraftRequest) -> DraftTree:
@@ -291,7 +292,7 @@ class AutoDrafter(Drafter):
             return SOURCE_BUDGET
         return int(min(SOURCE_BUDGET, max(16, 2 * max(self._recent_k) + 8)))
 
-    def _account(self, merged: Merged, chosen: np.ndarray, costs: np.ndarray, budget: int,
+    def _account(self, merged: Merged, chosen: list[int], costs: np.ndarray, budget: int,
                  windows: list[int]) -> None:
         """Each source's marginal rows this step and what they cost (``ledger.step_shares``)."""
         k, extra = len(chosen), sum(windows)
@@ -354,17 +355,13 @@ class AutoDrafter(Drafter):
         # Auto's node a is merged node chosen[a]; accepted merged nodes, root to leaf. Plain lists:
         # these trees hold a few dozen nodes, where each numpy call (~5-35 us right after a forward
         # has cooled the caches) costs more than the whole loop.
-        chosen = chosen.tolist() if isinstance(chosen, np.ndarray) else list(chosen)
         accepted_merged = [chosen[a] for a in outcome.accepted]
         verified = outcome.origin.tolist() if len(outcome.origin) else range(len(outcome.tree))
         # Each verified node's merged node (-1: not the drafter's, e.g. a forced grammar token).
         verified_merged = [chosen[v] if v >= 0 else -1 for v in verified] if chosen else [-1] * len(verified)
-        nothing = None
         for i, (s, where) in enumerate(zip(self.sources, merged.maps)):
             if not len(where) or not chosen:  # proposed nothing (or was off), or none of it was verified
-                if nothing is None:
-                    nothing = np.full(len(outcome.tree), -1, np.int64)
-                tell(i, s, StepOutcome((), new, outcome.tree, nothing))
+                tell(i, s, StepOutcome((), new, outcome.tree, np.full(len(outcome.tree), -1, np.int64)))
                 continue
             # Merged node -> this source's node (its first).
             first: dict[int, int] = {}

@@ -65,7 +65,7 @@ class StepShares:
     owner: np.ndarray
 
 
-def step_shares(merged: Merged, draft_ms: np.ndarray, chosen: np.ndarray, costs: np.ndarray,
+def step_shares(merged: Merged, draft_ms: np.ndarray, chosen: Sequence[int], costs: np.ndarray,
                 window_ms: Sequence[float]) -> StepShares:
     """Each source's marginal rows this step and what they cost.
 
@@ -78,7 +78,7 @@ def step_shares(merged: Merged, draft_ms: np.ndarray, chosen: np.ndarray, costs:
     Args:
         merged: the sources' trees merged (``maps[i]``: the merged node of each of source i's nodes).
         draft_ms: per source, its drafting ms this step.
-        chosen: the merged nodes chosen for verification.
+        chosen: the merged nodes chosen for verification (ints: a list or an int array).
         costs: ``costs[w]``, the modelled forward of ``w`` tree rows beside the step's window.
         window_ms: per source, what its window rows add to the step.
 
@@ -93,7 +93,7 @@ def step_shares(merged: Merged, draft_ms: np.ndarray, chosen: np.ndarray, costs:
     # Plain lists: a few sources and a few dozen nodes, where each numpy call costs more than the work.
     k, maps = len(chosen), merged.maps
     rows_ms = [float(x) for x in window_ms]
-    spent = [float(x) for x in np.asarray(draft_ms).tolist()]
+    spent = np.asarray(draft_ms, np.float64).tolist()
     owner = [-1] * len(merged.tree)
     for i in sorted(range(len(maps)), key=lambda s: spent[s] + rows_ms[s]):  # stable: ties in source order
         for m in maps[i].tolist():
@@ -102,7 +102,7 @@ def step_shares(merged: Merged, draft_ms: np.ndarray, chosen: np.ndarray, costs:
     forward = float(costs[1 + k])
     if k:
         mine = [0] * len(maps)
-        for c in np.asarray(chosen).tolist():
+        for c in chosen:
             if owner[c] >= 0:
                 mine[owner[c]] += 1
         for i, u in enumerate(mine):

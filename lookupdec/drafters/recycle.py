@@ -78,7 +78,7 @@ class RecycleTable:
     Example:
         >>> t = RecycleTable(2)
         >>> t.update(np.array([5, 7, 5]), np.array([[1, 2], [3, 4], [8, 9]]), np.ones((3, 2), np.float32) / 2)
-        >>> t.successors(5)[0].tolist(), t.successors(6)[0].tolist()
+        >>> t.successors(5)[0], t.successors(6)[0]
         ([8, 9], [])
     """
 
@@ -110,17 +110,18 @@ class RecycleTable:
                 ids[t, kk:] = -1
                 probs[t, kk:] = 0.0
 
-    def successor_lists(self, token: int, most: int) -> tuple[list[int], list[float]]:
-        """The first ``most`` of ``successors(token)`` as plain lists (``expand``'s hot path: a few
-        dozen calls a step, where numpy's per-call cost exceeds the work).
+    def successors(self, token: int, most: int | None = None) -> tuple[list[int], list[float]]:
+        """The token's candidates (ids, probabilities), most likely first, at most ``most`` (default
+        all); empty when it was never seen. Plain lists: ``expand`` asks a few dozen times a step,
+        where numpy's per-call cost exceeds the work.
 
         Example:
             >>> t = RecycleTable(3)
             >>> t.update(np.array([5]), np.array([[1, 2]]), np.array([[0.5, 0.25]], np.float32))
-            >>> t.successor_lists(5, 3), t.successor_lists(5, 1), t.successor_lists(9, 3)
+            >>> t.successors(5), t.successors(5, 1), t.successors(9)
             (([1, 2], [0.5, 0.25]), ([1], [0.5]), ([], []))
         """
-        if token >= len(self.ids) or most <= 0:
+        if token >= len(self.ids) or (most is not None and most <= 0):
             return [], []
         ids = self.ids[token, :most].tolist()
         if not ids or ids[0] < 0:
@@ -128,14 +129,6 @@ class RecycleTable:
         if ids[-1] < 0:
             ids = ids[:ids.index(-1)]
         return ids, self.probs[token, :len(ids)].tolist()
-
-    def successors(self, token: int) -> tuple[np.ndarray, np.ndarray]:
-        """The token's candidates (ids, probabilities), most likely first; empty when it was never seen."""
-        if token >= len(self.ids) or self.ids[token, 0] < 0:
-            return np.zeros(0, np.int64), np.zeros(0, np.float32)
-        ids = self.ids[token]
-        n = int((ids >= 0).sum())
-        return ids[:n], self.probs[token, :n]
 
 
 @dataclass(frozen=True)
@@ -190,7 +183,7 @@ def expand(table: RecycleTable, root: int, breadth: Sequence[int], max_nodes: in
         nonlocal counter
         if depth > depth_cap:
             return
-        ids, ps = table.successor_lists(token, breadth[depth - 1])
+        ids, ps = table.successors(token, breadth[depth - 1])
         for r, (tok, p) in enumerate(zip(ids, ps)):
             c = float(rate(r, p, depth))
             if c <= 0.0:

@@ -28,19 +28,34 @@ import numpy as np
 
 from lookupdec.drafters.base import (SOURCE_NAMES, DraftRequest, ExtraRows, NoDrafter, StepOutcome,
                                      VerifierSignals, as_drafter)
+from lookupdec.pricing import StepTiming
 from lookupdec.proposals import check_tree, check_window, topk_of
 from lookupdec.results import GenerationResult, StepStats
 from lookupdec.stream import TextStream
 from lookupdec.tree import DraftTree
 
+# The torch side of a step, bound by the first Sequence (``_bind_torch``), so that importing this
+# module stays torch-free and a step runs no import statement: right after a forward has cooled
+# the caches, each cost 3-12 us (thirty-first session).
+torch = argmax_row = greedy_accept = sample_accept = position_uniform = target_probs = draw = sample_at = None
+
+
+def _bind_torch() -> None:
+    global torch, argmax_row, greedy_accept, sample_accept, position_uniform, target_probs, draw, sample_at
+    if torch is not None:
+        return
+    import torch as torch_module
+
+    from lookupdec import accept, sampling, tree_rows
+
+    argmax_row, greedy_accept, sample_accept = tree_rows.argmax_row, accept.greedy_accept, accept.sample_accept
+    position_uniform, target_probs = sampling.position_uniform, sampling.target_probs
+    draw, sample_at = sampling.draw, sampling.sample_at
+    torch = torch_module
 
 
 def masked_argmax(logits, allowed: np.ndarray) -> int:
     """The highest logit among ``allowed`` tokens (bool mask over the vocabulary)."""
-    import torch
-
-    from lookupdec.tree_rows import argmax_row
-
     mask = torch.from_numpy(np.ascontiguousarray(allowed)).to(logits.device)
     return argmax_row(logits.masked_fill(~mask, float("-inf")))
 
@@ -48,8 +63,6 @@ def masked_argmax(logits, allowed: np.ndarray) -> int:
 def draw_token(logits, params: "SamplingParams", u: float, allowed: np.ndarray | None) -> int:
     """The token at uniform ``u`` of the target distribution, renormalised over ``allowed`` when a
     grammar gives a mask (None: ``sampling.draw``, one native call on a CPU row)."""
-    from lookupdec.sampling import draw, sample_at
-
     return draw(logits, params, u) if allowed is None else sample_at(masked_probs(logits, params, allowed), u)
 
 
@@ -59,10 +72,6 @@ def masked_probs(logits, params: "SamplingParams", allowed: np.ndarray):
     When the target's filters leave no mass on any allowed token, the tempered softmax
     over the allowed tokens is used instead (the grammar must still be followed).
     """
-    import torch
-
-    from lookupdec.sampling import target_probs
-
     mask = torch.from_numpy(np.ascontiguousarray(allowed)).to(logits.device)
     p = target_probs(logits, params) * mask
     total = p.sum()
@@ -140,6 +149,7 @@ class Sequence:
     def __init__(self, decoder, prompt_ids: Seq[int], drafter, method_name: str, max_new: int,
                  params: "SamplingParams", generator, stops: Seq[str], on_text: Callable[[str], None] | None,
                  constraint=None) -> None:
+        _bind_torch()
         self.verifier = decoder.verifier
         self.vocab_size = decoder.vocab_size
         self.default_budget = decoder.draft_budget
@@ -170,8 +180,6 @@ class Sequence:
 
     def prefill(self) -> None:
         """Start the drafter and run the prompt through the verifier (this sequence alone)."""
-        import torch
-
         self._t_start = time.perf_counter()
         if self.max_new == 0:
             self.stream.finish(self.new)
@@ -206,38 +214,39 @@ class Sequence:
         Raises:
             DraftError: the drafter proposed an invalid tree or window.
         """
-        import torch
+        with torch.inference_mode():
+            return self._plan(budget)
 
+    def _plan(self, budget: int | None) -> StepPlan:
         if self.done:
             raise RuntimeError("plan() on a finished sequence")
         budget = self.default_budget if budget is None else int(budget)
-        with torch.inference_mode():
-            t0 = time.perf_counter()
-            root = self.new[-1]
-            # A step emits at most depth + 1 tokens: deeper nodes could never be used.
-            max_depth = self.max_new - len(self.new) - 1
-            tree_masks = self.verifier.tree_masks
-            # The request says what the verifier runs: whole trees and extra rows, or one path.
-            request = DraftRequest(budget, max_depth, tree=tree_masks)
-            drafter = self.drafter
-            drafting = bool(budget and max_depth)
-            proposal = drafter.propose(request) if drafting else None
-            # The window is part of the step's draft: no budget, no window rows (and below: none
-            # that does not fit beside the tree; ``auto`` prices that itself before choosing).
-            extra = check_window(drafter, request, self.vocab_size) if drafting else None
-            if proposal is not None:
-                tree, kept = check_tree(drafter, proposal, self.vocab_size, budget, max_depth, tree_masks)
-            else:
-                tree, kept = DraftTree.empty(), None
-            if self.constraint is not None and drafting:
-                from lookupdec.constraints import constrain_draft
+        t0 = time.perf_counter()
+        root = self.new[-1]
+        # A step emits at most depth + 1 tokens: deeper nodes could never be used.
+        max_depth = self.max_new - len(self.new) - 1
+        tree_masks = self.verifier.tree_masks
+        # The request says what the verifier runs: whole trees and extra rows, or one path.
+        request = DraftRequest(budget, max_depth, tree=tree_masks)
+        drafter = self.drafter
+        drafting = bool(budget and max_depth)
+        proposal = drafter.propose(request) if drafting else None
+        # The window is part of the step's draft: no budget, no window rows (and below: none
+        # that does not fit beside the tree; ``auto`` prices that itself before choosing).
+        extra = check_window(drafter, request, self.vocab_size) if drafting else None
+        if proposal is not None:
+            tree, kept = check_tree(drafter, proposal, self.vocab_size, budget, max_depth, tree_masks)
+        else:
+            tree, kept = DraftTree.empty(), None
+        if self.constraint is not None and drafting:
+            from lookupdec.constraints import constrain_draft
 
-                # Plain ``ar`` (a drafter that never drafts) stays one token per forward: no forced tokens joined.
-                tree, kept = constrain_draft(self.constraint, tree, kept, budget, max_depth,
-                                             join=not isinstance(drafter, NoDrafter))
-            if extra is not None and len(tree) + len(extra) > budget:
-                extra = None  # the window counts inside the budget: one that does not fit beside the tree does not run
-            t1 = time.perf_counter()
+            # Plain ``ar`` (a drafter that never drafts) stays one token per forward: no forced tokens joined.
+            tree, kept = constrain_draft(self.constraint, tree, kept, budget, max_depth,
+                                         join=not isinstance(drafter, NoDrafter))
+        if extra is not None and len(tree) + len(extra) > budget:
+            extra = None  # the window counts inside the budget: one that does not fit beside the tree does not run
+        t1 = time.perf_counter()
         # Top-k rows (Token Recycling's table) are part of drafting: a step that drafts nothing (a
         # batch's gate paused it, draft_budget=0) asks for none. Measured at 4 sequences with
         # budget 0: their top-k took ~1.4 of the 2.5 ms ``auto`` spent beyond ``ar`` a step.
@@ -253,61 +262,58 @@ class Sequence:
             observe: feed the step's timing to the decoder's cost model (False for a share
                 of a batched forward, whose width is not this sequence's).
         """
-        import torch
-
-        from lookupdec.sampling import position_uniform, target_probs
-        from lookupdec.tree_rows import argmax_row
-        from lookupdec.verify import greedy_accept, sample_accept
-
-        params = self.params
         with torch.inference_mode():
-            t0 = time.perf_counter()
-            # Logit rows the walk visits beyond those the verifier fetched are computed on
-            # use; their time counts as verification.
-            lazy_s = res.rows.compute_s
-            allowed = None if self.constraint is None else self.constraint.row_masks(res.tree)
-            if params.greedy:
-                acc = greedy_accept(res.tree, lambda r: argmax_row(res.row(r)) if allowed is None
-                                    else masked_argmax(res.row(r), allowed(r)))
+            self._finish(plan, res, forward_s, observe)
+
+    def _finish(self, plan: StepPlan, res: "VerifyResult", forward_s: float, observe: bool) -> None:
+        params = self.params
+        t0 = time.perf_counter()
+        # Logit rows the walk visits beyond those the verifier fetched are computed on
+        # use; their time counts as verification.
+        lazy_s = res.rows.compute_s
+        allowed = None if self.constraint is None else self.constraint.row_masks(res.tree)
+        if params.greedy:
+            acc = greedy_accept(res.tree, lambda r: argmax_row(res.row(r)) if allowed is None
+                                else masked_argmax(res.row(r), allowed(r)))
+        else:
+            probs = (lambda r: target_probs(res.row(r), params)) if allowed is None else \
+                (lambda r: masked_probs(res.row(r), params, allowed(r)))
+            if res.tree.sampled:
+                acc = sample_accept(res.tree, probs, self.generator)
             else:
-                probs = (lambda r: target_probs(res.row(r), params)) if allowed is None else \
-                    (lambda r: masked_probs(res.row(r), params, allowed(r)))
-                if res.tree.sampled:
-                    acc = sample_accept(res.tree, probs, self.generator)
-                else:
-                    # Deterministic drafts: each row's token is drawn at its output position's own
-                    # uniform, as plain sampling draws it there; a child holding that token is
-                    # accepted (probability p(x), as speculative sampling accepts a one-hot draft).
-                    tree, base = res.tree, len(self.new)
+                # Deterministic drafts: each row's token is drawn at its output position's own
+                # uniform, as plain sampling draws it there; a child holding that token is
+                # accepted (probability p(x), as speculative sampling accepts a one-hot draft).
+                tree, base = res.tree, len(self.new)
 
-                    def at(r: int) -> int:
-                        u = position_uniform(self._key, base + (len(tree.path(r - 1)) if r else 0))
-                        return draw_token(res.row(r), params, u, None if allowed is None else allowed(r))
+                def at(r: int) -> int:
+                    u = position_uniform(self._key, base + (len(tree.path(r - 1)) if r else 0))
+                    return draw_token(res.row(r), params, u, None if allowed is None else allowed(r))
 
-                    acc = greedy_accept(tree, at)
-            lazy_s = res.rows.compute_s - lazy_s
-            # Deferred top-k (Token Recycling): over the rows the walk computed, no lm_head row
-            # more; its time is the drafter's.
-            t_topk = time.perf_counter()
-            signals = res.signals() if plan.topk else VerifierSignals(extra_argmax=res.extra_argmax)
-            topk_s = time.perf_counter() - t_topk
-            self.verifier.commit(self.cache, self.past, acc.nodes)
-            self.past += 1 + acc.accepted
-            # Node ids of the verified tree in the drafter's own proposal: carried by the tree
-            # through every cut (check_tree, the grammar, a batch's budget, the chain fallback).
-            origin = res.tree.node_ids()
-            for src in res.tree.sources[list(acc.nodes)].tolist():
-                name = SOURCE_NAMES.get(src, "other")
-                self.by_source[name] = self.by_source.get(name, 0) + 1
-            # Forced tokens the grammar added (origin -1) are not the drafter's nodes.
-            mine = tuple(int(origin[i]) for i in acc.nodes if origin[i] >= 0)
-            outcome = StepOutcome(mine, acc.tokens, res.tree, origin, topk_ms=topk_s * 1e3, **signals.fields())
-            t1 = time.perf_counter()
-            past = self.past - 1 - acc.accepted
-            self._absorb(outcome, len(res.tree), (plan.draft_s + topk_s) * 1e3, (forward_s + lazy_s) * 1e3,
-                         (t1 - t0 - lazy_s - topk_s) * 1e3)
-            if observe and self.costs is not None:
-                self._observe(plan, res, past)
+                acc = greedy_accept(tree, at)
+        lazy_s = res.rows.compute_s - lazy_s
+        # Deferred top-k (Token Recycling): over the rows the walk computed, no lm_head row
+        # more; its time is the drafter's.
+        t_topk = time.perf_counter()
+        signals = res.signals() if plan.topk else VerifierSignals(extra_argmax=res.extra_argmax)
+        topk_s = time.perf_counter() - t_topk
+        self.verifier.commit(self.cache, self.past, acc.nodes)
+        self.past += 1 + acc.accepted
+        # Node ids of the verified tree in the drafter's own proposal: carried by the tree
+        # through every cut (check_tree, the grammar, a batch's budget, the chain fallback).
+        origin = res.tree.node_ids()
+        for src in res.tree.sources[list(acc.nodes)].tolist():
+            name = SOURCE_NAMES.get(src, "other")
+            self.by_source[name] = self.by_source.get(name, 0) + 1
+        # Forced tokens the grammar added (origin -1) are not the drafter's nodes.
+        mine = tuple(int(origin[i]) for i in acc.nodes if origin[i] >= 0)
+        outcome = StepOutcome(mine, acc.tokens, res.tree, origin, topk_ms=topk_s * 1e3, **signals.fields())
+        t1 = time.perf_counter()
+        past = self.past - 1 - acc.accepted
+        self._absorb(outcome, len(res.tree), (plan.draft_s + topk_s) * 1e3, (forward_s + lazy_s) * 1e3,
+                     (t1 - t0 - lazy_s - topk_s) * 1e3)
+        if observe and self.costs is not None:
+            self._observe(plan, res, past)
 
     def run(self, gate: "BatchGate | None" = None) -> GenerationResult:
         """Prefill, then step alone until done; returns the result.
@@ -319,17 +325,18 @@ class Sequence:
         """
         self.prefill()
         verifier = self.verifier
-        while not self.done:
-            start = time.perf_counter()
-            budget = None if gate is None else gate.budget(1, self.default_budget)
-            plan = self.plan(budget)
-            t0 = time.perf_counter()
-            res = verifier.forward(self.cache, self.past, plan.root, plan.tree, extra=plan.extra, topk=plan.topk)
-            done = len(self.new)
-            self.finish(plan, res, time.perf_counter() - t0)
-            if gate is not None:
-                gate.record(1, budget != 0, plan.drafts, len(self.new) - done,
-                            time.perf_counter() - start)
+        with torch.inference_mode():  # once, not per plan and finish (each entry costs ~10 us after a forward)
+            while not self.done:
+                start = time.perf_counter()
+                budget = None if gate is None else gate.budget(1, self.default_budget)
+                plan = self._plan(budget)
+                t0 = time.perf_counter()
+                res = verifier.forward(self.cache, self.past, plan.root, plan.tree, extra=plan.extra, topk=plan.topk)
+                done = len(self.new)
+                self._finish(plan, res, time.perf_counter() - t0, True)
+                if gate is not None:
+                    gate.record(1, budget != 0, plan.drafts, len(self.new) - done,
+                                time.perf_counter() - start)
         return self.result()
 
     def result(self) -> GenerationResult:
@@ -359,8 +366,6 @@ class Sequence:
 
     def _observe(self, plan: StepPlan, res: "VerifyResult", past: int) -> None:
         """Hand the step just recorded to the decoder's cost model (``lookupdec.pricing``)."""
-        from lookupdec.pricing import StepTiming
-
         st = self.stats[-1]
         m = 0 if plan.extra is None else len(plan.extra)
         lazy = res.rows.compute_s > 0  # the fast backend: lm_head timed apart, extra rows in its first product
@@ -369,13 +374,9 @@ class Sequence:
                                       st.draft_ms, st.other_ms))
 
     def _choose(self, logits) -> int:
-        from lookupdec.tree_rows import argmax_row
-
         allowed = None if self.constraint is None else self.constraint.mask()
         if self.params.greedy:
             return argmax_row(logits) if allowed is None else masked_argmax(logits, allowed)
-        from lookupdec.sampling import position_uniform
-
         return draw_token(logits, self.params, position_uniform(self._key, len(self.new)), allowed)
 
     def _absorb(self, outcome: StepOutcome, draft_size: int, draft_ms: float, verify_ms: float,

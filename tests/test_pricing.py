@@ -293,3 +293,70 @@ def test_the_version_moves_with_the_fit_not_with_every_refit():
         model.observe(StepTiming(4, 8, 2 * model.body_ms(4, 8)))
     assert model.version > v0
     assert model.table(8, 16)[4] > 1.5 * table[4]
+
+
+class _StepByStepKnots:
+    """The knots' decayed weights and log ratios updated at every step, in numpy: the oracle for
+    ``CostModel``, which folds the steps in a plain-float batch at each refit."""
+
+    def __init__(self, model: CostModel) -> None:
+        self.m, n = model, len(model.prior.widths)
+        self.w, self.lr, self.hw, self.hlr = np.zeros(n), np.zeros(n), 0.0, 0.0
+
+    def observe(self, t: StepTiming) -> None:
+        m, d, xs = self.m, self.m.decay, np.asarray(self.m.prior.widths, np.float64)
+        self.w *= d
+        self.lr *= d
+        body, expect = t.forward_ms - t.head_ms, m._prior_body(t.width, t.past)
+        if body > 0 and expect > 0:
+            lr = np.log(body / expect)
+            w = np.clip(t.width, xs[0], xs[-1])
+            k = int(np.searchsorted(xs, w, side="right")) - 1
+            if k >= len(xs) - 1:
+                self.w[-1] += 1.0
+                self.lr[-1] += lr
+            else:
+                f = (w - xs[k]) / (xs[k + 1] - xs[k])
+                self.w[k:k + 2] += [1.0 - f, f]
+                self.lr[k:k + 2] += [(1.0 - f) * lr, f * lr]
+        if t.head_rows > 0 and t.head_ms > 0:
+            h0 = float(np.interp(t.head_rows, xs, m._head0))
+            self.hw, self.hlr = self.hw * d + 1.0, self.hlr * d + np.log(t.head_ms / h0)
+
+
+def test_knots_folded_at_refits_equal_knots_updated_every_step():
+    """Steps folded in at each refit give the knots' weights and log ratios (body and head) an
+    update at every step gives, whenever they are read: reads of the fit and of ``disagreement``
+    between steps, refit intervals from 1 to 19, widths between and beyond the knots, head rows,
+    and steps the model must ignore."""
+    prior = CostCurve((1, 4, 8, 16, 32, 64), (30.0, 31.0, 34.0, 40.0, 60.0, 110.0), 256, (0.01,) * 6, "cpu", "p",
+                      head_ms=(1.0, 2.0, 3.5, 6.0, 11.0, 21.0))
+    rng = np.random.default_rng(3)
+    for trial in range(6):
+        model = CostModel(prior, refit_every=int(rng.integers(1, 20)), min_steps=30)
+        oracle = _StepByStepKnots(model)
+        for step in range(int(rng.integers(20, 120))):
+            w = int(rng.integers(1, 90))
+            t = StepTiming(w, int(rng.integers(0, 900)), float(prior.ms_at(w) * rng.uniform(0.5, 3.0)),
+                           int(rng.integers(0, 8)), float(rng.uniform(0.0, 4.0)))
+            if rng.random() < 0.05:
+                t = StepTiming(w, 10, float("nan"))  # ignored, by both
+            model.observe(t)
+            if np.isfinite(t.forward_ms):
+                oracle.observe(t)
+            if rng.random() < 0.3:
+                read = int(rng.integers(3))
+                if read == 0:
+                    model.table(past=300, max_width=40)
+                elif read == 1:
+                    model.disagreement()
+                # read == 2: nothing read this step
+            if rng.random() < 0.1:
+                model.disagreement()  # folds everything pending: the knots must equal the oracle's now
+                np.testing.assert_allclose(model._w, oracle.w, rtol=1e-12, atol=1e-12)
+                np.testing.assert_allclose(model._lr, oracle.lr, rtol=1e-12, atol=1e-12)
+                assert model._hw == pytest.approx(oracle.hw, rel=1e-12)
+                assert model._hlr == pytest.approx(oracle.hlr, rel=1e-12, abs=1e-12)
+        model.disagreement()
+        np.testing.assert_allclose(model._w, oracle.w, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(model._lr, oracle.lr, rtol=1e-12, atol=1e-12)

@@ -13,7 +13,9 @@ class StepStats:
         accepted: draft tokens accepted (the bonus token not counted).
         draft_ms: time in the drafter (propose + commit).
         verify_ms: time in the target's forward.
-        other_ms: everything else: acceptance, cache commit, stop checks, decoding text.
+        other_ms: everything else: acceptance, cache commit, stop checks, decoding text, and (in
+            ``generate``) the loop's time between steps, so that the steps' times add up to
+            ``elapsed_s``.
     """
 
     draft_size: int

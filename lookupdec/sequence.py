@@ -174,6 +174,9 @@ class Sequence:
         self.stop_reason = "length"
         self.done = False
         self._t_start = 0.0
+        # Loop time no part of a step timed (the gate, the cost model's observation): ``run`` adds
+        # it to the next step's ``other_ms``, so a result's step times add up to its elapsed time.
+        self._untimed_ms = 0.0
         self._elapsed = 0.0
 
     # -- the steps -------------------------------------------------------------------------------
@@ -326,17 +329,20 @@ class Sequence:
         self.prefill()
         verifier = self.verifier
         with torch.inference_mode():  # once, not per plan and finish (each entry costs ~10 us after a forward)
+            mark = time.perf_counter()
             while not self.done:
-                start = time.perf_counter()
                 budget = None if gate is None else gate.budget(1, self.default_budget)
                 plan = self._plan(budget)
                 t0 = time.perf_counter()
                 res = verifier.forward(self.cache, self.past, plan.root, plan.tree, extra=plan.extra, topk=plan.topk)
-                done = len(self.new)
+                done, carried = len(self.new), self._untimed_ms
                 self._finish(plan, res, time.perf_counter() - t0, True)
+                now = time.perf_counter()
                 if gate is not None:
-                    gate.record(1, budget != 0, plan.drafts, len(self.new) - done,
-                                time.perf_counter() - start)
+                    gate.record(1, budget != 0, plan.drafts, len(self.new) - done, now - mark)
+                st = self.stats[-1]
+                self._untimed_ms = max((now - mark) * 1e3 - (st.draft_ms + st.verify_ms + st.other_ms - carried), 0.0)
+                mark = now
         return self.result()
 
     def result(self) -> GenerationResult:
@@ -406,7 +412,8 @@ class Sequence:
             self.drafter.commit(outcome)
         t2 = time.perf_counter()
         self.stats.append(StepStats(draft_size, outcome.n_accepted, draft_ms + (t2 - t1) * 1e3, verify_ms,
-                                    other_ms + (t1 - t0) * 1e3))
+                                    other_ms + (t1 - t0) * 1e3 + self._untimed_ms))
+        self._untimed_ms = 0.0
         if done:
             self._finish_all()
 

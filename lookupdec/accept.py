@@ -52,9 +52,11 @@ def greedy_accept(tree: DraftTree, argmax: Sequence[int] | Callable[[int], int])
         >>> greedy_accept(t, [7, 0, 0, 3])                   # root -> 7, then node 2 -> 3
         Acceptance(nodes=(2,), tokens=(7, 3))
     """
+    at = argmax if callable(argmax) else argmax.__getitem__
+    if not len(tree):  # a plain step (nothing drafted, or a gate paused drafting): the root's token only
+        return Acceptance((), (int(at(0)),))
     children = tree.children()
     toks = tree.tokens.tolist()
-    at = argmax if callable(argmax) else argmax.__getitem__
     node, nodes, out = -1, [], []
     while True:
         want = int(at(node + 1))

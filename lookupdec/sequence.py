@@ -305,9 +305,10 @@ class Sequence:
         # Node ids of the verified tree in the drafter's own proposal: carried by the tree
         # through every cut (check_tree, the grammar, a batch's budget, the chain fallback).
         origin = res.tree.node_ids()
-        for src in res.tree.sources[list(acc.nodes)].tolist():
-            name = SOURCE_NAMES.get(src, "other")
-            self.by_source[name] = self.by_source.get(name, 0) + 1
+        if acc.nodes:
+            for src in res.tree.sources[list(acc.nodes)].tolist():
+                name = SOURCE_NAMES.get(src, "other")
+                self.by_source[name] = self.by_source.get(name, 0) + 1
         # Forced tokens the grammar added (origin -1) are not the drafter's nodes.
         mine = tuple(int(origin[i]) for i in acc.nodes if origin[i] >= 0)
         outcome = StepOutcome(mine, acc.tokens, res.tree, origin, topk_ms=topk_s * 1e3, **signals.fields())

@@ -386,6 +386,9 @@ def merge_trees(trees: Sequence[DraftTree]) -> Merged:
     # survived, its token would no longer have the law q it carries, and the q-aware
     # acceptance would be biased. Alone (the others empty) it is returned as it is.
     live = [k for k, t in enumerate(trees) if len(t)]
+    if not live:  # nothing proposed (about half of auto's proposals): no trie to build
+        none = np.zeros(0, np.int64)
+        return Merged(DraftTree.empty(), (none,) * len(trees))
     if any(trees[k].sampled for k in live):
         if len(live) > 1:
             raise ValueError("a sampled DraftTree cannot be merged with other non-empty trees: merging would make "

@@ -49,3 +49,43 @@ def test_step_shares_equals_the_oracle_on_random_merges_with_ties_and_empty_sour
         assert got.owner.tolist() == owner
         assert got.forward_ms == forward
         np.testing.assert_allclose(got.rows_ms, rows, rtol=0, atol=1e-12)
+
+
+def test_merging_trees_that_are_all_empty_gives_an_empty_tree_and_one_empty_map_each():
+    for n_src in (1, 3):
+        merged = merge_trees([DraftTree.empty()] * n_src)
+        assert len(merged.tree) == 0 and len(merged.maps) == n_src
+        assert all(len(m) == 0 and m.dtype == np.int64 for m in merged.maps)
+    # the same maps as when one tree is not empty (the general path), for the empty ones
+    mixed = merge_trees([DraftTree.empty(), DraftTree.chain([4, 5]), DraftTree.empty()])
+    assert [m.tolist() for m in mixed.maps] == [[], [0, 1], []]
+
+
+def test_ledger_settle_records_what_the_array_formula_gives():
+    """``SourceLedger.settle`` (plain lists) hands ``record`` each source's accepted merged nodes it
+    owns and its rows plus drafting ms, as the numpy formula (bincount over owners) does."""
+    from lookupdec.drafters.ledger import SourceLedger
+
+    rng = np.random.default_rng(5)
+    for trial in range(100):
+        n_src = int(rng.integers(1, 5))
+        trees = [_random_tree(rng, int(rng.integers(0, 10)), 3) for _ in range(n_src)]
+        merged = merge_trees(trees)
+        n = len(merged.tree)
+        chosen = list(range(n))
+        costs = np.concatenate([[np.inf], np.cumsum(rng.random(n + 2) + 1.0)])
+        spent = rng.random(n_src)
+        shares = step_shares(merged, spent, chosen, costs, [0.0] * n_src)
+        accepted = np.array(sorted(rng.choice(n, size=int(rng.integers(0, n + 1)), replace=False)) if n else [],
+                            np.int64)
+        names = [f"s{i}" for i in range(n_src)]
+        calls = []
+        ledger = SourceLedger(names)
+        ledger.record = lambda *a: calls.append(a)
+        ledger.settle(shares, accepted, spent, 0.3, len(accepted) + 1, names)
+        mine = shares.owner[accepted]
+        want_unique = np.bincount(mine[mine >= 0], minlength=n_src).astype(np.float64)
+        (step_ms, tokens, got_names, unique, marginal), = calls
+        assert step_ms == shares.forward_ms + float(spent.sum()) + 0.3 and tokens == len(accepted) + 1
+        assert list(got_names) == names and list(unique) == want_unique.tolist()
+        assert list(marginal) == (shares.rows_ms + spent).tolist()

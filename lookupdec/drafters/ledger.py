@@ -214,10 +214,14 @@ class SourceLedger:
                names: Sequence[str]) -> None:
         """``record`` a drafted step from its ``StepShares``: each source's accepted merged nodes
         (``accepted``) are its marginal tokens, its rows and drafting (``spent_ms``) its marginal ms."""
-        mine = shares.owner[accepted]
-        unique = np.bincount(mine[mine >= 0], minlength=len(names)).astype(np.float64)
-        self.record(shares.forward_ms + float(spent_ms.sum()) + host_ms, tokens, names, unique.tolist(),
-                    (shares.rows_ms + spent_ms).tolist())
+        # Plain lists: a few sources and accepted nodes, where each numpy call costs more than the work.
+        owner, spent = shares.owner.tolist(), np.asarray(spent_ms, np.float64).tolist()
+        unique = [0.0] * len(names)
+        for m in np.asarray(accepted).tolist():
+            if owner[m] >= 0:
+                unique[owner[m]] += 1.0
+        self.record(shares.forward_ms + sum(spent) + host_ms, tokens, names, unique,
+                    [r + s for r, s in zip(shares.rows_ms.tolist(), spent)])
 
     def record(self, step_ms: float, tokens: int, names: Sequence[str], unique_tokens: Sequence[float],
                marginal_ms: Sequence[float]) -> None:

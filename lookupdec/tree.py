@@ -19,6 +19,7 @@ tree with ``q=None`` holds deterministic drafts (a function of the context).
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -154,8 +155,13 @@ class DraftTree:
                 node = child
         total = sum(w) or 1.0
         n = len(toks)
-        return cls(np.array(toks, np.int64), np.array(pars, np.int32), np.array(mass, np.float64) / total,
-                   np.full(n, source, np.int16))
+        arrays = (np.array(toks, np.int64), np.array(pars, np.int32), np.array(mass, np.float64) / total,
+                  np.full(n, source, np.int16))
+        if (toks and min(toks) < 0) or not math.isfinite(total) or not all(math.isfinite(x) for x in w):
+            return cls(*arrays)  # the constructor's checks name the fault
+        # A trie built parent first: valid by construction, without the constructor's checks
+        # (Lookahead builds one a step).
+        return cls.trusted(*arrays)
 
     @classmethod
     def merge(cls, trees: Iterable["DraftTree"]) -> "DraftTree":

@@ -117,3 +117,21 @@ def test_check_rejects_bad_arrays():
         DraftTree(np.array([1, 2]), np.array([-1]), np.array([1, 1]))
     with pytest.raises(ValueError, match="non-finite"):
         DraftTree(np.array([1]), np.array([-1]), np.array([np.nan]))
+
+
+def test_from_sequences_builds_valid_tries_unchecked_and_still_refuses_bad_input():
+    """The trie skips the constructor's checks (valid by construction): on random sequences it
+    passes them anyway, every sequence is a path of it and no path appears twice, and a negative
+    id or a non-finite weight is still refused by name."""
+    rng = np.random.default_rng(2)
+    for _ in range(200):
+        seqs = [rng.integers(0, 4, int(rng.integers(0, 6))).tolist() for _ in range(int(rng.integers(0, 6)))]
+        t = DraftTree.from_sequences(seqs, weights=rng.random(len(seqs)) + 0.1)
+        assert t.check() == ""
+        paths = {tuple(t.tokens[t.path(i)].tolist()) for i in range(len(t))}  # every node's token path
+        assert all(tuple(s) in paths for s in seqs if s)
+        assert len(paths) == len(t)  # and no node twice: a trie
+    with pytest.raises(ValueError, match="negative token id"):
+        DraftTree.from_sequences([[3, -1]])
+    with pytest.raises(ValueError, match="non-finite score"):
+        DraftTree.from_sequences([[1], [2]], weights=[1.0, float("nan")])

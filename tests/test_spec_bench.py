@@ -281,8 +281,8 @@ def test_speed_table_numbers():
     table = markdown_table(summarize(hand_records(), "hf"), ["hf", "pld"])
     pld_row = next(line for line in table.splitlines() if line.startswith("| `pld`"))
     cells = [c.strip() for c in pld_row.strip("|").split("|")]
-    # Method | QA | RAG | Overall | Mean accepted | Tokens/s | Overhead (none reported: "–")
-    assert cells == ["`pld`", "1.67×±0.35", "2.50×±0.00", "1.88×±0.50", "2.74", "25.0", "–"]
+    # Method | QA | RAG | Overall | Mean accepted | Tokens/s | Overhead | Overhead, decode (none reported: "–")
+    assert cells == ["`pld`", "1.67×±0.35", "2.50×±0.00", "1.88×±0.50", "2.74", "25.0", "–", "–"]
     assert "QA (n=2)" in table and "RAG (n=1)" in table and "Overall (n=3)" in table
 
 
@@ -297,7 +297,15 @@ def test_overhead_share_by_hand():
     assert s[("pld", "overall")].overhead_pct == pytest.approx(100 * 200 / 2500)
     assert math.isnan(s[("hf", "overall")].overhead_pct)  # the peers report no split
     pld_row = next(line for line in markdown_table(s, ["hf", "pld"]).splitlines() if line.startswith("| `pld`"))
-    assert pld_row.rstrip(" |").endswith("8.0%")
+    assert pld_row.rstrip(" |").endswith("8.0% | –")  # no prompt forward reported: no decode-only share
+    # The decoding steps alone: each turn's prompt forward (prefill_ms) taken out of the total.
+    recs = [dataclasses.replace(r, prefill_ms=400.0) if r.method == "pld" else r for r in recs]
+    s = summarize(recs, "hf")
+    assert s[("pld", "qa")].decode_overhead_pct == pytest.approx(100 * 180 / (2100 - 3 * 400))
+    assert s[("pld", "overall")].decode_overhead_pct == pytest.approx(100 * 200 / (2500 - 4 * 400))
+    assert math.isnan(s[("hf", "overall")].decode_overhead_pct)
+    pld_row = next(line for line in markdown_table(s, ["hf", "pld"]).splitlines() if line.startswith("| `pld`"))
+    assert pld_row.rstrip(" |").endswith(f"8.0% | {100 * 200 / 900:.1f}%")
 
 
 def test_decode_only_speed_by_hand():

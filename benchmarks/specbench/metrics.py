@@ -84,6 +84,9 @@ class TaskSummary:
             NaN for methods that do not report it (the transformers peers).
         decode_tokens_per_s, decode_speedup: the same without each turn's first
             step (module docstring); NaN where either side does not report it.
+        decode_overhead_pct: ``overhead_pct`` of the decoding steps alone: the time
+            outside forwards over the turns' time after the prompt's forward (whose
+            length says nothing of a method's steps); NaN where not reported.
     """
 
     method: str
@@ -100,6 +103,7 @@ class TaskSummary:
     overhead_pct: float = math.nan
     decode_tokens_per_s: float = math.nan
     decode_speedup: float = math.nan
+    decode_overhead_pct: float = math.nan
 
 
 def question_speeds(records: Iterable[TurnRecord]) -> dict[tuple[str, int], QuestionSpeed]:
@@ -174,6 +178,7 @@ def summarize(records: Sequence[TurnRecord], baseline: str) -> dict[tuple[str, s
             steps = sum(s.steps for s in mine)
             forward = sum(s.forward_ms for s in mine)
             overhead = sum(s.overhead_ms for s in mine)
+            decode_total = forward + overhead - sum(s.prefill_ms for s in mine)
             decode_tps = statistics.fmean(s.decode_tokens_per_s for s in mine)
             decode_base = statistics.fmean(s.decode_tokens_per_s for s in theirs)
             out[(method, task)] = TaskSummary(
@@ -183,6 +188,7 @@ def summarize(records: Sequence[TurnRecord], baseline: str) -> dict[tuple[str, s
                 mean_accepted=sum(s.committed_tokens for s in mine) / steps if steps else math.nan,
                 overhead_pct=100.0 * overhead / (forward + overhead) if forward + overhead > 0 else math.nan,
                 decode_tokens_per_s=decode_tps, decode_speedup=decode_tps / decode_base,
+                decode_overhead_pct=100.0 * overhead / decode_total if decode_total > 0 else math.nan,
             )
     return out
 

@@ -90,11 +90,12 @@ def markdown_table(summaries: Mapping[tuple[str, str], TaskSummary], methods: Se
     head = ["Method"] + [f"{TASK_TITLES[t]} (n={n[t]})" for t in tasks] + [f"Overall (n={n[OVERALL]})"]
     if second:
         head.append(f"Overall vs {sec_name}")
-    head += ["Mean accepted", "Tokens/s", "Overhead"]
+    head += ["Mean accepted", "Tokens/s", "Overhead", "Overhead, decode"]
     lines = [
         f"Speedup over `{baseline}` (ratio of mean per-question tokens/s, as Spec-Bench's speed.py; "
         "± is the sample std of per-question speedups; Overhead is the share of step time "
-        "spent outside the target's forward passes).",
+        "spent outside the target's forward passes; Overhead, decode: the same over the decoding "
+        "steps alone, each prompt's forward left out).",
         "",
         "| " + " | ".join(head) + " |",
         "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|",
@@ -108,7 +109,8 @@ def markdown_table(summaries: Mapping[tuple[str, str], TaskSummary], methods: Se
             row.append(f"{_num(second[(m, OVERALL)].speedup)}×")
         o = summaries[(m, OVERALL)]
         row += [_num(o.mean_accepted), _num(o.tokens_per_s, 1),
-                "–" if math.isnan(o.overhead_pct) else f"{o.overhead_pct:.1f}%"]
+                "–" if math.isnan(o.overhead_pct) else f"{o.overhead_pct:.1f}%",
+                "–" if math.isnan(o.decode_overhead_pct) else f"{o.decode_overhead_pct:.1f}%"]
         lines.append("| " + " | ".join(row) + " |")
 
     lines += ["", "Mean accepted tokens per step / tokens/s, per task.", ""]

@@ -21,7 +21,8 @@ from tests.test_generate_batch import _flat  # noqa: E402
 
 
 class FaultyEngine(Engine):
-    """Requests whose prompt text contains BOOM raise inside the batched step (in their plan)."""
+    """Requests whose prompt text contains BOOM raise inside the batched step (in their plan,
+    ``Sequence._plan``, which ``step_together`` calls inside its one inference-mode block)."""
 
     def _check(self, job: Job) -> None:
         super()._check(job)
@@ -29,7 +30,7 @@ class FaultyEngine(Engine):
             def boom(budget=None):
                 raise RuntimeError("injected failure")
 
-            job.seq.plan = boom
+            job.seq._plan = boom
 
 
 @pytest.fixture

@@ -31,15 +31,24 @@ def _random_tree(rng, n, vocab):
     return DraftTree(rng.integers(0, vocab, n), np.array(parents), rng.random(n))
 
 
+def _random_merge(rng, max_nodes: int):
+    """1-4 sources' random trees over a vocabulary of 3 (so they propose the same paths; some
+    propose nothing), merged; returns the merge and its number of sources."""
+    n_src = int(rng.integers(1, 5))
+    return merge_trees([_random_tree(rng, int(rng.integers(0, max_nodes)), 3) for _ in range(n_src)]), n_src
+
+
+def _random_nodes(rng, n: int) -> np.ndarray:
+    """A random ascending subset of ``range(n)``."""
+    return np.sort(rng.choice(n, size=int(rng.integers(0, n + 1)), replace=False)) if n else np.zeros(0, np.int64)
+
+
 def test_step_shares_equals_the_oracle_on_random_merges_with_ties_and_empty_sources():
     rng = np.random.default_rng(3)
     for trial in range(200):
-        n_src = int(rng.integers(1, 5))
-        # A small vocabulary makes sources propose the same paths; some sources propose nothing.
-        trees = [_random_tree(rng, int(rng.integers(0, 12)), 3) for _ in range(n_src)]
-        merged = merge_trees(trees)
+        merged, n_src = _random_merge(rng, 12)
         n = len(merged.tree)
-        chosen = np.sort(rng.choice(n, size=int(rng.integers(0, n + 1)), replace=False)) if n else np.zeros(0, np.int64)
+        chosen = _random_nodes(rng, n)
         # Equal drafting costs in some trials: the stable order decides ownership.
         draft = rng.integers(0, 3, n_src).astype(np.float64) if trial % 2 else rng.random(n_src)
         window = [0.0 if rng.random() < 0.6 else float(rng.random()) for _ in range(n_src)]
@@ -67,17 +76,13 @@ def test_ledger_settle_records_what_the_array_formula_gives():
     from lookupdec.drafters.ledger import SourceLedger
 
     rng = np.random.default_rng(5)
-    for trial in range(100):
-        n_src = int(rng.integers(1, 5))
-        trees = [_random_tree(rng, int(rng.integers(0, 10)), 3) for _ in range(n_src)]
-        merged = merge_trees(trees)
+    for _ in range(100):
+        merged, n_src = _random_merge(rng, 10)
         n = len(merged.tree)
-        chosen = list(range(n))
         costs = np.concatenate([[np.inf], np.cumsum(rng.random(n + 2) + 1.0)])
         spent = rng.random(n_src)
-        shares = step_shares(merged, spent, chosen, costs, [0.0] * n_src)
-        accepted = np.array(sorted(rng.choice(n, size=int(rng.integers(0, n + 1)), replace=False)) if n else [],
-                            np.int64)
+        shares = step_shares(merged, spent, list(range(n)), costs, [0.0] * n_src)
+        accepted = _random_nodes(rng, n)
         names = [f"s{i}" for i in range(n_src)]
         calls = []
         ledger = SourceLedger(names)

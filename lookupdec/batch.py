@@ -337,7 +337,7 @@ def step_together(verifier, seqs: "Seq[Sequence]", curve: "CostCurve | None", bu
         gate = lone_gate
     step_budget = budget if gate is None else gate.budget(len(seqs), budget)
     with torch.inference_mode():  # once for the batch, not per sequence (each entry costs ~10 us after a forward)
-        plans = [s._plan(step_budget) for s in seqs]
+        plans = [s.plan(step_budget) for s in seqs]
     if len(seqs) > 1:
         past = int(np.mean([s.past for s in seqs]))
         price = price_batch(plans, curve, past, margin, padded=verifier.pads_batches)
@@ -356,7 +356,7 @@ def step_together(verifier, seqs: "Seq[Sequence]", curve: "CostCurve | None", bu
     before = [(len(s.new), dict(s.by_source)) for s in seqs]
     with torch.inference_mode():
         for s, p, r, w in zip(seqs, plans, results, rows):
-            s._finish(p, r, forward_s * w / width, len(seqs) == 1)  # each sequence's share of the forward
+            s.finish(p, r, forward_s * w / width, observe=len(seqs) == 1)  # each sequence's share of the forward
     by_source: dict[str, int] = {}
     accepted = new = 0
     for s, (n0, src0) in zip(seqs, before):

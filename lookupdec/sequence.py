@@ -217,10 +217,9 @@ class Sequence:
         Raises:
             DraftError: the drafter proposed an invalid tree or window.
         """
-        with torch.inference_mode():
-            return self._plan(budget)
-
-    def _plan(self, budget: int | None) -> StepPlan:
+        if not torch.is_inference_mode_enabled():  # ``run`` and a batch step enter it once for all their steps
+            with torch.inference_mode():
+                return self.plan(budget)
         if self.done:
             raise RuntimeError("plan() on a finished sequence")
         budget = self.default_budget if budget is None else int(budget)
@@ -265,10 +264,9 @@ class Sequence:
             observe: feed the step's timing to the decoder's cost model (False for a share
                 of a batched forward, whose width is not this sequence's).
         """
-        with torch.inference_mode():
-            self._finish(plan, res, forward_s, observe)
-
-    def _finish(self, plan: StepPlan, res: "VerifyResult", forward_s: float, observe: bool) -> None:
+        if not torch.is_inference_mode_enabled():  # ``run`` and a batch step enter it once for all their steps
+            with torch.inference_mode():
+                return self.finish(plan, res, forward_s, observe)
         params = self.params
         t0 = time.perf_counter()
         # Logit rows the walk visits beyond those the verifier fetched are computed on
@@ -333,11 +331,11 @@ class Sequence:
             mark = time.perf_counter()
             while not self.done:
                 budget = None if gate is None else gate.budget(1, self.default_budget)
-                plan = self._plan(budget)
+                plan = self.plan(budget)
                 t0 = time.perf_counter()
                 res = verifier.forward(self.cache, self.past, plan.root, plan.tree, extra=plan.extra, topk=plan.topk)
                 done, carried = len(self.new), self._untimed_ms
-                self._finish(plan, res, time.perf_counter() - t0, True)
+                self.finish(plan, res, time.perf_counter() - t0)
                 now = time.perf_counter()
                 if gate is not None:
                     gate.record(1, budget != 0, plan.drafts, len(self.new) - done, now - mark)

@@ -21,8 +21,7 @@ from tests.test_generate_batch import _flat  # noqa: E402
 
 
 class FaultyEngine(Engine):
-    """Requests whose prompt text contains BOOM raise inside the batched step (in their plan,
-    ``Sequence._plan``, which ``step_together`` calls inside its one inference-mode block)."""
+    """Requests whose prompt text contains BOOM raise inside the batched step (in their plan)."""
 
     def _check(self, job: Job) -> None:
         super()._check(job)
@@ -30,7 +29,7 @@ class FaultyEngine(Engine):
             def boom(budget=None):
                 raise RuntimeError("injected failure")
 
-            job.seq._plan = boom
+            job.seq.plan = boom
 
 
 @pytest.fixture

@@ -382,4 +382,4 @@ class AutoDrafter(Drafter):
         step, self._step = self._step, None
         if self.ledger is not None and step is not None:
             host = float(getattr(self.cost, "host_ms", 0.0) or 0.0)
-            self.ledger.settle(step, np.asarray(accepted_merged, np.int64), spent, host, len(new), self._names)
+            self.ledger.settle(step, accepted_merged, spent, host, len(new), self._names)

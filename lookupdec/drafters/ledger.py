@@ -210,14 +210,14 @@ class SourceLedger:
         """Overall tokens per ms over recent steps (0 before any)."""
         return self.tokens / self.ms if self.ms > 0 else 0.0
 
-    def settle(self, shares: StepShares, accepted: np.ndarray, spent_ms: np.ndarray, host_ms: float, tokens: int,
+    def settle(self, shares: StepShares, accepted: Sequence[int], spent_ms: np.ndarray, host_ms: float, tokens: int,
                names: Sequence[str]) -> None:
         """``record`` a drafted step from its ``StepShares``: each source's accepted merged nodes
         (``accepted``) are its marginal tokens, its rows and drafting (``spent_ms``) its marginal ms."""
         # Plain lists: a few sources and accepted nodes, where each numpy call costs more than the work.
         owner, spent = shares.owner.tolist(), np.asarray(spent_ms, np.float64).tolist()
         unique = [0.0] * len(names)
-        for m in np.asarray(accepted).tolist():
+        for m in accepted:
             if owner[m] >= 0:
                 unique[owner[m]] += 1.0
         self.record(shares.forward_ms + sum(spent) + host_ms, tokens, names, unique,

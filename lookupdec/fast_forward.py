@@ -60,6 +60,7 @@ import torch.nn.functional as F
 
 from lookupdec.fast_forward_support import fast_forward_unsupported_reason
 from lookupdec.kvcache import FlatKVCache
+from lookupdec.inference import inference
 from lookupdec._native import attend_ptr, rms_norm_ptr
 from lookupdec.native_layers import layer_table, run_layers
 from lookupdec.blocks import concat_rows, dequantize_rows
@@ -255,7 +256,7 @@ class FastForward:
         rms_norm_ptr(x.data_ptr(), x.numel() // x.shape[-1], x.shape[-1], weight.data_ptr(), eps, y.data_ptr())
         return y
 
-    @torch.inference_mode()
+    @inference
     def forward(self, cache: FlatKVCache, ids: torch.Tensor, positions: torch.Tensor, bias: torch.Tensor | None,
                 logit_rows: Sequence[int] | slice | None, *, causal: bool = False) -> torch.Tensor:
         """Run ``ids`` on top of the cache's rows; append their keys/values to the cache.
@@ -289,7 +290,7 @@ class FastForward:
             logit_rows = torch.as_tensor(logit_rows, dtype=torch.long)
         return self.logits(self.final_hidden(x[logit_rows]))
 
-    @torch.inference_mode()
+    @inference
     def forward_batch(self, caches: Sequence[FlatKVCache], ids_list: Sequence[torch.Tensor],
                       pos_list: Sequence[torch.Tensor], bias_list: Sequence[torch.Tensor | None]) -> list[torch.Tensor]:
         """Several sequences' rows in one forward: each linear product runs once over all rows.
@@ -426,7 +427,7 @@ class FastForward:
         """The final norm of residual rows ``x`` ``(R, hidden)``: what ``logits`` takes (row by row)."""
         return self._rms(x, self.final_norm, self.final_eps)
 
-    @torch.inference_mode()
+    @inference
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         """``lm_head`` of final-normed rows ``h`` ``(R, hidden)`` -> ``(R, vocab)``.
 

@@ -59,6 +59,7 @@ from lookupdec.batch_cache import padded_forward
 from lookupdec.accept import Acceptance, greedy_accept, main_path, sample_accept  # noqa: F401  (re-exported)
 from lookupdec.logit_rows import LazyLogits, subtree  # noqa: F401  (re-exported)
 from lookupdec.kvcache import all_full_attention, keep_rows, new_cache, uniform_layers, with_cache
+from lookupdec.inference import inference
 from lookupdec.release import held_parameter
 from lookupdec.tree import DraftTree
 from lookupdec.tree_rows import (argmax_rows, best_path_nodes, clip_depth, longest_path, longest_path_nodes,  # noqa: F401
@@ -239,7 +240,7 @@ class TreeVerifier:
             w += self.pad_multiple - w % self.pad_multiple
         return w
 
-    @torch.inference_mode()
+    @inference
     def prefill(self, cache, prompt_ids: list[int]) -> torch.Tensor:
         """Run the prompt into an empty cache; return the last row's logits ``(vocab,)``."""
         if self.fast is not None:
@@ -250,7 +251,7 @@ class TreeVerifier:
         out = self.model(input_ids=ids, **with_cache(self.model, cache), use_cache=True, logits_to_keep=1)
         return out.logits[0, -1]
 
-    @torch.inference_mode()
+    @inference
     def forward(self, cache, past: int, root: int, tree: DraftTree, extra: "ExtraRows | None" = None,
                 topk: int = 0) -> VerifyResult:
         """One forward over ``[root] + tree (+ extra rows)`` on top of ``past`` cached rows.
@@ -340,7 +341,7 @@ class TreeVerifier:
         rows.store(want, out[: len(want)])
         return self._result(rows, tree, root, out[len(want):] if m else None, topk)
 
-    @torch.inference_mode()
+    @inference
     def forward_batch(self, items: "Seq[VerifyItem]") -> list[VerifyResult]:
         """Several sequences' verify forwards as one (continuous batching).
 
@@ -435,7 +436,7 @@ class TreeVerifier:
         return [self._result(LazyLogits.of(rows[: 1 + n]), tree, it.root, rows[1 + n: 1 + n + m] if m else None, it.topk)
                 for (it, tree, _, _), (n, m), rows in zip(prepared, shapes, logits)]
 
-    @torch.inference_mode()
+    @inference
     def commit(self, cache, past: int, nodes: tuple[int, ...]) -> None:
         """Keep the root's and the accepted nodes' rows; drop the rest."""
         keep_rows(cache, past, [past] + [past + 1 + i for i in nodes])

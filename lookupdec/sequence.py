@@ -26,8 +26,7 @@ from typing import TYPE_CHECKING, Callable, Sequence as Seq
 
 import numpy as np
 
-from lookupdec.drafters.base import (SOURCE_NAMES, DraftRequest, ExtraRows, NoDrafter, StepOutcome,
-                                     VerifierSignals, as_drafter)
+from lookupdec.drafters.base import SOURCE_NAMES, DraftRequest, ExtraRows, NoDrafter, StepOutcome, as_drafter
 from lookupdec.pricing import StepTiming
 from lookupdec.proposals import check_tree, check_window, topk_of
 from lookupdec.results import GenerationResult, StepStats
@@ -294,9 +293,10 @@ class Sequence:
                 acc = greedy_accept(tree, at)
         lazy_s = res.rows.compute_s - lazy_s
         # Deferred top-k (Token Recycling): over the rows the walk computed, no lm_head row
-        # more; its time is the drafter's.
+        # more; its time is the drafter's. A step with neither top-k nor extra rows keeps the
+        # outcome's shared empty defaults.
         t_topk = time.perf_counter()
-        signals = res.signals() if plan.topk else VerifierSignals(extra_argmax=res.extra_argmax)
+        signals = res.signals().fields() if plan.topk or len(res.extra_argmax) else {}
         topk_s = time.perf_counter() - t_topk
         self.verifier.commit(self.cache, self.past, acc.nodes)
         self.past += 1 + acc.accepted
@@ -309,7 +309,7 @@ class Sequence:
                 self.by_source[name] = self.by_source.get(name, 0) + 1
         # Forced tokens the grammar added (origin -1) are not the drafter's nodes.
         mine = tuple(int(origin[i]) for i in acc.nodes if origin[i] >= 0)
-        outcome = StepOutcome(mine, acc.tokens, res.tree, origin, topk_ms=topk_s * 1e3, **signals.fields())
+        outcome = StepOutcome(mine, acc.tokens, res.tree, origin, topk_ms=topk_s * 1e3, **signals)
         t1 = time.perf_counter()
         past = self.past - 1 - acc.accepted
         self._absorb(outcome, len(res.tree), (plan.draft_s + topk_s) * 1e3, (forward_s + lazy_s) * 1e3,

@@ -332,22 +332,22 @@ class AutoDrafter(Drafter):
         windows, self._windows = {i: (lo, m) for i, lo, m in self._windows}, []
         spent = self._draft_ms
 
-        def shared(i: int, o: StepOutcome) -> StepOutcome:
-            # Top-k rows and the source's own slice of the window's argmax ride along
-            # (built directly: dataclasses.replace costs more than the whole commit of a source).
+        topk = {"row_tokens": outcome.row_tokens, "topk_ids": outcome.topk_ids, "topk_probs": outcome.topk_probs}
+
+        def outcome_for(i: int, accepted: tuple, tree: DraftTree, origin: np.ndarray) -> StepOutcome:
+            # Top-k rows ride along, and the source's own slice of the window's argmax (built
+            # directly: ``dataclasses.replace`` costs more than the whole commit of a source).
             lo, m = windows.get(i, (0, 0))
-            return StepOutcome(o.accepted, o.new_tokens, o.tree, o.origin, row_tokens=outcome.row_tokens,
-                               topk_ids=outcome.topk_ids, topk_probs=outcome.topk_probs,
-                               extra_argmax=outcome.extra_argmax[lo:lo + m])
+            return StepOutcome(accepted, new, tree, origin, extra_argmax=outcome.extra_argmax[lo:lo + m], **topk)
 
         def tell(i: int, s, o: StepOutcome) -> None:
             t0 = time.perf_counter()
-            s.commit(shared(i, o))
+            s.commit(o)
             spent[i] += (time.perf_counter() - t0) * 1e3
 
         if self._last is None:
             for i, s in enumerate(self.sources):
-                tell(i, s, StepOutcome((), new))
+                tell(i, s, outcome_for(i, (), DraftTree.empty(), np.zeros(0, np.int64)))
             self._step = None
             return
         merged, chosen = self._last
@@ -359,9 +359,18 @@ class AutoDrafter(Drafter):
         verified = outcome.origin.tolist() if len(outcome.origin) else range(len(outcome.tree))
         # Each verified node's merged node (-1: not the drafter's, e.g. a forced grammar token).
         verified_merged = [chosen[v] if v >= 0 else -1 for v in verified] if chosen else [-1] * len(verified)
+        nothing = None  # what a source none of whose nodes was verified is told (windowless: one for all)
         for i, (s, where) in enumerate(zip(self.sources, merged.maps)):
             if not len(where) or not chosen:  # proposed nothing (or was off), or none of it was verified
-                tell(i, s, StepOutcome((), new, outcome.tree, np.full(len(outcome.tree), -1, np.int64)))
+                if i in windows:  # with its own slice of the window's argmax
+                    o = outcome_for(i, (), outcome.tree, np.full(len(outcome.tree), -1, np.int64))
+                else:
+                    if nothing is None:
+                        unverified = np.full(len(outcome.tree), -1, np.int64)
+                        unverified.flags.writeable = False  # shared by the sources told it
+                        nothing = outcome_for(i, (), outcome.tree, unverified)
+                    o = nothing
+                tell(i, s, o)
                 continue
             # Merged node -> this source's node (its first).
             first: dict[int, int] = {}
@@ -374,7 +383,7 @@ class AutoDrafter(Drafter):
                     break
                 own.append(j)
             origin = np.array([first.get(m, -1) for m in verified_merged], np.int64)
-            tell(i, s, StepOutcome(tuple(own), new, outcome.tree, origin))
+            tell(i, s, outcome_for(i, tuple(own), outcome.tree, origin))
         # The deferred top-k is the cost of the sources that asked for it.
         asked = [i for i, (s, on) in enumerate(zip(self.sources, self._active)) if on and s.topk > 0]
         for i in asked:

@@ -308,7 +308,7 @@ class Sequence:
                 name = SOURCE_NAMES.get(src, "other")
                 self.by_source[name] = self.by_source.get(name, 0) + 1
         # Forced tokens the grammar added (origin -1) are not the drafter's nodes.
-        mine = tuple(int(origin[i]) for i in acc.nodes if origin[i] >= 0)
+        mine = tuple(int(origin[i]) for i in acc.nodes if origin[i] >= 0) if acc.nodes else ()
         outcome = StepOutcome(mine, acc.tokens, res.tree, origin, topk_ms=topk_s * 1e3, **signals)
         t1 = time.perf_counter()
         past = self.past - 1 - acc.accepted

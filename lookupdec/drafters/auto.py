@@ -311,10 +311,10 @@ class AutoDrafter(Drafter):
             return
         tokens, self._unseen = self._unseen, []
         self._merged_calibration.learn(tokens)
-        spent = self._draft_ms
+        spent, told = self._draft_ms, StepOutcome((), tokens)
         for i, s in enumerate(self.sources):
             t0 = time.perf_counter()
-            s.commit(StepOutcome((), tokens))
+            s.commit(told)
             spent[i] += (time.perf_counter() - t0) * 1e3
 
     def commit(self, outcome: StepOutcome) -> None:

@@ -76,3 +76,4 @@ def test_argmax_rows_picks_what_torch_argmax_picks_on_ties_nan_and_strided_rows(
         assert argmax_rows(rows).tolist() == want
         assert [argmax_row(r) for r in rows] == want
     assert argmax_rows(torch.from_numpy(x).double()).tolist() == torch.argmax(torch.from_numpy(x), -1).tolist()
+    assert [argmax_row(r) for r in torch.from_numpy(nan).double()] == torch.argmax(torch.from_numpy(nan), -1).tolist()

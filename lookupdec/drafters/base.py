@@ -161,8 +161,6 @@ class ExtraRows:
         return int(self.tokens.shape[0])
 
 
-
-
 def _read_only(a: np.ndarray) -> np.ndarray:
     a.flags.writeable = False
     return a

@@ -36,6 +36,7 @@ import numpy as np
 
 from lookupdec.decoder_args import check_callback, check_flag, checked_batch, nth_seed
 from lookupdec.drafters.select import DEFAULT_MARGIN
+from lookupdec.inference import inference
 
 if TYPE_CHECKING:
     from typing import Callable
@@ -307,6 +308,7 @@ class BatchStep:
     accepted_by_source: dict
 
 
+@inference  # once for the batch's step, not per sequence's plan and finish (~10 us an entry after a forward)
 def step_together(verifier, seqs: "Seq[Sequence]", curve: "CostCurve | None", budget: int | None = None,
                   margin: float = DEFAULT_MARGIN, gate: BatchGate | None = None,
                   lone_gate: BatchGate | None = None) -> BatchStep:
@@ -327,8 +329,6 @@ def step_together(verifier, seqs: "Seq[Sequence]", curve: "CostCurve | None", bu
     Raises:
         DraftError: a drafter proposed an invalid tree (the caller decides whose request fails).
     """
-    import torch
-
     from lookupdec.verify import VerifyItem
 
     t0 = time.perf_counter()
@@ -336,8 +336,7 @@ def step_together(verifier, seqs: "Seq[Sequence]", curve: "CostCurve | None", bu
     if len(seqs) == 1 and lone_gate is not None:
         gate = lone_gate
     step_budget = budget if gate is None else gate.budget(len(seqs), budget)
-    with torch.inference_mode():  # once for the batch, not per sequence (each entry costs ~10 us after a forward)
-        plans = [s.plan(step_budget) for s in seqs]
+    plans = [s.plan(step_budget) for s in seqs]
     if len(seqs) > 1:
         past = int(np.mean([s.past for s in seqs]))
         price = price_batch(plans, curve, past, margin, padded=verifier.pads_batches)
@@ -354,9 +353,8 @@ def step_together(verifier, seqs: "Seq[Sequence]", curve: "CostCurve | None", bu
         rows = [max(rows)] * len(rows)  # transformers' padded batch: every sequence has the widest one's rows
     width = sum(rows)
     before = [(len(s.new), dict(s.by_source)) for s in seqs]
-    with torch.inference_mode():
-        for s, p, r, w in zip(seqs, plans, results, rows):
-            s.finish(p, r, forward_s * w / width, observe=len(seqs) == 1)  # each sequence's share of the forward
+    for s, p, r, w in zip(seqs, plans, results, rows):
+        s.finish(p, r, forward_s * w / width, observe=len(seqs) == 1)  # each sequence's share of the forward
     by_source: dict[str, int] = {}
     accepted = new = 0
     for s, (n0, src0) in zip(seqs, before):

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Callable, Sequence as Seq
 import numpy as np
 
 from lookupdec.drafters.base import SOURCE_NAMES, DraftRequest, ExtraRows, NoDrafter, StepOutcome, as_drafter
+from lookupdec.inference import inference
 from lookupdec.pricing import StepTiming
 from lookupdec.proposals import check_tree, check_window, topk_of
 from lookupdec.results import GenerationResult, StepStats
@@ -205,6 +206,7 @@ class Sequence:
                                       topk_ids=ids, topk_probs=probs)
             self._absorb(outcome, 0, (t1 - t0) * 1e3, (t2 - t1) * 1e3, 0.0)
 
+    @inference  # ``run`` and a batch step hold the mode for all their steps: no entry a step
     def plan(self, budget: int | None = None) -> StepPlan:
         """Draft and check the next step's tree.
 
@@ -216,9 +218,6 @@ class Sequence:
         Raises:
             DraftError: the drafter proposed an invalid tree or window.
         """
-        if not torch.is_inference_mode_enabled():  # ``run`` and a batch step enter it once for all their steps
-            with torch.inference_mode():
-                return self.plan(budget)
         if self.done:
             raise RuntimeError("plan() on a finished sequence")
         budget = self.default_budget if budget is None else int(budget)
@@ -253,6 +252,7 @@ class Sequence:
         # budget 0: their top-k took ~1.4 of the 2.5 ms ``auto`` spent beyond ``ar`` a step.
         return StepPlan(root, tree, kept, extra, topk_of(drafter) if drafting else 0, request, t1 - t0)
 
+    @inference
     def finish(self, plan: StepPlan, res: "VerifyResult", forward_s: float, observe: bool = True) -> None:
         """Accept a path of the verified tree, keep its cache rows and hand the outcome on.
 
@@ -263,9 +263,6 @@ class Sequence:
             observe: feed the step's timing to the decoder's cost model (False for a share
                 of a batched forward, whose width is not this sequence's).
         """
-        if not torch.is_inference_mode_enabled():  # ``run`` and a batch step enter it once for all their steps
-            with torch.inference_mode():
-                return self.finish(plan, res, forward_s, observe)
         params = self.params
         t0 = time.perf_counter()
         # Logit rows the walk visits beyond those the verifier fetched are computed on

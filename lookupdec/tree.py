@@ -19,7 +19,6 @@ tree with ``q=None`` holds deterministic drafts (a function of the context).
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -29,7 +28,6 @@ _EMPTY_I64 = np.zeros(0, dtype=np.int64)
 _EMPTY_I32 = np.zeros(0, dtype=np.int32)
 _EMPTY_F64 = np.zeros(0, dtype=np.float64)
 _EMPTY_I16 = np.zeros(0, dtype=np.int16)
-_EMPTY_TREE: "DraftTree | None" = None  # DraftTree.empty()
 
 
 @dataclass(frozen=True, eq=False)
@@ -112,9 +110,6 @@ class DraftTree:
     def empty(cls) -> "DraftTree":
         """The tree without nodes: one shared instance (a plain step asks for it several times, and a
         fresh one costs ~10 us right after a forward)."""
-        global _EMPTY_TREE
-        if _EMPTY_TREE is None:
-            _EMPTY_TREE = DraftTree.trusted(_EMPTY_I64, _EMPTY_I32, _EMPTY_F64, _EMPTY_I16)
         return _EMPTY_TREE
 
     @classmethod
@@ -163,7 +158,7 @@ class DraftTree:
         n = len(toks)
         arrays = (np.array(toks, np.int64), np.array(pars, np.int32), np.array(mass, np.float64) / total,
                   np.full(n, source, np.int16))
-        if (toks and min(toks) < 0) or not math.isfinite(total) or not all(math.isfinite(x) for x in w):
+        if (toks and min(toks) < 0) or not np.isfinite(arrays[2]).all():
             return cls(*arrays)  # the constructor's checks name the fault
         # A trie built parent first: valid by construction, without the constructor's checks
         # (Lookahead builds one a step).
@@ -371,6 +366,9 @@ class DraftTree:
                 f"scores={[round(s, 4) for s in self.scores.tolist()]})")
 
 
+_EMPTY_TREE = DraftTree.trusted(_EMPTY_I64, _EMPTY_I32, _EMPTY_F64, _EMPTY_I16)  # DraftTree.empty()
+
+
 @dataclass(frozen=True)
 class Merged:
     """Several trees merged into one.
@@ -402,8 +400,7 @@ def merge_trees(trees: Sequence[DraftTree]) -> Merged:
     # acceptance would be biased. Alone (the others empty) it is returned as it is.
     live = [k for k, t in enumerate(trees) if len(t)]
     if not live:  # nothing proposed (about half of auto's proposals): no trie to build
-        none = np.zeros(0, np.int64)
-        return Merged(DraftTree.empty(), (none,) * len(trees))
+        return Merged(DraftTree.empty(), (_EMPTY_I64,) * len(trees))
     if any(trees[k].sampled for k in live):
         if len(live) > 1:
             raise ValueError("a sampled DraftTree cannot be merged with other non-empty trees: merging would make "

@@ -93,10 +93,32 @@ def test_memory_is_at_most_16_bytes_per_token():
 
 def test_token_ids_out_of_range_are_refused():
     idx = LiveIndex(4, 1)
-    for bad in ([-1], [2**31], [1, -5]):
-        with pytest.raises(ValueError, match="outside"):
+    for bad in ([-1], [2**31], [1, -5], (3, 2**31 + 7), [2**100], [4, -2**100]):
+        with pytest.raises(ValueError, match="outside|integer ids"):
+            idx.extend(bad)
+    for bad in ([1.0], [True], [2, "3"], [[1, 2]]):  # not plain ints: the checked numpy route's error
+        with pytest.raises(ValueError, match="integer ids"):
             idx.extend(bad)
     assert len(idx) == 0
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_plain_int_lists_index_as_arrays_do(seed):
+    # Lists and tuples of ints take a native path (no numpy); arrays, numpy ints and generators
+    # the checked numpy one. Both must index the same sequence, in chunks of any size (a chunk
+    # over the native path's 64-token buffer included).
+    rng = np.random.default_rng(seed)
+    seq = rng.integers(0, 6, size=400).tolist()
+    fast, slow = LiveIndex(6, 1), LiveIndex(6, 1)
+    pos = 0
+    while pos < len(seq):
+        step = int(rng.choice([1, 2, 5, 70, 150]))
+        chunk = seq[pos:pos + step]
+        fast.extend(chunk if step % 2 else tuple(chunk))
+        slow.extend(np.array(chunk, np.int64) if step % 2 else (np.int64(t) for t in chunk))
+        pos += step
+        assert fast.match(4) == slow.match(4)
+    assert fast.tokens.tolist() == slow.tokens.tolist() == seq
 
 
 def test_narrower_query_bounds_match_reference():

@@ -112,6 +112,8 @@ class LiveIndex:
         Raises:
             ValueError: a token id outside ``[0, 2^31 - 1]``.
         """
+        if type(tokens) in (list, tuple) and self._core.extend_ints(tokens):
+            return  # plain ints in range, appended natively (a decoding step's path)
         arr = np.asarray(tokens if isinstance(tokens, np.ndarray) else list(tokens))
         if arr.size == 0:
             return

@@ -422,3 +422,4 @@ cdef class ContinuationTrie:
 include "shards.pxi"
 include "live.pxi"
 include "qmatmul.pxi"
+include "select.pxi"

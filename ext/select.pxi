@@ -1,5 +1,6 @@
 # auto's selection scan (lookupdec.drafters.select.select_nodes), included by _native.pyx.
 
+from libc.stdint cimport int16_t
 from libc.stdlib cimport malloc, free, qsort
 
 
@@ -94,3 +95,53 @@ def select_scan(const int32_t[::1] parents, const double[::1] scores, const doub
 
 _NO_NODES = np.zeros(0, dtype=np.int64)
 _NO_NODES.flags.writeable = False
+
+
+def subset_arrays(const int64_t[:] tokens, const int32_t[:] parents, const double[:] scores,
+                  const int16_t[:] sources, const int64_t[:] ids, nodes):
+    """``DraftTree.subset``'s arrays in one call: the nodes ``nodes`` (which hold every kept node's
+    ancestors) in index order, parents renumbered (a parent not kept: -1), provenance composed
+    (``ids[kept]``, or the kept indices when ``ids`` is None). Returns
+    ``(tokens int64, parents int32, scores float64, sources int16, ids int64)``.
+    ``DraftTree.subset``'s numpy form in tests/test_tree.py is the slow reference.
+    """
+    cdef int64_t n = tokens.shape[0], k, i, j, v
+    cdef const int64_t[:] keep_in = np.asarray(nodes, dtype=np.int64)
+    if parents.shape[0] != n or scores.shape[0] != n or sources.shape[0] != n or (ids is not None and ids.shape[0] != n):
+        raise ValueError("subset_arrays: the tree's arrays differ in length")
+    k = keep_in.shape[0]
+    keep = np.empty(k, dtype=np.int64)
+    cdef int64_t[::1] kv = keep
+    for j in range(k):  # ascending (insertion sort: a cut keeps a few dozen nodes)
+        v = keep_in[j]
+        if v < 0 or v >= n:
+            raise IndexError(f"node {v} out of range for a tree of {n} nodes")
+        i = j
+        while i > 0 and kv[i - 1] > v:
+            kv[i] = kv[i - 1]
+            i -= 1
+        kv[i] = v
+    out_tok = np.empty(k, dtype=np.int64)
+    out_par = np.empty(k, dtype=np.int32)
+    out_sc = np.empty(k, dtype=np.float64)
+    out_src = np.empty(k, dtype=np.int16)
+    out_ids = np.empty(k, dtype=np.int64)
+    cdef int64_t[::1] ot = out_tok, oi = out_ids
+    cdef int32_t[::1] op = out_par
+    cdef double[::1] osc = out_sc
+    cdef int16_t[::1] osr = out_src
+    remap = np.full(n, -1, dtype=np.int64) if k else _NO_NODES
+    cdef int64_t[::1] rm
+    if k:
+        rm = remap
+    cdef int32_t p
+    for j in range(k):
+        i = kv[j]
+        rm[i] = j
+        ot[j] = tokens[i]
+        p = parents[i]
+        op[j] = <int32_t>rm[p] if p >= 0 else -1
+        osc[j] = scores[i]
+        osr[j] = sources[i]
+        oi[j] = i if ids is None else ids[i]
+    return out_tok, out_par, out_sc, out_src, out_ids

@@ -135,3 +135,34 @@ def test_from_sequences_builds_valid_tries_unchecked_and_still_refuses_bad_input
         DraftTree.from_sequences([[3, -1]])
     with pytest.raises(ValueError, match="non-finite score"):
         DraftTree.from_sequences([[1], [2]], weights=[1.0, float("nan")])
+
+
+def subset_reference(tree: DraftTree, nodes) -> tuple:
+    """DraftTree.subset's arrays the numpy way: the slow reference of ``_native.subset_arrays``."""
+    keep = np.sort(np.asarray(nodes, dtype=np.int64))
+    remap = np.full(len(tree), -1, np.int64)
+    remap[keep] = np.arange(len(keep))
+    parents = tree.parents[keep]
+    new_parents = np.where(parents >= 0, remap[np.maximum(parents, 0)], -1)
+    ids = keep if tree.ids is None else tree.ids[keep]
+    return tree.tokens[keep], new_parents, tree.scores[keep], tree.sources[keep], ids
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_native_subset_equals_the_numpy_reference(seed):
+    rng = np.random.default_rng(seed)
+    for trial in range(60):
+        n = int(rng.integers(1, 80))
+        parents = np.array([int(rng.integers(-1, i)) for i in range(n)], np.int32)
+        tree = DraftTree(rng.integers(0, 49152, n), parents, rng.random(n), rng.integers(0, 9, n).astype(np.int16))
+        if trial % 2:  # a tree cut before: provenance composes
+            tree = tree.subset(np.arange(n)[: max(1, n - 3)])
+        keep = tree.best(int(rng.integers(0, len(tree) + 1)))
+        order = rng.permutation(len(keep))  # any order in, index order out
+        got = tree.subset(keep[order])
+        want = subset_reference(tree, keep)
+        for a, b in zip((got.tokens, got.parents, got.scores, got.sources, got.node_ids()), want):
+            assert a.tolist() == b.tolist(), (seed, trial)
+        assert got.check() == ""
+    with pytest.raises(IndexError, match="out of range"):
+        tree.subset([len(tree)])

@@ -44,7 +44,7 @@ void lk_topk_rows(const float *x, int64_t R, int64_t n, int k, int64_t *ids, flo
                 }
             }
         }
-        float m = lk_row_max(row, n);
+        float m = b.n ? b.v[0] : lk_row_max(row, n); /* the top-1 is the maximum */
         double s = lk_row_exp_sum(row, n, m, NULL);
         for (int c = 0; c < k; c++) {
             ids[r * k + c] = b.i[c];

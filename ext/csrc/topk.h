@@ -2,9 +2,9 @@
  *
  * For each of R rows of n float32 logits: the k largest, most likely first (equal values: the
  * lower index first), and p = exp(v - max) / sum_j exp(x_j - max). torch's topk and logsumexp
- * cost ~0.2 ms a row of 49,152 here, most of it dispatch; this is three passes: the top-k
- * (blocks whose maximum cannot enter are skipped), then the maximum and the sum of exp (rowexp.h: lk_exp.h's polynomial,
- * summed in double in a fixed order per instruction set).
+ * cost ~0.2 ms a row of 49,152 here, most of it dispatch; this is two passes: the top-k
+ * (blocks whose maximum cannot enter are skipped), whose first is the row's maximum, then the sum
+ * of exp (rowexp.h: lk_exp.h's polynomial, summed in double in a fixed order per instruction set).
  * Drafting reads these: no output token depends on them. */
 #ifndef LK_TOPK_H
 #define LK_TOPK_H

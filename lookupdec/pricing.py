@@ -293,7 +293,7 @@ class CostModel:
         self.draft_ms = 0.0
         self.stale = False
         self._version = 0
-        self._published: np.ndarray | None = None  # the fit's knots when the version last changed
+        self._published: list[float] | None = None  # the fit's knots when the version last changed
         self._cached: tuple | None = None
         self._since_fit = 0
         self._pending: list[StepTiming] = []  # steps observed since the knots were last updated
@@ -357,11 +357,10 @@ class CostModel:
     def disagreement(self) -> float:
         """Mean absolute log ratio of the fitted knots to the prior's, over knots steps have reached."""
         self._fold()
-        ratio = self._knot_log_ratios()
-        reached = self._w > 0.5
-        if not reached.any():
+        reached = [(abs(r), w) for r, w in zip(self._knot_log_ratios(), self._w.tolist()) if w > 0.5]
+        if not reached:
             return 0.0
-        return float(np.average(np.abs(ratio[reached]), weights=self._w[reached]))
+        return sum(a * w for a, w in reached) / sum(w for _, w in reached)
 
     # -- internals ------------------------------------------------------------------------------
 
@@ -374,10 +373,13 @@ class CostModel:
             b += max(self._body0[-1] - self._body0[-2], 0.0) / (xs[-1] - xs[-2]) * (width - xs[-1])
         return b
 
-    def _knot_log_ratios(self) -> np.ndarray:
+    def _knot_log_ratios(self) -> list[float]:
+        # Plain floats over the few knots: the refit runs right after a forward, where each numpy
+        # call costs ~10 us (a refit of ~30 of them cost ~330 us, every 16 steps).
         pw = self.prior_weight
-        overall = float(self._lr.sum()) / (float(self._w.sum()) + pw)  # shrunk toward 0 (the prior)
-        return (self._lr + pw * overall) / (self._w + pw)
+        ws, lrs = self._w.tolist(), self._lr.tolist()
+        overall = sum(lrs) / (sum(ws) + pw)  # shrunk toward 0 (the prior)
+        return [(lr + pw * overall) / (w + pw) for lr, w in zip(lrs, ws)]
 
     def _head_at_knots(self, head) -> np.ndarray:
         xs = self.prior.widths
@@ -389,19 +391,22 @@ class CostModel:
         if self._cached is not None:
             return self._cached
         self._fold()
-        ratio = np.exp(self._knot_log_ratios())
-        body = isotonic(self._body0 * ratio, self._w + self.prior_weight)
-        overall = float(np.exp(float(self._lr.sum()) / (float(self._w.sum()) + self.prior_weight)))
-        slope = np.asarray(self.prior.slope_ms, np.float64) * overall
+        pw = self.prior_weight
+        ws = self._w.tolist()
+        body = isotonic([b * math.exp(r) for b, r in zip(self._body0_list, self._knot_log_ratios())],
+                        [w + pw for w in ws])
+        overall = math.exp(sum(self._lr.tolist()) / (sum(ws) + pw))
+        slope = np.array([x * overall for x in self.prior.slope_ms], np.float64)
         head: tuple[float, ...] = ()
-        if len(self._head0):
-            hr = math.exp(self._hlr / (self._hw + self.prior_weight))
-            head = tuple(isotonic(self._head0 * hr).tolist())
+        if self._head0_list:
+            hr = math.exp(self._hlr / (self._hw + pw))
+            head = tuple(isotonic([h * hr for h in self._head0_list]).tolist())
         self._cached = (body, slope, head)
         self._since_fit = 0
-        knots = np.concatenate([body, head]) if head else body
-        if self._published is None or len(knots) != len(self._published) or \
-                float(np.max(np.abs(knots / self._published - 1.0))) > VERSION_TOLERANCE:
+        knots = body.tolist() + list(head)
+        last = self._published
+        if last is None or len(knots) != len(last) or \
+                any(abs(k - p) > VERSION_TOLERANCE * abs(p) for k, p in zip(knots, last)):  # (a knot at 0: moved if not 0)
             self._published = knots
             self._version += 1
         if not self.stale and self.steps >= self.min_steps:

@@ -91,12 +91,13 @@ class DraftTree:
     @classmethod
     def trusted(cls, tokens: np.ndarray, parents: np.ndarray, scores: np.ndarray,
                 sources: np.ndarray | None = None, *, q: np.ndarray | None = None, sampled: bool = False,
-                ids: np.ndarray | None = None) -> "DraftTree":
+                ids: np.ndarray | None = None, depth: list[int] | None = None) -> "DraftTree":
         """Wrap arrays already known to form a valid tree, skipping conversion and checks.
 
         For hot paths whose producer guarantees the invariants (native tries, merges and cuts of
         valid trees); the arrays must already be int64 / int32 / float64 / int16 (``sources``
-        None: all 0; ``ids`` int64). ``check()`` still tells whether they really do.
+        None: all 0; ``ids`` int64). ``depth``: the nodes' depths when the producer has them
+        (becomes ``depth``, not computed again). ``check()`` still tells whether they really do.
         """
         tree = object.__new__(cls)
         object.__setattr__(tree, "tokens", tokens)
@@ -106,6 +107,10 @@ class DraftTree:
         object.__setattr__(tree, "q", q)
         object.__setattr__(tree, "sampled", sampled)
         object.__setattr__(tree, "ids", ids)
+        if depth is not None:
+            d = np.array(depth, np.int32)
+            d.setflags(write=False)
+            tree.__dict__["depth"] = d  # the cached property's slot
         return tree
 
     @classmethod

@@ -5,6 +5,7 @@ import sys
 import numpy as np
 import pytest
 
+from lookupdec.drafters.calibrate import conditional
 from lookupdec.drafters.pld import lookup_tree
 from lookupdec.index.live import LiveIndex, LiveMatch
 from lookupdec.tree import DraftTree
@@ -60,10 +61,18 @@ def test_draft_trie_equals_merging_and_pruning_the_oracles_continuations(seed):
         d = idx.draft(k, depth, width)
         got = (d.length, d.tokens.tolist(), d.parents.tolist(), d.counts.tolist())
         assert got == draft_reference(py, k, depth, width), (seed, k, depth, width)
+        # The shares and conditionals filled natively are the same doubles as numpy's division and
+        # calibrate.conditional (PLD scores with them).
+        if d.length:
+            assert d.shares.tolist() == (d.counts.astype(np.float64) / d.occurrences).tolist()
+            want = conditional(DraftTree(d.tokens, d.parents, d.shares)).tolist()
+            assert d.conditionals.tolist() == want, (seed, k, depth, width)
         # PLD wraps the native trie without the constructor's checks: it must pass them.
-        tree = lookup_tree(idx, depth, width, k).tree
+        ctx = lookup_tree(idx, depth, width, k)
+        tree = ctx.tree
         assert tree.check() == "" and (tree.tokens.dtype, tree.parents.dtype, tree.scores.dtype) == \
             (np.int64, np.int32, np.float64)
+        assert ctx.conditional.tolist() == conditional(tree).tolist()
         if max_n > min_n:  # a narrower query (the PLD fallback's)
             lo = hi = min_n
             d = idx.draft(k, depth, width, max_n=hi, min_n=lo)

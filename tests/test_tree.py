@@ -166,3 +166,18 @@ def test_native_subset_equals_the_numpy_reference(seed):
         assert got.check() == ""
     with pytest.raises(IndexError, match="out of range"):
         tree.subset([len(tree)])
+
+
+def test_depths_a_scorer_hands_over_are_the_trees_depths():
+    # NodeScorer.score passes the depths it computed to DraftTree.trusted (not computed again):
+    # they must be what the tree's own depth computation gives, and read-only like it.
+    from lookupdec.drafters.calibrate import NodeScorer, conditional
+
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        seqs = [rng.integers(0, 4, int(rng.integers(1, 7))).tolist() for _ in range(int(rng.integers(1, 6)))]
+        t = DraftTree.from_sequences(seqs)
+        scored = NodeScorer("pld").score(t, conditional(t), 3, 1)
+        fresh = DraftTree(scored.tokens, scored.parents, scored.scores)
+        assert scored.depth.tolist() == fresh.depth.tolist() == t.depth.tolist()
+        assert scored.depth.dtype == np.int32 and not scored.depth.flags.writeable

@@ -313,7 +313,8 @@ class NodeScorer:
             return tree
         parents = tree.parents.tolist()
         tokens = tree.tokens.tolist()
-        lens = [int(match_len)] * n if np.ndim(match_len) == 0 else [int(m) for m in match_len]
+        per_node = isinstance(match_len, (list, tuple)) or (isinstance(match_len, np.ndarray) and match_len.ndim > 0)
+        lens = [int(m) for m in match_len] if per_node else [int(match_len)] * n
         cal, src, prior, grow = self.calibration, self.source, self.prior, self.grow
         depth = [0] * n
         keys: list[tuple] = [()] * n
@@ -331,7 +332,7 @@ class NodeScorer:
             scores[i] = c if p < 0 else scores[p] * c
         self._outcomes.add(tokens, parents, depth, keys)
         return DraftTree.trusted(tree.tokens, tree.parents, np.array(scores, np.float64),
-                                 np.full(n, source_id, np.int16))
+                                 np.full(n, source_id, np.int16), depth=depth)
 
     def learn(self, new_tokens: Sequence[int]) -> None:
         """Record what the tokens that followed reveal of the scored trees (``Outcomes``)."""

@@ -28,7 +28,7 @@ from typing import Sequence
 import numpy as np
 
 from lookupdec.drafters.base import SOURCES, DraftRequest, Drafter, StepOutcome
-from lookupdec.drafters.calibrate import Calibration, NodeScorer, conditional
+from lookupdec.drafters.calibrate import Calibration, NodeScorer
 from lookupdec.index.live import LiveIndex
 from lookupdec.tree import DraftTree
 
@@ -91,6 +91,9 @@ class PLDConfig:
                              f"{self.fallback_width}, {self.fallback_depth}")
 
 
+_EMPTY_F64 = np.zeros(0, np.float64)
+
+
 @dataclass(frozen=True)
 class ContextDraft:
     """Continuations of the longest earlier match of the sequence's suffix.
@@ -99,10 +102,12 @@ class ContextDraft:
         match_len: tokens matched (0: no match, and an empty tree).
         tree: the continuations merged; each node scored with the share of the
             merged occurrences that continue with its path.
+        conditional: each node's share of its parent's occurrences (``calibrate.conditional``).
     """
 
     match_len: int
     tree: DraftTree
+    conditional: np.ndarray
 
 
 def lookup_tree(index: LiveIndex, depth: int, width: int, max_occurrences: int,
@@ -131,11 +136,10 @@ def lookup_tree(index: LiveIndex, depth: int, width: int, max_occurrences: int,
         return _NO_DRAFT
     # Most recent first: on equal counts the earlier-inserted (more recent) nodes rank first.
     # The native trie is valid by construction (tests/test_live_index.py checks it against an oracle).
-    return ContextDraft(d.length, DraftTree.trusted(np.asarray(d.tokens, np.int64), np.asarray(d.parents, np.int32),
-                                                    np.asarray(d.counts, np.float64) / d.occurrences))
+    return ContextDraft(d.length, DraftTree.trusted(d.tokens, d.parents, d.shares), d.conditionals)
 
 
-_NO_DRAFT = ContextDraft(0, DraftTree.empty())
+_NO_DRAFT = ContextDraft(0, DraftTree.empty(), _EMPTY_F64)
 
 
 class PLDDrafter(Drafter):
@@ -187,11 +191,13 @@ class PLDDrafter(Drafter):
         budget = int(request.budget)
         depth = min(self._depth, request.max_depth)
         d = lookup_tree(self._index, depth, min(budget, c.max_width), c.max_occurrences, min_n=c.min_n)
-        self._drafted = int(d.tree.depth.max()) if len(d.tree) else 0
-        if not len(d.tree) and c.fallback_width and c.min_n > 1:
+        full = len(d.tree) > 0  # a full draft moves the adaptive depth; the fallback's does not
+        if not full and c.fallback_width and c.min_n > 1:
             d = lookup_tree(self._index, min(c.fallback_depth, request.max_depth), min(budget, c.fallback_width),
                             c.max_occurrences, max_n=c.min_n - 1, min_n=1)
-        return self._scorer.score(d.tree, conditional(d.tree), d.match_len, SOURCES[self.name])
+        tree = self._scorer.score(d.tree, d.conditional, d.match_len, SOURCES[self.name])
+        self._drafted = int(tree.depth.max()) if full else 0  # (the scorer's depths: not computed again)
+        return tree
 
     def commit(self, outcome: StepOutcome) -> None:
         c = self.config

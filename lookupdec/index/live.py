@@ -59,6 +59,9 @@ class LiveDraft:
         tokens, parents, counts: the trie's best nodes as flat arrays (int64, int32,
             int64), parents before children; ``counts[i]`` occurrences continue
             with the path to node ``i``.
+        shares: float64 ``counts / occurrences``, the share of the occurrences continuing with each path.
+        conditionals: float64 ``shares[i] / shares[parent]`` (a child of the root: its share),
+            the share of the parent's occurrences continuing with the node.
     """
 
     length: int
@@ -66,9 +69,12 @@ class LiveDraft:
     tokens: np.ndarray
     parents: np.ndarray
     counts: np.ndarray
+    shares: np.ndarray
+    conditionals: np.ndarray
 
 
-_NO_DRAFT = LiveDraft(0, 0, np.zeros(0, np.int64), np.zeros(0, np.int32), np.zeros(0, np.int64))
+_NO_DRAFT = LiveDraft(0, 0, np.zeros(0, np.int64), np.zeros(0, np.int32), np.zeros(0, np.int64),
+                      np.zeros(0, np.float64), np.zeros(0, np.float64))
 
 
 class LiveIndex:
@@ -191,11 +197,11 @@ class LiveIndex:
         if depth < 1 or width < 1:
             return _NO_DRAFT
         lo, hi = self._bounds(max_n, min_n)
-        length, occurrences, tokens, parents, counts = self._core.draft(lo, hi, int(max_occurrences), int(depth),
-                                                                        int(width))
+        length, occurrences, tokens, parents, counts, shares, cond = self._core.draft(
+            lo, hi, int(max_occurrences), int(depth), int(width))
         if not length:
             return _NO_DRAFT
-        return LiveDraft(int(length), int(occurrences), tokens, parents, counts)
+        return LiveDraft(int(length), int(occurrences), tokens, parents, counts, shares, cond)
 
     def continuation(self, start: int, depth: int, periodic: bool = True) -> list[int]:
         """Up to ``depth`` tokens that followed an occurrence, from ``start`` on.

@@ -423,6 +423,7 @@ def merge_trees(trees: Sequence[DraftTree]) -> Merged:
     index: dict[tuple[int, int], int] = {}  # (merged parent, token) -> merged node
     toks: list[int] = []
     pars: list[int] = []
+    depth: list[int] = []  # handed to the tree: its depth is not computed again
     scores: list[float] = []
     srcs: list[int] = []
     maps = []
@@ -436,6 +437,7 @@ def merge_trees(trees: Sequence[DraftTree]) -> Merged:
                 node = index[key] = len(toks)
                 toks.append(tok)
                 pars.append(key[0])
+                depth.append(depth[key[0]] + 1 if key[0] >= 0 else 1)
                 scores.append(sc)
                 srcs.append(src)
             elif sc > scores[node]:
@@ -444,5 +446,5 @@ def merge_trees(trees: Sequence[DraftTree]) -> Merged:
         maps.append(np.array(where, np.int64))
     # A trie of valid trees' nodes, each after its parent: valid by construction.
     merged = DraftTree.trusted(np.array(toks, np.int64), np.array(pars, np.int32), np.array(scores, np.float64),
-                               np.array(srcs, np.int16))
+                               np.array(srcs, np.int16), depth=depth)
     return Merged(merged, tuple(maps))

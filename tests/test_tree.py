@@ -75,8 +75,10 @@ def test_prune_keeps_a_valid_tree_of_the_best_nodes():
 
 def _valid_as_constructed(t: DraftTree) -> bool:
     """What the constructor would have checked and converted, for trees built without it."""
+    fresh = DraftTree(t.tokens, t.parents)  # depths handed over by the producer must be the computed ones
     return (t.check() == "" and t.tokens.dtype == np.int64 and t.parents.dtype == np.int32
-            and t.scores.dtype == np.float64 and t.sources.dtype == np.int16)
+            and t.scores.dtype == np.float64 and t.sources.dtype == np.int16
+            and t.depth.tolist() == fresh.depth.tolist())
 
 
 def test_merges_and_cuts_built_without_the_constructors_checks_are_valid_trees():

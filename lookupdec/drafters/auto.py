@@ -34,6 +34,10 @@ from lookupdec.tree import DraftTree, Merged, merge_trees
 SOURCE_BUDGET = 48
 # Longest match the context source measures: the calibration's longest match bucket.
 CONTEXT_MAX_N = MATCH_EDGES[-1]
+# "No node of this source's was verified", for trees of up to 256 nodes: views of one read-only
+# array (a fresh np.full cost ~24 us right after a forward).
+_UNVERIFIED = np.full(256, -1, np.int64)
+_UNVERIFIED.flags.writeable = False
 
 
 def context_source(calibration: Calibration | None) -> Drafter:
@@ -365,9 +369,9 @@ class AutoDrafter(Drafter):
                 if i in windows:  # with its own slice of the window's argmax
                     o = outcome_for(i, (), outcome.tree, np.full(len(outcome.tree), -1, np.int64))
                 else:
-                    if nothing is None:
-                        unverified = np.full(len(outcome.tree), -1, np.int64)
-                        unverified.flags.writeable = False  # shared by the sources told it
+                    if nothing is None:  # a read-only view, shared by the sources told it
+                        n = len(outcome.tree)
+                        unverified = _UNVERIFIED[:n] if n <= len(_UNVERIFIED) else np.full(n, -1, np.int64)
                         nothing = outcome_for(i, (), outcome.tree, unverified)
                     o = nothing
                 tell(i, s, o)

@@ -134,11 +134,21 @@ class Calibration:
         return (hf + w * coarse) / (tf + w)
 
     def observe(self, key: tuple, hit: bool) -> None:
-        for table, k in ((self._fine, key), (self._coarse, key[:-1])):
-            s = table.get(k)
-            if s is None:
-                s = table[k] = [0.0, 0.0]
-            s[0] += 1.0 if hit else 0.0
+        # Unrolled for the fine and the coarse key: called for every decided node, several
+        # thousand times a generation.
+        h = 1.0 if hit else 0.0
+        s = self._fine.get(key)
+        if s is None:
+            self._fine[key] = [h, 1.0]
+        else:
+            s[0] += h
+            s[1] += 1.0
+        coarse = key[:-1]
+        s = self._coarse.get(coarse)
+        if s is None:
+            self._coarse[coarse] = [h, 1.0]
+        else:
+            s[0] += h
             s[1] += 1.0
 
     def observations(self, source: str) -> int:

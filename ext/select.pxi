@@ -145,3 +145,24 @@ def subset_arrays(const int64_t[:] tokens, const int32_t[:] parents, const doubl
         osr[j] = sources[i]
         oi[j] = i if ids is None else ids[i]
     return out_tok, out_par, out_sc, out_src, out_ids
+
+
+def recycle_update(int64_t[:, ::1] ids, float[:, ::1] probs, const int64_t[:] rows,
+                   const int64_t[:, :] topk_ids, const float[:, :] topk_probs):
+    """Token Recycling's table update (``RecycleTable.update``) in one call: each row's token gets its
+    top-k ids and probabilities, in row order (a later row of the same token wins); candidates
+    beyond those given are cleared (-1, 0). The caller has grown the table past every row token.
+    """
+    cdef int64_t R = rows.shape[0], k = ids.shape[1], kk = min(k, topk_ids.shape[1]), r, c, t
+    if topk_ids.shape[0] < R or topk_probs.shape[0] < R or topk_probs.shape[1] < kk or probs.shape[1] != k:
+        raise ValueError("recycle_update: shapes do not match")
+    for r in range(R):
+        t = rows[r]
+        if t < 0 or t >= ids.shape[0]:
+            raise IndexError(f"row token {t} outside the table's {ids.shape[0]} entries")
+        for c in range(kk):
+            ids[t, c] = topk_ids[r, c]
+            probs[t, c] = topk_probs[r, c]
+        for c in range(kk, k):
+            ids[t, c] = -1
+            probs[t, c] = 0.0

@@ -29,15 +29,17 @@ def _slow_table(updates, k):
     return table
 
 
-def test_table_update_equals_a_dict_that_overwrites_row_by_row():
+@pytest.mark.parametrize("probs_dtype", [np.float32, np.float64])  # the native update, and numpy's route
+def test_table_update_equals_a_dict_that_overwrites_row_by_row(probs_dtype):
     rng = np.random.default_rng(0)
     t = RecycleTable(4)
     updates = []
     for step in range(30):
         n = int(rng.integers(1, 12))
         rows = rng.integers(0, 40 if step < 10 else 300, n)  # repeated tokens within a step; the table grows
-        ids = rng.integers(0, 500, (n, 4))
-        probs = rng.random((n, 4)).astype(np.float32)
+        k = 2 if step % 4 == 3 else 4  # fewer candidates than the table keeps: the rest are cleared
+        ids = rng.integers(0, 500, (n, k))
+        probs = rng.random((n, k)).astype(probs_dtype)
         t.update(rows, ids, probs)
         updates.append((rows, ids, probs))
     want = _slow_table(updates, 4)

@@ -190,6 +190,27 @@ def topk_rows_ptr(size_t x, int64_t rows, int64_t n, int k, size_t ids, size_t p
         lk_topk_rows(<const float *>x, rows, n, k, <int64_t *>ids, <float *>probs)
 
 
+def topk_rows_at(list addresses, int64_t n, int k):
+    """``topk_rows_ptr`` of separate rows of ``n`` float32 logits, one address each: returns
+    ``(ids (R, k) int64, probs (R, k) float32)``, made here (numpy's ``.ctypes`` costs ~5 us an
+    array right after a forward). The caller (lookupdec.tree_rows) owns the checks."""
+    cdef int64_t R = len(addresses), r
+    if n <= 0 or not 1 <= k <= LK_TOPK_MAX or k > n:
+        raise ValueError("topk_rows: bad shape")
+    ids = np.empty((R, k), dtype=np.int64)
+    probs = np.empty((R, k), dtype=np.float32)
+    if R == 0:
+        return ids, probs
+    cdef int64_t[:, ::1] iv = ids
+    cdef float[:, ::1] pv = probs
+    cdef size_t x
+    for r in range(R):
+        x = addresses[r]
+        with nogil:
+            lk_topk_rows(<const float *>x, 1, n, k, &iv[r, 0], &pv[r, 0])
+    return ids, probs
+
+
 def sample_row_ptr(size_t x, int64_t n, float temperature, double u, size_t scratch):
     """The token at ``u`` in [0, 1) of softmax(x / temperature) over ``n`` float32 logits at ``x``
     (ext/csrc/sample.h); ``scratch``: ``n`` float32. Raw addresses: the caller (lookupdec.sampling)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 import torch
 
-from lookupdec._native import TOPK_MAX, topk_rows_ptr
+from lookupdec._native import TOPK_MAX, topk_rows_at, topk_rows_ptr
 from lookupdec.tree import DraftTree
 
 if TYPE_CHECKING:
@@ -196,13 +196,9 @@ def topk_of_rows(rows: Sequence[torch.Tensor], k: int) -> tuple[np.ndarray, np.n
     """
     if not rows:
         return np.zeros((0, max(int(k), 0)), np.int64), np.zeros((0, max(int(k), 0)), np.float32)
-    k = min(int(k), rows[0].shape[-1])
-    if all(r.device.type == "cpu" and r.dtype == torch.float32 and r.dim() == 1 and r.is_contiguous() for r in rows) \
-            and 1 <= k <= TOPK_MAX and len({r.shape[0] for r in rows}) == 1:
-        ids = np.empty((len(rows), k), np.int64)
-        probs = np.empty((len(rows), k), np.float32)
-        n = rows[0].shape[0]
-        for j, r in enumerate(rows):
-            topk_rows_ptr(r.data_ptr(), 1, n, k, ids[j].ctypes.data, probs[j].ctypes.data)
-        return ids, probs
+    n = rows[0].shape[-1]
+    k = min(int(k), n)
+    if 1 <= k <= TOPK_MAX and all(r.is_cpu and r.dtype == torch.float32 and r.dim() == 1 and r.shape[0] == n
+                                  and r.is_contiguous() for r in rows):
+        return topk_rows_at([r.data_ptr() for r in rows], n, k)  # one native call for all the rows
     return topk_rows(torch.stack(list(rows)), k)

@@ -138,8 +138,11 @@ class VerifyResult(VerifierSignals):
         k = self.topk if k is None else int(k)
         if k <= 0:
             return np.zeros(0, np.int64), np.zeros((0, 0), np.int64), np.zeros((0, 0), np.float32)
-        rows = self.rows.computed_rows() if rows is None else sorted(int(r) for r in rows)
-        self.rows.prefetch(rows)
+        if rows is None:
+            rows = self.rows.computed_rows()  # (computed: nothing to prefetch)
+        else:
+            rows = sorted(int(r) for r in rows)
+            self.rows.prefetch(rows)
         ids, probs = topk_of_rows([self.rows.row(r) for r in rows], k)
         node_tokens = self.tree.tokens
         tokens = np.array([int(self.root) if r == 0 else int(node_tokens[r - 1]) for r in rows], np.int64)

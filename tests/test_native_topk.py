@@ -77,3 +77,20 @@ def test_argmax_rows_picks_what_torch_argmax_picks_on_ties_nan_and_strided_rows(
         assert [argmax_row(r) for r in rows] == want
     assert argmax_rows(torch.from_numpy(x).double()).tolist() == torch.argmax(torch.from_numpy(x), -1).tolist()
     assert [argmax_row(r) for r in torch.from_numpy(nan).double()] == torch.argmax(torch.from_numpy(nan), -1).tolist()
+
+
+def test_rows_apart_give_what_the_rows_stacked_give():
+    # topk_of_rows reads separate CPU float32 rows in one native call (topk_rows_at); rows that are
+    # not (a float64 row, a strided view) take the stacked route. Both equal topk_rows of the stack.
+    from lookupdec.tree_rows import topk_of_rows
+
+    rng = np.random.default_rng(5)
+    x = torch.from_numpy((rng.standard_normal((4, 3000)) * 4).astype(np.float32))  # no ties: torch's route
+    rows = [x[i] for i in range(4)]  # orders equal values its own way
+    want = topk_rows(x, 8)
+    for given in (rows, rows[:1], [r.double() for r in rows], [torch.from_numpy(np.repeat(x[0].numpy(), 2))[::2]]):
+        ids, probs = topk_of_rows(given, 8)
+        m = len(given)
+        assert np.array_equal(ids, want[0][:m]) and np.allclose(probs, want[1][:m], rtol=1e-6)
+    ids, probs = topk_of_rows([], 8)
+    assert ids.shape == probs.shape == (0, 8)

@@ -196,7 +196,7 @@ class PLDDrafter(Drafter):
             d = lookup_tree(self._index, min(c.fallback_depth, request.max_depth), min(budget, c.fallback_width),
                             c.max_occurrences, max_n=c.min_n - 1, min_n=1)
         tree = self._scorer.score(d.tree, d.conditional, d.match_len, SOURCES[self.name])
-        self._drafted = int(tree.depth.max()) if full else 0  # (the scorer's depths: not computed again)
+        self._drafted = max(tree.depth.tolist()) if full else 0  # (the scorer's depths: not computed again)
         return tree
 
     def commit(self, outcome: StepOutcome) -> None:

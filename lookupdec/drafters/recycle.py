@@ -93,7 +93,7 @@ class RecycleTable:
         rows = np.asarray(row_tokens, np.int64)
         if not len(rows):
             return
-        top = int(rows.max()) + 1
+        top = max(rows.tolist()) + 1  # (builtins: numpy's reductions cost ~30 us right after a forward)
         if top > len(self.ids):
             grow = max(top, 2 * len(self.ids))
             ids = np.full((grow, self.k), -1, np.int64)

@@ -1,4 +1,5 @@
-# auto's selection scan (lookupdec.drafters.select.select_nodes), included by _native.pyx.
+# A drafting step's small loops in one call each (auto's selection scan, a tree's cut, Token Recycling's
+# table update), included by _native.pyx. Each has a slow reference in the tests.
 
 from libc.stdint cimport int16_t
 from libc.stdlib cimport malloc, free, qsort

@@ -43,8 +43,7 @@ def check_tree(drafter, tree, vocab_size: int, budget: int, max_depth: int,
         raise DraftError(f"drafter {_name(drafter)!r} returned {type(tree).__name__}, not a DraftTree")
     # Provenance is counted from the proposal: the drafter's own numbering (a merging drafter
     # may return a cut of a larger tree; its nodes are still numbered as it returned them).
-    if tree.ids is not None:  # the same arrays, numbered from here (no re-check: a tree without ids gets none either)
-        tree = DraftTree.trusted(tree.tokens, tree.parents, tree.scores, tree.sources, q=tree.q, sampled=tree.sampled)
+    tree = tree.with_ids(None)
     if tree.sampled and tree.q is None:
         raise DraftError(f"drafter {_name(drafter)!r} proposed a sampled tree without q, the distributions its "
                          "tokens were drawn from; exact acceptance needs them: set DraftTree.q, or draft "
@@ -52,8 +51,8 @@ def check_tree(drafter, tree, vocab_size: int, budget: int, max_depth: int,
     n = len(tree)
     # Builtins over plain ints: numpy's reductions cost ~30 us each right after a forward.
     if n:
-        ids = tree.tokens.tolist()
-        hi, lo = max(ids), min(ids)
+        toks = tree.tokens.tolist()
+        hi, lo = max(toks), min(toks)
         if hi >= vocab_size or lo < 0:
             raise DraftError(f"drafter {_name(drafter)!r} proposed token id {hi if hi >= vocab_size else lo}, "
                              f"outside the model's vocabulary [0, {vocab_size}); check that its datastore or "

@@ -287,28 +287,18 @@ class DraftTree:
             >>> DraftTree.from_sequences([[5, 6], [7]]).subset([2, 0]).tokens.tolist()
             [5, 7]
         """
-        if self.q is None:
-            # One native call (numpy's sort, remap and fancy indexing below cost ~40 us a cut
-            # right after a forward); the numpy form is its reference (tests/test_tree.py).
-            tokens, parents, scores, sources, ids = subset_arrays(self.tokens, self.parents, self.scores,
-                                                                  self.sources, self.ids, nodes)
-            return DraftTree.trusted(tokens, parents, scores, sources, sampled=self.sampled, ids=ids)
-        keep = np.sort(np.asarray(nodes, dtype=np.int64))  # index order keeps parents before children
-        remap = np.full(len(self), -1, np.int64)
-        remap[keep] = np.arange(len(keep))
-        parents = self.parents[keep]
-        new_parents = np.where(parents >= 0, remap[np.maximum(parents, 0)], -1)
+        # One native call: the kept nodes in index order (parents before children), parents
+        # renumbered, provenance composed (the kept nodes' ids in this tree's origin, or their
+        # indices here when this tree is its own origin); numpy's sort, remap and gathers cost
+        # ~40 us a cut right after a forward (their form is the reference in tests/test_tree.py).
+        # Rows of a valid tree: valid without the constructor's checks.
+        tokens, parents, scores, sources, ids = subset_arrays(self.tokens, self.parents, self.scores,
+                                                              self.sources, self.ids, nodes)
         # A sampled tree keeps its q rows. Cutting it stays exact only when the choice of
         # nodes does not depend on their drawn tokens (a depth limit, a fixed shape): a
         # node kept *because* of its value no longer has law q[i] given that it was kept.
-        # Provenance composes: the kept nodes' ids in this tree's origin (their indices here
-        # when this tree is its own origin).
-        ids = keep if self.ids is None else self.ids[keep]
-        # Rows of a valid tree, parents before children: valid without the constructor's checks
-        # (a few microseconds each, several cuts a step).
-        return DraftTree.trusted(self.tokens[keep], new_parents.astype(np.int32), self.scores[keep],
-                                 self.sources[keep], q=None if self.q is None else self.q[keep],
-                                 sampled=self.sampled, ids=ids)
+        q = None if self.q is None else self.q[np.sort(np.asarray(nodes, dtype=np.int64))]
+        return DraftTree.trusted(tokens, parents, scores, sources, q=q, sampled=self.sampled, ids=ids)
 
     def node_ids(self) -> np.ndarray:
         """Each node's index in the tree this one was cut from (-1: added since); see ``ids``.
@@ -324,13 +314,17 @@ class DraftTree:
         return np.arange(n, dtype=np.int64) if n else _EMPTY_I64  # (a plain step's: no array made)
 
     def with_ids(self, ids: np.ndarray | None) -> "DraftTree":
-        """The same nodes with the provenance ``ids`` (None: this tree becomes its own origin)."""
-        if ids is None and self.ids is None:
-            return self
+        """The same nodes with the provenance ``ids`` (None: this tree becomes its own origin). New
+        ids are checked; dropping them re-checks nothing (the same arrays; ``check_tree`` does it a step)."""
+        if ids is None:
+            if self.ids is None:
+                return self
+            return DraftTree.trusted(self.tokens, self.parents, self.scores, self.sources, q=self.q,
+                                     sampled=self.sampled)
         tree = object.__new__(DraftTree)
         for name in ("tokens", "parents", "scores", "sources", "q", "sampled"):
             object.__setattr__(tree, name, getattr(self, name))
-        object.__setattr__(tree, "ids", None if ids is None else np.ascontiguousarray(ids, dtype=np.int64))
+        object.__setattr__(tree, "ids", np.ascontiguousarray(ids, dtype=np.int64))
         problem = tree.check()
         if problem:
             raise ValueError(f"invalid DraftTree: {problem}")

@@ -183,3 +183,12 @@ def test_depths_a_scorer_hands_over_are_the_trees_depths():
         fresh = DraftTree(scored.tokens, scored.parents, scored.scores)
         assert scored.depth.tolist() == fresh.depth.tolist() == t.depth.tolist()
         assert scored.depth.dtype == np.int32 and not scored.depth.flags.writeable
+
+
+def test_a_cut_of_a_sampled_tree_keeps_the_kept_nodes_q_rows():
+    q = np.arange(4 * 3, dtype=np.float64).reshape(4, 3) + 1.0
+    q /= q.sum(axis=1, keepdims=True)
+    t = DraftTree(np.array([0, 1, 2, 0]), np.array([-1, 0, -1, 2], np.int32), q=q)
+    cut = t.subset([3, 0, 2])  # any order in, index order out
+    assert cut.sampled and cut.tokens.tolist() == [0, 2, 0] and cut.parents.tolist() == [-1, -1, 1]
+    assert np.array_equal(cut.q, q[[0, 2, 3]]) and cut.node_ids().tolist() == [0, 2, 3]

@@ -155,3 +155,98 @@ def test_conditional_equals_the_vectorised_formula_with_zero_scored_parents():
         want = np.divide(scores, parent_s, out=np.zeros(n), where=parent_s > 0)
         assert conditional(tree).tolist() == want.tolist()
     assert conditional(DraftTree.empty()).tolist() == []
+
+
+# -- the native loops (ext/calib.pxi) against their Python references ------------------------------
+
+def _random_tree(rng, n):
+    parents = [-1] + [int(rng.integers(-1, i)) for i in range(1, n)]
+    return DraftTree(rng.integers(0, 6, n), np.array(parents, np.int32), np.ones(n))
+
+
+def _trained(rng, with_band):
+    """A Calibration (or its band at 0.7) with outcomes on many keys, greedy and band alike."""
+    cal = Calibration(prior_weight=3.0)
+    out = cal.band(0.7) if with_band else cal
+    for c in (cal, out):
+        for _ in range(300):
+            key = (str(rng.choice(["pld", "auto"])), int(rng.integers(0, 6)), int(rng.integers(0, 4)),
+                   int(rng.integers(0, 7)))
+            c.observe(key, bool(rng.random() < 0.6))
+    return out
+
+
+def test_native_scoring_equals_the_python_loop_bit_for_bit_with_bands_and_grown_matches():
+    from lookupdec.drafters.calibrate import lookup_prior
+
+    rng = np.random.default_rng(3)
+    for trial in range(200):
+        cal = _trained(rng, with_band=trial % 2 == 1)
+        n = int(rng.integers(1, 40))
+        tree = _random_tree(rng, n)
+        # Raws on and around the bucket edges, per-node match lengths across the match edges.
+        raws = rng.choice([0.0, 0.15, 0.2, 0.35, 0.6, 0.85, 0.999, 1.0, float(rng.random())], n)
+        lens = rng.integers(0, 40, n).tolist()
+        s = NodeScorer("pld", cal, grow=trial % 3 != 0)
+        assert s.prior is lookup_prior
+        native = s.score(tree, raws, lens, source_id=1)
+        scores, depth, keys = s._score_py(tree.parents.tolist(), raws.tolist(), lens)
+        assert native.scores.tolist() == scores  # the same doubles, not merely close
+        assert native.depth.tolist() == depth
+        assert s._outcomes._waiting[-1].keys == keys
+
+
+def test_a_scorer_with_its_own_prior_uses_that_prior():
+    cal = Calibration()
+    t = DraftTree.chain([5, 6])
+    half = NodeScorer("x", cal, prior=lambda r, m, d: 0.5).score(t, np.ones(2), 3, source_id=1)
+    tenth = NodeScorer("x", Calibration(), prior=lambda r, m, d: 0.1).score(t, np.ones(2), 3, source_id=1)
+    assert half.scores.tolist() == [0.5, 0.25] and np.allclose(tenth.scores, [0.1, 0.01])
+
+
+def test_native_merged_rates_equal_the_python_keys_and_rates():
+    from lookupdec._native import calib_merged
+    from lookupdec.drafters.merged import merged_rates
+
+    rng = np.random.default_rng(4)
+    for trial in range(100):
+        cal = _trained(rng, with_band=trial % 2 == 0)
+        for _ in range(100):  # the merged keys' own outcomes
+            cal.observe(("auto", int(rng.integers(0, 20)), int(rng.integers(0, 4)), int(rng.integers(0, 7))),
+                        bool(rng.random() < 0.5))
+        n = int(rng.integers(0, 30))
+        scores = rng.choice([0.0, 0.05, 0.999, 1.0, 0.4999, float(rng.random())], n).tolist()
+        agree = rng.integers(1, 6, n).tolist()
+        depth = rng.integers(1, 20, n).tolist()
+        rated, keys = calib_merged(cal.levels(), scores, agree, depth)
+        want_rated, want_keys = merged_rates(cal, scores, agree, depth)
+        assert keys == want_keys and rated == want_rated
+
+
+def test_native_outcomes_decide_the_same_nodes_as_the_python_loop():
+    from lookupdec.drafters.calibrate import Outcomes
+    from tests.oracles.calibrate import learn_reference
+
+    rng = np.random.default_rng(5)
+    for trial in range(60):
+        conditional = trial % 2 == 0
+        fast, slow = Calibration(), Calibration()
+        a, b = Outcomes(fast, conditional=conditional), Outcomes(slow, conditional=conditional)
+        for step in range(30):
+            n = int(rng.integers(0, 12))
+            tree = _random_tree(rng, n) if n else None
+            if tree is not None:
+                depth = tree.depth.tolist()
+                keys = [("s", int(rng.integers(0, 3)), 0, d) for d in depth]
+                for o in (a, b):
+                    o.add(tree.tokens.tolist(), tree.parents.tolist(), depth, keys)
+            new = rng.integers(0, 6, int(rng.integers(1, 4))).tolist()  # tokens from the trees' small alphabet
+            a.learn(new)
+            b._seen.extend(new)
+            b._waiting = learn_reference(slow, b._waiting, b._seen, conditional)[-b.horizon:]
+            if not b._waiting:
+                b._seen = []
+            assert [w.at for w in a._waiting] == [w.at for w in b._waiting]
+            assert [w.state for w in a._waiting] == [w.state for w in b._waiting]
+        assert fast._fine == slow._fine and fast._coarse == slow._coarse
+        assert sum(t for _, t in fast._fine.values()) > 0  # something was decided

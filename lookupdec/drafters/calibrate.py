@@ -41,6 +41,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from lookupdec._native import calib_edges, calib_learn, calib_score
 from lookupdec.tree import DraftTree
 
 # Bucket edges: a value v falls in bucket bisect_right(EDGES, v).
@@ -54,6 +55,7 @@ TEMPERATURE_EDGES = (0.5, 0.85, 1.2)
 # issue 9: tau 2.17 greedy, 1.59 at 0.7 and 1.20 at 1.0, i.e. about 0.75 and 0.55 of the drafted
 # gain per accepted position).
 BAND_DISCOUNT = (1.0, 0.85, 0.75, 0.55, 0.4)
+calib_edges(RAW_EDGES, MATCH_EDGES, DEPTH_EDGES)  # the native loops bucket with the same edges
 
 
 def bucket(edges: Sequence[float], value: float) -> int:
@@ -132,6 +134,12 @@ class Calibration:
         coarse = (hc + w * prior) / (tc + w)
         hf, tf = self._fine.get(key, (0.0, 0.0))
         return (hf + w * coarse) / (tf + w)
+
+    def levels(self) -> list[tuple]:
+        """What the native loops (``ext/calib.pxi``) read for ``rate``: ``(fine, coarse, discount,
+        prior_weight)`` of the greedy root, then of this band (the dicts themselves, not copies)."""
+        own = (self._fine, self._coarse, self._discount, self.prior_weight)
+        return [own] if self._parent is None else [*self._parent.levels(), own]
 
     def observe(self, key: tuple, hit: bool) -> None:
         # Unrolled for the fine and the coarse key: called for every decided node, several
@@ -235,38 +243,10 @@ class Outcomes:
             return
         seen = self._seen
         seen.extend(int(t) for t in new_tokens)
-        observe, conditional = self.calibration.observe, self.conditional
-        keep = []
-        for w in self._waiting:
-            order, n, base = w.order, len(w.order), w.start
-            tokens, parents, depth, keys, state = w.tokens, w.parents, w.depth, w.keys, w.state
-            have = len(seen) - base
-            at = w.at
-            while at < n:
-                i = order[at]
-                d = depth[i]
-                if d > have:
-                    break
-                at += 1
-                p = parents[i]
-                if p >= 0 and state[p] is not True:
-                    if not conditional:  # under a path that did not follow: a miss
-                        state[i] = False
-                        observe(keys[i], False)
-                    continue
-                hit = state[i] = tokens[i] == seen[base + d - 1]
-                if hit:
-                    w.deepest = d
-                observe(keys[i], hit)
-            w.at = at
-            # Kept while a node waits whose ancestor one level up followed (under a conditional
-            # rate nothing else is ever observed; under a path rate the rest are misses).
-            if at < n:
-                if depth[order[at]] - 1 <= w.deepest:
-                    keep.append(w)
-                elif not conditional:
-                    for i in order[at:]:
-                        observe(keys[i], False)
+        # One native call (``ext/calib.pxi``; ``tests/oracles/calibrate.py`` is the loop in Python):
+        # a node is decided once as many tokens followed its proposal as it is deep.
+        cal = self.calibration
+        keep = calib_learn(cal._fine, cal._coarse, self._waiting, seen, self.conditional)
         self._waiting = keep = keep[-self.horizon:]
         if not keep:
             self._seen = []
@@ -325,11 +305,22 @@ class NodeScorer:
         tokens = tree.tokens.tolist()
         per_node = isinstance(match_len, (list, tuple)) or (isinstance(match_len, np.ndarray) and match_len.ndim > 0)
         lens = [int(m) for m in match_len] if per_node else [int(match_len)] * n
+        raws = np.asarray(raw, np.float64).tolist()
+        if self.prior is lookup_prior:  # one native call (``ext/calib.pxi``), the loop below its reference
+            scores, depth, keys = calib_score(self.calibration.levels(), self.source, parents, raws, lens, self.grow)
+        else:
+            scores, depth, keys = self._score_py(parents, raws, lens)
+        self._outcomes.add(tokens, parents, depth, keys)
+        return DraftTree.trusted(tree.tokens, tree.parents, np.array(scores, np.float64),
+                                 np.full(n, source_id, np.int16), depth=depth)
+
+    def _score_py(self, parents: list[int], raws: list[float], lens: list[int]) -> tuple[list, list, list]:
+        """Per node its path score, depth and key, in Python (any ``prior``)."""
+        n = len(parents)
         cal, src, prior, grow = self.calibration, self.source, self.prior, self.grow
         depth = [0] * n
         keys: list[tuple] = [()] * n
         scores = [0.0] * n  # plain floats: numpy item access costs more than this loop's work
-        raws = np.asarray(raw, np.float64).tolist()
         rate = cal.rate
         for i, p in enumerate(parents):
             d = 1 if p < 0 else depth[p] + 1
@@ -340,9 +331,7 @@ class NodeScorer:
             keys[i] = key
             c = rate(key, prior(r, m, d))
             scores[i] = c if p < 0 else scores[p] * c
-        self._outcomes.add(tokens, parents, depth, keys)
-        return DraftTree.trusted(tree.tokens, tree.parents, np.array(scores, np.float64),
-                                 np.full(n, source_id, np.int16), depth=depth)
+        return scores, depth, keys
 
     def learn(self, new_tokens: Sequence[int]) -> None:
         """Record what the tokens that followed reveal of the scored trees (``Outcomes``)."""

@@ -1,0 +1,191 @@
+# Calibration's per-step loops in one call each (a lookup source's scoring, auto's merged rates, the
+# outcomes that decide waiting nodes), included by _native.pyx. They read and write the Calibration's
+# own dicts (key tuple -> [hits, trials]), so the rates are the same doubles as Calibration.rate's;
+# the Python loops of lookupdec/drafters/calibrate.py are the slow references in the tests.
+
+from libc.math cimport pow, fmin
+from cpython.dict cimport PyDict_GetItem
+from cpython.object cimport PyObject
+
+cdef double _raw_edges[16]
+cdef double _match_edges[16]
+cdef double _depth_edges[16]
+cdef int _n_raw = -1, _n_match = -1, _n_depth = -1
+
+
+def calib_edges(raw, match, depth):
+    """Set the bucket edges (``calibrate.RAW_EDGES``, ``MATCH_EDGES``, ``DEPTH_EDGES``; at most 16 each)."""
+    global _n_raw, _n_match, _n_depth
+    cdef int i
+    for edges, n in ((raw, 0), (match, 1), (depth, 2)):
+        if len(edges) > 16:
+            raise ValueError("calib_edges: at most 16 edges a kind")
+    for i in range(len(raw)):
+        _raw_edges[i] = raw[i]
+    for i in range(len(match)):
+        _match_edges[i] = match[i]
+    for i in range(len(depth)):
+        _depth_edges[i] = depth[i]
+    _n_raw, _n_match, _n_depth = len(raw), len(match), len(depth)
+
+
+cdef inline long _bucket(const double *edges, int n, double v) noexcept nogil:
+    """``bisect_right(edges, v)``: how many edges are at most ``v``."""
+    cdef int i = 0
+    while i < n and not (v < edges[i]):  # bisect's own test (a NaN goes past every edge, as there)
+        i += 1
+    return i
+
+
+cdef double _rate(list levels, tuple key, tuple coarse, double prior) except? -1.0:
+    """``Calibration.rate(key, prior)`` over ``levels``: ``(fine, coarse, discount, weight)`` per
+    Calibration, the greedy root first and the band asked for last."""
+    cdef double r = prior, w, hc, tc, hf, tf, c
+    cdef PyObject *s
+    cdef Py_ssize_t j
+    for j in range(len(levels)):
+        fine_d, coarse_d, disc, weight = <tuple>levels[j]
+        if j:
+            r = r * <double>disc
+        w = weight
+        s = PyDict_GetItem(coarse_d, coarse)
+        if s is NULL:
+            hc, tc = 0.0, 0.0
+        else:
+            hc, tc = (<list>s)[0], (<list>s)[1]
+        c = (hc + w * r) / (tc + w)
+        s = PyDict_GetItem(fine_d, key)
+        if s is NULL:
+            hf, tf = 0.0, 0.0
+        else:
+            hf, tf = (<list>s)[0], (<list>s)[1]
+        r = (hf + w * c) / (tf + w)
+    return r
+
+
+cdef inline void _observe(dict fine, dict coarse_d, tuple key, double h):
+    s = fine.get(key)
+    if s is None:
+        fine[key] = [h, 1.0]
+    else:
+        (<list>s)[0] = <double>(<list>s)[0] + h
+        (<list>s)[1] = <double>(<list>s)[1] + 1.0
+    coarse = key[:len(key) - 1]  # (no negative index: the module compiles with wraparound off)
+    s = coarse_d.get(coarse)
+    if s is None:
+        coarse_d[coarse] = [h, 1.0]
+    else:
+        (<list>s)[0] = <double>(<list>s)[0] + h
+        (<list>s)[1] = <double>(<list>s)[1] + 1.0
+
+
+def calib_score(list levels, str src, list parents, list raws, list lens, bint grow):
+    """``NodeScorer.score``'s loop with ``lookup_prior``: per node its depth, key and path score.
+
+    ``parents`` come before their children; ``lens[i]``, node i's match length (grown by its depth
+    when ``grow``). Returns ``(scores, depth, keys)`` as lists.
+    """
+    cdef Py_ssize_t n = len(parents), i
+    cdef long p, d, m
+    cdef double r, c, prior
+    if len(raws) != n or len(lens) != n:
+        raise ValueError("calib_score: raws and lens must match parents")
+    if _n_raw < 0:
+        raise RuntimeError("calib_score: calib_edges was never called")
+    scores = [0.0] * n
+    depth = [0] * n
+    keys = [None] * n
+    cdef double *sc = <double *>malloc(max(n, 1) * sizeof(double))
+    cdef long *dp = <long *>malloc(max(n, 1) * sizeof(long))
+    if sc is NULL or dp is NULL:
+        free(sc)
+        free(dp)
+        raise MemoryError()
+    try:
+        for i in range(n):
+            p = parents[i]
+            if p >= i:
+                raise ValueError("calib_score: a parent after its child")
+            d = 1 if p < 0 else dp[p] + 1
+            dp[i] = d
+            r = raws[i]
+            m = <long>lens[i] + d - 1 if grow else <long>lens[i]
+            a, b, k = _bucket(_raw_edges, _n_raw, r), _bucket(_match_edges, _n_match, <double>m), \
+                _bucket(_depth_edges, _n_depth, <double>d)
+            key = (src, a, b, k)
+            prior = r * fmin(0.9, 0.35 + 0.1 * m) * pow(0.92, <double>(d - 1))
+            c = _rate(levels, key, (src, a, b), prior)
+            sc[i] = c if p < 0 else sc[p] * c
+            scores[i] = sc[i]
+            depth[i] = d
+            keys[i] = key
+    finally:
+        free(sc)
+        free(dp)
+    return scores, depth, keys
+
+
+def calib_merged(list levels, list scores, list agree, list depth):
+    """``MergedCalibration.apply``'s rates: node i's key ``("auto", score bin, sources, depth
+    bucket)`` and its rate with the path score as prior. Returns ``(rated, keys)`` as lists."""
+    cdef Py_ssize_t n = len(scores), i
+    cdef double s
+    cdef long a
+    if len(agree) != n or len(depth) != n:
+        raise ValueError("calib_merged: agree and depth must match scores")
+    if _n_depth < 0:
+        raise RuntimeError("calib_merged: calib_edges was never called")
+    rated = [0.0] * n
+    keys = [None] * n
+    for i in range(n):
+        s = scores[i]
+        if not (s == s):
+            raise ValueError("calib_merged: a NaN path score")
+        a = agree[i]
+        key = ("auto", <long>(fmin(s, 0.999) * 20), a if a < 3 else 3,
+               _bucket(_depth_edges, _n_depth, <double><long>depth[i]))
+        rated[i] = _rate(levels, key, key[:3], s)
+        keys[i] = key
+    return rated, keys
+
+
+def calib_learn(dict fine, dict coarse, list waiting, list seen, bint conditional):
+    """``Outcomes.learn``'s loop over its waiting proposals, once ``seen`` holds the new tokens:
+    observes every node now decided into ``fine`` / ``coarse`` and returns the proposals still
+    waiting (before the horizon's cut)."""
+    cdef Py_ssize_t have_all = len(seen), n, at, i, base, have
+    cdef long d, p
+    keep = []
+    for w in waiting:
+        order, base = w.order, w.start
+        n = len(order)
+        tokens, parents, depth, keys, state = w.tokens, w.parents, w.depth, w.keys, w.state
+        have = have_all - base
+        at = w.at
+        deepest = w.deepest
+        while at < n:
+            i = order[at]
+            d = depth[i]
+            if d > have:
+                break
+            at += 1
+            p = parents[i]
+            if p >= 0 and state[p] is not True:
+                if not conditional:  # under a path that did not follow: a miss
+                    state[i] = False
+                    _observe(fine, coarse, keys[i], 0.0)
+                continue
+            hit = tokens[i] == seen[base + d - 1]
+            state[i] = hit
+            if hit:
+                deepest = d
+            _observe(fine, coarse, keys[i], 1.0 if hit else 0.0)
+        w.at = at
+        w.deepest = deepest
+        if at < n:
+            if <long>depth[order[at]] - 1 <= <long>deepest:
+                keep.append(w)
+            elif not conditional:
+                for j in range(at, n):
+                    _observe(fine, coarse, keys[order[j]], 0.0)
+    return keep

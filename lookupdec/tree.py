@@ -25,7 +25,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from lookupdec._native import subset_arrays
+from lookupdec._native import merge_arrays, subset_arrays
 
 _EMPTY_I64 = np.zeros(0, dtype=np.int64)
 _EMPTY_I32 = np.zeros(0, dtype=np.int32)
@@ -388,10 +388,12 @@ class Merged:
         tree: the merged trie; a path proposed by several trees keeps the highest
             score, and the source of that score.
         maps: for each input tree, int64 ``(len(tree_k),)``: the merged node of each of its nodes.
+        agree: per merged node, how many input trees proposed it.
     """
 
     tree: DraftTree
     maps: tuple[np.ndarray, ...]
+    agree: list[int]
 
 
 def merge_trees(trees: Sequence[DraftTree]) -> Merged:
@@ -411,38 +413,18 @@ def merge_trees(trees: Sequence[DraftTree]) -> Merged:
     # acceptance would be biased. Alone (the others empty) it is returned as it is.
     live = [k for k, t in enumerate(trees) if len(t)]
     if not live:  # nothing proposed (about half of auto's proposals): no trie to build
-        return Merged(DraftTree.empty(), (_EMPTY_I64,) * len(trees))
+        return Merged(DraftTree.empty(), (_EMPTY_I64,) * len(trees), [])
     if any(trees[k].sampled for k in live):
         if len(live) > 1:
             raise ValueError("a sampled DraftTree cannot be merged with other non-empty trees: merging would make "
                              "its nodes depend on the tokens they drew; draft deterministic nodes to merge")
         k = live[0]
-        return Merged(trees[k], tuple(np.arange(len(t), dtype=np.int64) for t in trees))
-    index: dict[tuple[int, int], int] = {}  # (merged parent, token) -> merged node
-    toks: list[int] = []
-    pars: list[int] = []
-    depth: list[int] = []  # handed to the tree: its depth is not computed again
-    scores: list[float] = []
-    srcs: list[int] = []
-    maps = []
-    for tree in trees:
-        where: list[int] = []  # a list while it grows: numpy item access costs more than the loop's work
-        for tok, par, sc, src in zip(tree.tokens.tolist(), tree.parents.tolist(), tree.scores.tolist(),
-                                     tree.sources.tolist()):
-            key = (where[par] if par >= 0 else -1, tok)
-            node = index.get(key)
-            if node is None:
-                node = index[key] = len(toks)
-                toks.append(tok)
-                pars.append(key[0])
-                depth.append(depth[key[0]] + 1 if key[0] >= 0 else 1)
-                scores.append(sc)
-                srcs.append(src)
-            elif sc > scores[node]:
-                scores[node], srcs[node] = sc, src
-            where.append(node)
-        maps.append(np.array(where, np.int64))
-    # A trie of valid trees' nodes, each after its parent: valid by construction.
-    merged = DraftTree.trusted(np.array(toks, np.int64), np.array(pars, np.int32), np.array(scores, np.float64),
-                               np.array(srcs, np.int16), depth=depth)
-    return Merged(merged, tuple(maps))
+        return Merged(trees[k], tuple(np.arange(len(t), dtype=np.int64) for t in trees), [1] * len(trees[k]))
+    # One native call (``ext/merge.pxi``; ``tests/oracles/merge.py`` is the loop in Python). A trie of
+    # valid trees' nodes, each after its parent: valid by construction.
+    toks, pars, scores, srcs, depth, path, maps, agree = merge_arrays(
+        [(t.tokens, t.parents, t.scores, t.sources) for t in trees])
+    tree = DraftTree.trusted(toks, pars, scores, srcs, depth=depth)
+    path.setflags(write=False)
+    tree.__dict__["_path_scores"] = path  # the cached property's slot: not computed again
+    return Merged(tree, maps, agree)

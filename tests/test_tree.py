@@ -192,3 +192,31 @@ def test_a_cut_of_a_sampled_tree_keeps_the_kept_nodes_q_rows():
     cut = t.subset([3, 0, 2])  # any order in, index order out
     assert cut.sampled and cut.tokens.tolist() == [0, 2, 0] and cut.parents.tolist() == [-1, -1, 1]
     assert np.array_equal(cut.q, q[[0, 2, 3]]) and cut.node_ids().tolist() == [0, 2, 3]
+
+
+def test_native_merge_equals_the_dict_trie_with_shared_paths_ties_and_repeated_sources():
+    from tests.oracles.merge import merge_reference
+
+    rng = np.random.default_rng(11)
+    for trial in range(300):
+        trees = []
+        for _ in range(int(rng.integers(1, 5))):
+            n = int(rng.integers(0, 25))
+            # A small alphabet so that sources share paths; a tree may repeat a token among siblings.
+            parents = [int(rng.integers(-1, i)) for i in range(n)]
+            scores = rng.choice([0.25, 0.5, float(rng.random())], n)  # equal scores: the first kept
+            trees.append(DraftTree(rng.integers(0, 4, n), np.array(parents, np.int32), scores,
+                                   rng.integers(0, 9, n).astype(np.int16)))
+        if sum(len(t) for t in trees) == 0:
+            continue
+        m = merge_trees(trees)
+        toks, pars, scores, srcs, depth, maps, agree = merge_reference(trees)
+        assert m.tree.tokens.tolist() == toks and m.tree.parents.tolist() == pars
+        assert m.tree.scores.tolist() == scores and m.tree.sources.tolist() == srcs
+        assert m.tree.depth.tolist() == depth and [w.tolist() for w in m.maps] == maps
+        assert m.agree == agree and not m.tree.check()  # check() names a problem, or is empty
+        path = list(scores)
+        for i, p in enumerate(pars):
+            if p >= 0 and path[i] > path[p]:
+                path[i] = path[p]
+        assert m.tree.path_scores().tolist() == path

@@ -144,7 +144,7 @@ class AutoDrafter(Drafter):
         else:
             self.ledger = None
         self._active = [True] * len(self.sources)
-        self._draft_ms = np.zeros(len(self.sources))
+        self._draft_ms = [0.0] * len(self.sources)  # per source, its drafting ms this step (a list: a few items)
         # What each source put into this step's forward, settled in the ledger at its commit.
         self._step: StepShares | None = None
         self._cost = cost
@@ -227,8 +227,7 @@ class AutoDrafter(Drafter):
     def propose(self, request: DraftRequest) -> DraftTree:
         sub = request.sub(min(request.budget, self._source_budget()))
         active = self._active = self.ledger.drafting(self._names) if self.ledger is not None else self._active
-        spent = self._draft_ms
-        spent[:] = 0.0
+        self._draft_ms = [0.0] * len(self.sources)
         self._catch_up()
         trees = [DraftTree.empty()] * len(self.sources)
         for i, src in enumerate(self.sources):

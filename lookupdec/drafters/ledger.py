@@ -58,14 +58,16 @@ class StepShares:
         rows_ms: per source, the ms of the tree rows it alone brought and of its window rows.
         forward_ms: the modelled forward of the chosen tree (and window).
         owner: per merged node, the source credited with it (-1: none).
+
+    Plain lists: made and read once a drafted step, over a few sources and a few dozen nodes.
     """
 
-    rows_ms: np.ndarray
+    rows_ms: list[float]
     forward_ms: float
-    owner: np.ndarray
+    owner: list[int]
 
 
-def step_shares(merged: Merged, draft_ms: np.ndarray, chosen: Sequence[int], costs: np.ndarray,
+def step_shares(merged: Merged, draft_ms: Sequence[float], chosen: Sequence[int], costs: np.ndarray,
                 window_ms: Sequence[float]) -> StepShares:
     """Each source's marginal rows this step and what they cost.
 
@@ -87,13 +89,13 @@ def step_shares(merged: Merged, draft_ms: np.ndarray, chosen: Sequence[int], cos
         >>> merged = merge_trees([DraftTree.chain([5, 6]), DraftTree.chain([5])])
         >>> sh = step_shares(merged, np.array([0.5, 0.1]), np.array([0, 1]),
         ...                  np.array([np.inf, 10.0, 12.0, 14.0]), [0.0, 0.0])
-        >>> sh.owner.tolist(), sh.rows_ms.tolist()      # the cheap second source owns node 0
+        >>> sh.owner, sh.rows_ms      # the cheap second source owns node 0
         ([1, 0], [2.0, 2.0])
     """
     # Plain lists: a few sources and a few dozen nodes, where each numpy call costs more than the work.
     k, maps = len(chosen), merged.maps
     rows_ms = [float(x) for x in window_ms]
-    spent = np.asarray(draft_ms, np.float64).tolist()
+    spent = [float(x) for x in draft_ms]
     owner = [-1] * len(merged.tree)
     for i in sorted(range(len(maps)), key=lambda s: spent[s] + rows_ms[s]):  # stable: ties in source order
         for m in maps[i].tolist():
@@ -108,7 +110,7 @@ def step_shares(merged: Merged, draft_ms: np.ndarray, chosen: Sequence[int], cos
         for i, u in enumerate(mine):
             if u:
                 rows_ms[i] += forward - float(costs[1 + k - u])
-    return StepShares(np.array(rows_ms, np.float64), forward, np.array(owner, np.int64))
+    return StepShares(rows_ms, forward, owner)
 
 
 @dataclass
@@ -210,18 +212,18 @@ class SourceLedger:
         """Overall tokens per ms over recent steps (0 before any)."""
         return self.tokens / self.ms if self.ms > 0 else 0.0
 
-    def settle(self, shares: StepShares, accepted: Sequence[int], spent_ms: np.ndarray, host_ms: float, tokens: int,
+    def settle(self, shares: StepShares, accepted: Sequence[int], spent_ms: Sequence[float], host_ms: float, tokens: int,
                names: Sequence[str]) -> None:
         """``record`` a drafted step from its ``StepShares``: each source's accepted merged nodes
         (``accepted``) are its marginal tokens, its rows and drafting (``spent_ms``) its marginal ms."""
         # Plain lists: a few sources and accepted nodes, where each numpy call costs more than the work.
-        owner, spent = shares.owner.tolist(), np.asarray(spent_ms, np.float64).tolist()
+        owner, spent = shares.owner, [float(x) for x in spent_ms]
         unique = [0.0] * len(names)
         for m in accepted:
             if owner[m] >= 0:
                 unique[owner[m]] += 1.0
         self.record(shares.forward_ms + sum(spent) + host_ms, tokens, names, unique,
-                    [r + s for r, s in zip(shares.rows_ms.tolist(), spent)])
+                    [r + s for r, s in zip(shares.rows_ms, spent)])
 
     def record(self, step_ms: float, tokens: int, names: Sequence[str], unique_tokens: Sequence[float],
                marginal_ms: Sequence[float]) -> None:

@@ -32,14 +32,10 @@ class MergedCalibration:
         n = len(tree)
         if n == 0:
             return tree
-        agree = [0] * n
-        for where in merged.maps:
-            for m in set(where.tolist()):  # a source's nodes may share a merged node: counted once
-                agree[m] += 1
         depth = tree.depth.tolist()
         scores = tree.path_scores().tolist()
         # One native call (``ext/calib.pxi``); ``merged_rates`` below is its reference.
-        rated, keys = calib_merged(self.calibration.levels(), scores, agree, depth)
+        rated, keys = calib_merged(self.calibration.levels(), scores, merged.agree, depth)
         self._outcomes.add(tree.tokens.tolist(), tree.parents.tolist(), depth, keys)
         return DraftTree.trusted(tree.tokens, tree.parents, np.array(rated, np.float64), tree.sources)
 

@@ -189,3 +189,114 @@ def calib_learn(dict fine, dict coarse, list waiting, list seen, bint conditiona
                 for j in range(at, n):
                     _observe(fine, coarse, keys[order[j]], 0.0)
     return keep
+
+
+cdef struct _cand:
+    double neg      # minus the candidate's path score
+    int64_t order   # push order: ties pop first-pushed first
+    int64_t parent
+    int64_t token
+    int64_t rank
+    double prob
+    double cond
+    int64_t depth
+
+
+cdef inline bint _before(const _cand *a, const _cand *b) noexcept nogil:
+    return a.neg < b.neg or (a.neg == b.neg and a.order < b.order)
+
+
+cdef void _heap_push(_cand *heap, Py_ssize_t *size, _cand c) noexcept nogil:
+    cdef Py_ssize_t i = size[0], up
+    size[0] += 1
+    while i > 0:
+        up = (i - 1) // 2
+        if not _before(&c, &heap[up]):
+            break
+        heap[i] = heap[up]
+        i = up
+    heap[i] = c
+
+
+cdef _cand _heap_pop(_cand *heap, Py_ssize_t *size) noexcept nogil:
+    cdef _cand top = heap[0], last
+    cdef Py_ssize_t i = 0, child, n
+    size[0] -= 1
+    n = size[0]
+    if n > 0:
+        last = heap[n]
+        while True:
+            child = 2 * i + 1
+            if child >= n:
+                break
+            if child + 1 < n and _before(&heap[child + 1], &heap[child]):
+                child += 1
+            if not _before(&heap[child], &last):
+                break
+            heap[i] = heap[child]
+            i = child
+        heap[i] = last
+    return top
+
+
+def recycle_expand(list levels, const int64_t[:, ::1] ids, const float[:, ::1] probs, int64_t root, list breadth,
+                   Py_ssize_t max_nodes, Py_ssize_t depth_cap):
+    """``recycle.expand`` with Token Recycling's calibrated rate, in one call: best-first by path score
+    (ties: first pushed), each node's conditional the rate (``Calibration.rate`` over ``levels``) of key
+    ``("recycle", rank, probability bucket, depth bucket)`` with prior ``0.7 * probability``; at most
+    ``breadth[d - 1]`` children at depth ``d``, none deeper than ``depth_cap``, ``max_nodes`` in all.
+
+    Returns ``(tokens, parents, scores, ranks, probs, conditionals, depth, keys)`` as lists, nodes in
+    the order taken (parents first). ``recycle.expand`` with ``RecycleDrafter._rate`` is the reference.
+    """
+    cdef Py_ssize_t n_tok = ids.shape[0], k = ids.shape[1], size = 0, cap, j, r, most
+    cdef int64_t counter = 0, node, tok
+    cdef double p, c, score
+    cdef _cand cand, got
+    if probs.shape[0] != n_tok or probs.shape[1] != k:
+        raise ValueError("recycle_expand: ids and probs differ in shape")
+    if _n_raw < 0:
+        raise RuntimeError("recycle_expand: calib_edges was never called")
+    depth_cap = min(depth_cap, len(breadth))
+    tokens, parents, scores, ranks, ps, conds, depth, keys = [], [], [], [], [], [], [], []
+    if max_nodes <= 0 or depth_cap <= 0:
+        return tokens, parents, scores, ranks, ps, conds, depth, keys
+    cap = 1 + k * (max_nodes + 1)
+    cdef _cand *heap = <_cand *>malloc(cap * sizeof(_cand))
+    if heap is NULL:
+        raise MemoryError()
+    try:
+        # (parent, token, path score, depth) whose children are pushed next: the root first.
+        node, tok, score, d = -1, root, 1.0, 1
+        while True:
+            if d <= depth_cap and 0 <= tok < n_tok:
+                most = min(<Py_ssize_t>breadth[d - 1], k)
+                for r in range(most):
+                    if ids[tok, r] < 0:
+                        break
+                    p = probs[tok, r]
+                    a, b, e = r, _bucket(_raw_edges, _n_raw, p), _bucket(_depth_edges, _n_depth, <double>d)
+                    c = _rate(levels, ("recycle", a, b, e), ("recycle", a, b), p * 0.7)
+                    if c <= 0.0:
+                        continue
+                    cand.neg, cand.order, cand.parent, cand.token = -(score * c), counter, node, ids[tok, r]
+                    cand.rank, cand.prob, cand.cond, cand.depth = r, p, c, d
+                    counter += 1
+                    _heap_push(heap, &size, cand)
+            if size == 0 or len(tokens) >= max_nodes:
+                break
+            got = _heap_pop(heap, &size)
+            node = len(tokens)
+            tokens.append(got.token)
+            parents.append(got.parent)
+            scores.append(-got.neg)
+            ranks.append(got.rank)
+            ps.append(got.prob)
+            conds.append(got.cond)
+            depth.append(got.depth)
+            keys.append(("recycle", got.rank, _bucket(_raw_edges, _n_raw, got.prob),
+                         _bucket(_depth_edges, _n_depth, <double>got.depth)))
+            tok, score, d = got.token, -got.neg, got.depth + 1
+    finally:
+        free(heap)
+    return tokens, parents, scores, ranks, ps, conds, depth, keys

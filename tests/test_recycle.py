@@ -195,3 +195,42 @@ def test_a_step_planned_without_budget_asks_for_no_top_k_rows_and_stays_exact():
         while not seq.done:
             step_together(dec.verifier, [seq], None, budget=0 if len(seq.new) % 2 else None)
         assert seq.result().token_ids == ar, method
+
+
+def test_the_drafter_s_native_expansion_equals_expand_with_its_calibrated_rate():
+    """``RecycleDrafter.propose`` (one native call, the rate inside) drafts what ``expand`` with the
+    drafter's ``_rate`` drafts: the same nodes in the same order, the same doubles, the same keys
+    waiting for outcomes; with learnt rates, a sampling band, equal probabilities (ties in the
+    heap), tokens never seen, and depth and node limits."""
+    from lookupdec.drafters.calibrate import Calibration
+
+    rng = np.random.default_rng(8)
+    drafted = 0
+    for trial in range(150):
+        cal = Calibration()
+        for _ in range(200):  # learnt rates on the recycle keys
+            cal.observe(("recycle", int(rng.integers(0, 8)), int(rng.integers(0, 6)), int(rng.integers(0, 7))),
+                        bool(rng.random() < 0.4))
+        cal = cal.band(0.7) if trial % 3 == 0 else cal
+        k, vocab = 4, 12
+        d = RecycleDrafter(RecycleConfig(topk=k, breadth=(4, 3, 2, 2, 1), max_nodes=int(rng.integers(1, 30))),
+                           calibration=cal)
+        rows = rng.integers(0, vocab - 2, 20)  # the last two tokens never get a row
+        probs = rng.choice([0.5, 0.25, 0.125, float(rng.random())], (20, k)).astype(np.float32)
+        d.table.update(rows, rng.integers(0, vocab, (20, k)), probs)
+        root = int(rng.integers(0, vocab))
+        d.begin([root])
+        depth_limit, asked = int(rng.integers(1, 7)), int(rng.integers(1, 40))
+        tree = d.propose(DraftRequest(budget=asked, max_depth=depth_limit))
+        want = expand(d.table, root, d.config.breadth, min(asked, d.config.max_nodes), d._rate, depth_limit)
+        if not len(want.tree):
+            assert len(tree) == 0
+            continue
+        assert tree.tokens.tolist() == want.tree.tokens.tolist()
+        assert tree.parents.tolist() == want.tree.parents.tolist()
+        assert tree.scores.tolist() == want.tree.scores.tolist()
+        keys = [d._key(r, p, x) for r, p, x in zip(want.ranks.tolist(), want.probs.tolist(),
+                                                 want.tree.depth.tolist())]
+        assert d._outcomes._waiting[-1].keys == keys
+        drafted += len(tree) > 1
+    assert drafted > 75  # most trials drafted a tree, not only the empty case

@@ -145,6 +145,9 @@ class AutoDrafter(Drafter):
             self.ledger = None
         self._active = [True] * len(self.sources)
         self._draft_ms = [0.0] * len(self.sources)  # per source, its drafting ms this step (a list: a few items)
+        # Per source, its share of the latest deferred top-k (paid at the commit, after the accounting
+        # of ``propose`` orders the sources by what they cost).
+        self._topk_ms = [0.0] * len(self.sources)
         # What each source put into this step's forward, settled in the ledger at its commit.
         self._step: StepShares | None = None
         self._cost = cost
@@ -301,7 +304,12 @@ class AutoDrafter(Drafter):
         k, extra = len(chosen), sum(windows)
         # A window's rows: the step without them (the tree chosen as it is).
         window_ms = [float(costs[1 + k] - self._costs(budget, extra - m)[1 + k]) if m else 0.0 for m in windows]
-        self._step = step_shares(merged, self._draft_ms, chosen, costs, window_ms)
+        # A source's drafting this step includes its share of the deferred top-k, paid only at the
+        # commit: the latest share stands for it (without it Token Recycling, whose expansion costs
+        # less than the context's lookup but whose top-k costs more than both, owned the nodes the
+        # context proposed as well, and the ledger kept it on for tokens that were not its own).
+        spent = [d + t for d, t in zip(self._draft_ms, self._topk_ms)]
+        self._step = step_shares(merged, spent, chosen, costs, window_ms)
 
     def _catch_up(self) -> None:
         """Tell the sources the tokens of the steps that proposed nothing, in one call each.
@@ -391,6 +399,7 @@ class AutoDrafter(Drafter):
         asked = [i for i, (s, on) in enumerate(zip(self.sources, self._active)) if on and s.topk > 0]
         for i in asked:
             spent[i] += outcome.topk_ms / len(asked)
+            self._topk_ms[i] = outcome.topk_ms / len(asked)
         step, self._step = self._step, None
         if self.ledger is not None and step is not None:
             host = float(getattr(self.cost, "host_ms", 0.0) or 0.0)

@@ -72,14 +72,14 @@ def step_shares(merged: Merged, draft_ms: Sequence[float], chosen: Sequence[int]
     """Each source's marginal rows this step and what they cost.
 
     A node several sources proposed is owned by the cheapest of them this step (drafting
-    ms plus its window rows' ms): the sources are added in order of cost, and each is
+    ms, with its share of the deferred top-k, plus its window rows' ms): the sources are added in order of cost, and each is
     credited with the rows and accepted tokens that the cheaper ones did not bring. So of
     two sources drafting the same tokens the dear one has nothing of its own to show for
     its cost, and the cheap one keeps them.
 
     Args:
         merged: the sources' trees merged (``maps[i]``: the merged node of each of source i's nodes).
-        draft_ms: per source, its drafting ms this step.
+        draft_ms: per source, its drafting ms this step (``auto`` adds its latest share of the deferred top-k).
         chosen: the merged nodes chosen for verification (ints: a list or an int array).
         costs: ``costs[w]``, the modelled forward of ``w`` tree rows beside the step's window.
         window_ms: per source, what its window rows add to the step.

@@ -94,3 +94,42 @@ def test_rows_apart_give_what_the_rows_stacked_give():
         assert np.array_equal(ids, want[0][:m]) and np.allclose(probs, want[1][:m], rtol=1e-6)
     ids, probs = topk_of_rows([], 8)
     assert ids.shape == probs.shape == (0, 8)
+
+
+def _first_max_or_nan(x: np.ndarray) -> int:
+    """The slow rule: the first NaN if there is one, else the first index holding the maximum."""
+    for j, v in enumerate(x.tolist()):
+        if v != v:
+            return j
+    best = max(x.tolist())
+    return x.tolist().index(best)
+
+
+def test_native_argmax_is_numpy_s_rule_on_every_instruction_set(isa):
+    """``argmax_row`` on a contiguous CPU float32 row (one native call at its address) against the
+    rule numpy's argmax follows: ties (first wins), all -inf, +inf, NaNs anywhere (first wins), and
+    lengths around the vector widths, the tails included."""
+    from lookupdec.tree_rows import argmax_row
+
+    rng = np.random.default_rng(12)
+    for trial in range(1500):
+        n = int(rng.choice([1, 2, 7, 8, 9, 15, 16, 17, 31, 33, 100, 1000, 49152]))
+        if trial % 2:
+            x = rng.choice([-np.inf, 0.0, 1.0, 2.0, np.inf, float(rng.standard_normal())], n).astype(np.float32)
+        else:
+            x = rng.standard_normal(n).astype(np.float32)
+        if trial % 5 == 0:
+            x[rng.integers(0, n, int(rng.integers(1, 3)))] = np.nan
+        if trial % 7 == 0:
+            x[:] = -np.inf
+        want = _first_max_or_nan(x)
+        assert want == int(x.argmax())  # the rule is numpy's
+        assert argmax_row(torch.from_numpy(x)) == want
+
+
+def test_argmax_of_a_strided_or_float64_row_takes_the_torch_route_with_the_same_answer():
+    from lookupdec.tree_rows import argmax_row
+
+    x = torch.tensor([[0.0, 3.0], [5.0, 3.0], [1.0, 5.0]])
+    assert argmax_row(x[:, 0]) == 1 and argmax_row(x[:, 1]) == 2  # strided columns
+    assert argmax_row(torch.tensor([1.0, 7.0, 7.0], dtype=torch.float64)) == 1

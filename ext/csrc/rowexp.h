@@ -9,6 +9,9 @@
 
 float lk_row_max(const float *x, int64_t n);
 
+/* numpy's argmax of n >= 1 floats: the index of the first maximum, or of the first NaN if any. */
+int64_t lk_row_argmax(const float *x, int64_t n);
+
 /* sum_j exp(x[j] - m); when e is not NULL also e[j] = exp(x[j] - m) (e may be x). */
 double lk_row_exp_sum(const float *x, int64_t n, float m, float *e);
 

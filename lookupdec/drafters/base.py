@@ -217,7 +217,7 @@ class VerifierSignals:
                                extra_argmax=self.extra_argmax[lo:lo + m])
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class StepOutcome(VerifierSignals):
     """What became of one step's draft.
 
@@ -246,6 +246,18 @@ class StepOutcome(VerifierSignals):
     origin: np.ndarray = field(default_factory=lambda: _NO_ROWS)
     # What computing the deferred top-k took (ms): a cost of the sources that asked for it.
     topk_ms: float = 0.0
+
+    def __init__(self, accepted: tuple[int, ...], new_tokens: tuple[int, ...], tree: DraftTree | None = None,
+                 origin: np.ndarray = _NO_ROWS, topk_ms: float = 0.0, *, row_tokens: np.ndarray = _NO_ROWS,
+                 topk_ids: np.ndarray = _NO_IDS, topk_probs: np.ndarray = _NO_PROBS,
+                 extra_argmax: np.ndarray = _NO_ROWS) -> None:
+        # The dataclass's fields, set in one call: its generated frozen ``__init__`` sets each
+        # through ``object.__setattr__`` (~16 us an outcome right after a forward, and a drafted
+        # step of ``auto`` builds one per source besides the step's own).
+        self.__dict__.update(accepted=accepted, new_tokens=new_tokens,
+                             tree=DraftTree.empty() if tree is None else tree, origin=origin, topk_ms=topk_ms,
+                             row_tokens=row_tokens, topk_ids=topk_ids, topk_probs=topk_probs,
+                             extra_argmax=extra_argmax)
 
     @property
     def n_accepted(self) -> int:

@@ -5,8 +5,9 @@ pieces; a decoding run cannot resolve a change of a few tens of microseconds in 
 same run repeated moves its drafting time by 15%). This times the pieces alone, in a loop, on
 trees the size a step sees: three sources of 10, 12 and 40 nodes scored by their calibration
 (conditionals first),
-merged, calibrated again, ranked and selected; Token Recycling's 32-node expansion from a full
-table; the ledger's ownership pass. Warm caches, so a floor: in a real step, right after a
+merged, calibrated again, ranked and selected; Token Recycling's 32-node proposal from a full
+table (its native expansion with the calibrated rate inside, as the drafter runs it); the ledger's
+ownership pass. Warm caches, so a floor: in a real step, right after a
 forward, the same code runs slower. Run it before and after a change, on a quiet machine.
 
 Usage:
@@ -30,7 +31,8 @@ def pieces(seed: int = 0) -> dict:
     from lookupdec.drafters.calibrate import Calibration, NodeScorer, conditional
     from lookupdec.drafters.ledger import step_shares
     from lookupdec.drafters.merged import MergedCalibration
-    from lookupdec.drafters.recycle import RecycleConfig, RecycleTable, expand
+    from lookupdec.drafters.base import DraftRequest
+    from lookupdec.drafters.recycle import RecycleConfig, RecycleDrafter
     from lookupdec.drafters.select import select_nodes
     from lookupdec.tree import DraftTree, merge_trees
 
@@ -55,13 +57,16 @@ def pieces(seed: int = 0) -> dict:
         merged_cal.restart()
 
     vocab = 2000
-    table = RecycleTable(8)
-    table.update(np.arange(vocab), rng.integers(0, vocab, (vocab, 8)),
-                 (np.sort(rng.random((vocab, 8)), axis=1)[:, ::-1] / 4).astype(np.float32))
-    breadth = RecycleConfig().breadth
+    recycle = RecycleDrafter(RecycleConfig(max_nodes=32), calibration=cal)
+    recycle.table.update(np.arange(vocab), rng.integers(0, vocab, (vocab, 8)),
+                         (np.sort(rng.random((vocab, 8)), axis=1)[:, ::-1] / 4).astype(np.float32))
+    request = DraftRequest(budget=32, max_depth=64)
 
     def recycle_expand() -> None:
-        expand(table, 5, breadth, 32, lambda r, p, d: p * 0.9, 64)
+        recycle.propose(request)
+        recycle.begin([5])  # the proposal forgotten again (begin keeps the table)
+
+    recycle.begin([5])
 
     merged = merge_trees(trees)
     chosen = np.arange(4)
@@ -71,7 +76,7 @@ def pieces(seed: int = 0) -> dict:
         step_shares(merged, draft_ms, chosen, costs, [0.0, 2.0, 0.0])
 
     return {"score, merge, calibrate, select (10+12+40 nodes)": score_merge_select,
-            "Token Recycling expansion (32 nodes)": recycle_expand,
+            "Token Recycling proposal (32 nodes)": recycle_expand,
             "ledger ownership (step_shares)": ownership}
 
 

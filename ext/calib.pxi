@@ -52,13 +52,13 @@ cdef double _rate(list levels, tuple key, tuple coarse, double prior) except? -1
         if s is NULL:
             hc, tc = 0.0, 0.0
         else:
-            hc, tc = (<list>s)[0], (<list>s)[1]
+            hc, tc = (<list?><object>s)[0], (<list?><object>s)[1]  # (checked: [hits, trials] lists)
         c = (hc + w * r) / (tc + w)
         s = PyDict_GetItem(fine_d, key)
         if s is NULL:
             hf, tf = 0.0, 0.0
         else:
-            hf, tf = (<list>s)[0], (<list>s)[1]
+            hf, tf = (<list?><object>s)[0], (<list?><object>s)[1]
         r = (hf + w * c) / (tf + w)
     return r
 
@@ -68,15 +68,15 @@ cdef inline void _observe(dict fine, dict coarse_d, tuple key, double h):
     if s is None:
         fine[key] = [h, 1.0]
     else:
-        (<list>s)[0] = <double>(<list>s)[0] + h
-        (<list>s)[1] = <double>(<list>s)[1] + 1.0
+        (<list?>s)[0] = <double>(<list?>s)[0] + h
+        (<list?>s)[1] = <double>(<list?>s)[1] + 1.0
     coarse = key[:len(key) - 1]  # (no negative index: the module compiles with wraparound off)
     s = coarse_d.get(coarse)
     if s is None:
         coarse_d[coarse] = [h, 1.0]
     else:
-        (<list>s)[0] = <double>(<list>s)[0] + h
-        (<list>s)[1] = <double>(<list>s)[1] + 1.0
+        (<list?>s)[0] = <double>(<list?>s)[0] + h
+        (<list?>s)[1] = <double>(<list?>s)[1] + 1.0
 
 
 def calib_score(list levels, str src, list parents, list raws, list lens, bint grow):
@@ -166,6 +166,8 @@ def calib_learn(dict fine, dict coarse, list waiting, list seen, bint conditiona
         while at < n:
             i = order[at]
             d = depth[i]
+            if d < 1:  # (the token list is read unchecked below: a depth is 1 or more)
+                raise ValueError("calib_learn: a node at depth below 1")
             if d > have:
                 break
             at += 1

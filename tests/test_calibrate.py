@@ -250,3 +250,20 @@ def test_native_outcomes_decide_the_same_nodes_as_the_python_loop():
             assert [w.state for w in a._waiting] == [w.state for w in b._waiting]
         assert fast._fine == slow._fine and fast._coarse == slow._coarse
         assert sum(t for _, t in fast._fine.values()) > 0  # something was decided
+
+
+def test_native_loops_refuse_what_they_would_read_out_of_bounds():
+    """The native loops read some lists unchecked: a node at depth 0, or a rate entry that is not a
+    ``[hits, trials]`` list, is refused with an error, never read past."""
+    import pytest
+
+    from lookupdec.drafters.calibrate import Outcomes
+
+    out = Outcomes(Calibration())
+    out.add([5], [-1], [0], [("s", 0, 0, 0)])
+    with pytest.raises(ValueError, match="depth below 1"):
+        out.learn([5])
+    cal = Calibration()
+    cal._fine[("pld", 5, 1, 0)] = (1.0, 2.0)  # a tuple where the rates keep lists
+    with pytest.raises(TypeError):
+        NodeScorer("pld", cal).score(DraftTree.chain([5]), np.array([1.0]), 2, source_id=1)

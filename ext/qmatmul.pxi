@@ -3,7 +3,8 @@
 # the decoder layers of a step in one call (ext/csrc/layers.h), the top-k of logit rows (ext/csrc/topk.h) and
 # a token drawn from a logit row (ext/csrc/sample.h).
 
-from libc.stdint cimport uint8_t
+from libc.stdint cimport int8_t, uint8_t, uint16_t, uint32_t
+from libc.string cimport memcpy
 
 
 cdef extern from "qmatmul.h" nogil:
@@ -238,3 +239,57 @@ def sample_row_ptr(size_t x, int64_t n, float temperature, double u, size_t scra
     with nogil:
         j = lk_sample_row(<const float *>x, n, temperature, u, <float *>scratch)
     return j
+
+
+cdef inline float _half(uint16_t h) noexcept nogil:
+    """An IEEE half's value as a float32 (exact: every half is a float32)."""
+    cdef uint32_t sign = (<uint32_t>(h & 0x8000)) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff, bits
+    cdef float v
+    if e == 0:  # zero or subnormal: m * 2^-24, exact
+        v = <float>m * 5.9604644775390625e-08
+        return -v if sign else v
+    if e == 31:
+        bits = sign | 0x7f800000u | (m << 13)
+    else:
+        bits = sign | ((e + 112) << 23) | (m << 13)
+    memcpy(&v, &bits, 4)
+    return v
+
+
+def dequant_rows(str fmt, const uint8_t[:, ::1] qs, const uint16_t[:, ::1] dm, list rows, int64_t k):
+    """Rows ``rows`` (a list of ints) of a block-format matrix (``lookupdec.blocks``: q4_1 or q8_0,
+    ``dm`` its float16 scales as uint16), as ``(R, k)`` float32, each weight formed as GGML forms it (``d * q + m``; ``d * q``
+    is exact): an embedding lookup in one call. ``blocks.dequantize_rows`` is the reference; a row
+    outside the matrix is an IndexError."""
+    cdef Py_ssize_t n = qs.shape[0], R = len(rows), r, b, j, nb = k // 32
+    cdef int64_t row
+    cdef float d, m
+    cdef bint q41 = fmt == "q4_1"
+    if not q41 and fmt != "q8_0":
+        raise ValueError(f"dequant_rows: unknown format {fmt!r}")
+    if k % 32 or dm.shape[0] != n or qs.shape[1] != (k // 2 if q41 else k) or dm.shape[1] != (2 * nb if q41 else nb):
+        raise ValueError("dequant_rows: blocks of another shape")
+    cdef int64_t[::1] at = np.empty(R, np.int64)
+    for r in range(R):
+        row = rows[r]  # (a Python int: anything else is a TypeError)
+        if row < 0 or row >= n:
+            raise IndexError(f"rows must be in [0, {n}), got {row}")
+        at[r] = row
+    out = np.empty((R, k), np.float32)
+    cdef float[:, ::1] o = out
+    cdef const uint8_t *q
+    with nogil:
+        for r in range(R):
+            row = at[r]
+            q = &qs[row, 0]
+            for b in range(nb):
+                if q41:
+                    d, m = _half(dm[row, 2 * b]), _half(dm[row, 2 * b + 1])
+                    for j in range(16):
+                        o[r, 32 * b + j] = d * <float>(q[16 * b + j] & 15) + m
+                        o[r, 32 * b + 16 + j] = d * <float>(q[16 * b + j] >> 4) + m
+                else:
+                    d = _half(dm[row, b])
+                    for j in range(32):
+                        o[r, 32 * b + j] = d * <float>(<int8_t>q[32 * b + j])
+    return out

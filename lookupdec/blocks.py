@@ -25,6 +25,8 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
+from lookupdec._native import dequant_rows
+
 QK = 32  # weights per block
 BLOCK_FORMATS = ("q4_1", "q8_0")
 # GGML's type id and bytes per block of each format (the scales first: (d, m) or d, float16; then the quants).
@@ -67,6 +69,17 @@ def dequantize_rows(blocks: Blocks, rows: np.ndarray) -> np.ndarray:
     if rows.size and (rows.min() < 0 or rows.max() >= n):  # numpy would wrap a negative row around
         raise IndexError(f"rows must be in [0, {n}), got {rows.min()}..{rows.max()}")
     return dequantize(Blocks(blocks.fmt, blocks.qs[rows], blocks.dm[rows], (len(rows), k)))
+
+
+def embedding_rows(blocks: Blocks, rows: list[int]) -> np.ndarray:
+    """``dequantize_rows`` for an embedding lookup right after a forward: one native call when the
+    blocks' arrays are contiguous (~160 us of numpy calls a step otherwise, 2-core AMD EPYC VM), the
+    same values; ``rows`` a list of ints."""
+    qs, dm = blocks.qs, blocks.dm
+    if (qs.ndim == 2 and dm.ndim == 2 and qs.dtype == np.uint8 and dm.dtype == np.float16
+            and qs.flags.c_contiguous and dm.flags.c_contiguous):
+        return dequant_rows(blocks.fmt, qs, dm.view(np.uint16), rows, blocks.shape[1])
+    return dequantize_rows(blocks, np.array(rows, np.int64))
 
 
 def _q4_1(w: np.ndarray) -> Blocks | None:

@@ -63,7 +63,7 @@ from lookupdec.kvcache import FlatKVCache
 from lookupdec.inference import inference
 from lookupdec._native import attend_ptr, rms_norm_ptr
 from lookupdec.native_layers import layer_table, run_layers
-from lookupdec.blocks import concat_rows, dequantize_rows
+from lookupdec.blocks import concat_rows, embedding_rows
 from lookupdec.deferred import unread_error
 from lookupdec.products import QUANTIZED_FORMATS, Product, make_linear, weights_unavailable_reason
 from lookupdec.release import release_linear, return_freed_memory
@@ -408,7 +408,7 @@ class FastForward:
         cos = self._cos.index_select(0, positions).unsqueeze(1)         # (R, 1, D)
         sin = self._sin_signed.index_select(0, positions).unsqueeze(1)
         if self._embed_blocks is not None:
-            return torch.from_numpy(dequantize_rows(self._embed_blocks, ids.numpy())), cos, sin
+            return torch.from_numpy(embedding_rows(self._embed_blocks, ids.tolist())), cos, sin
         return F.embedding(ids, self.embed), cos, sin
 
     def _rope(self, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

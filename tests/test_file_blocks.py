@@ -140,3 +140,31 @@ def test_a_decoder_reads_the_files_blocks_only_for_a_model_it_loaded_itself(real
     text = "Repeat this: the quick brown fox jumps over the lazy dog."
     assert owned.generate(text, method="ar", max_new_tokens=24).token_ids == \
         passed.generate(text, method="ar", max_new_tokens=24).token_ids
+
+
+def test_an_embedding_lookup_in_one_native_call_equals_dequantize_bit_for_bit():
+    """``embedding_rows`` (one native call: q4_1 and q8_0, the float16 scales widened in C) against
+    ``dequantize`` of the whole matrix: random blocks with zero, negative zero, subnormal, largest
+    and infinite scales, repeated rows; a row outside the matrix is an IndexError; blocks that are
+    not contiguous take numpy's route with the same values."""
+    from lookupdec.blocks import Blocks, embedding_rows
+
+    rng = np.random.default_rng(9)
+    specials = np.array([0.0, -0.0, 6e-8, -3e-6, 65504.0, -np.inf, 1.0], np.float16)
+    for fmt in ("q4_1", "q8_0"):
+        for _ in range(20):
+            n, k = int(rng.integers(1, 40)), 32 * int(rng.integers(1, 5))
+            qs = rng.integers(0, 256, (n, k // 2 if fmt == "q4_1" else k), dtype=np.uint8)
+            dm = (rng.standard_normal((n, 2 * (k // 32) if fmt == "q4_1" else k // 32)) * 3).astype(np.float16)
+            flat = dm.reshape(-1)
+            flat[rng.integers(0, flat.size, min(flat.size, 4))] = rng.choice(specials, min(flat.size, 4))
+            blocks = Blocks(fmt, qs, dm, (n, k))
+            rows = rng.integers(0, n, int(rng.integers(1, 6))).tolist()
+            got, want = embedding_rows(blocks, rows), dequantize(blocks)[rows]
+            assert got.dtype == np.float32 and got.shape == (len(rows), k)
+            assert np.array_equal(got, want, equal_nan=True)
+            assert np.array_equal(got.view(np.uint32), want.view(np.uint32))  # the same bits (signed zeros, NaNs)
+            with pytest.raises(IndexError):
+                embedding_rows(blocks, [n])
+            strided = Blocks(fmt, np.asfortranarray(qs), dm, (n, k))
+            assert np.array_equal(embedding_rows(strided, rows), want, equal_nan=True)

@@ -200,7 +200,6 @@ cdef struct _cand:
     int64_t token
     int64_t rank
     double prob
-    double cond
     int64_t depth
 
 
@@ -248,8 +247,8 @@ def recycle_expand(list levels, const int64_t[:, ::1] ids, const float[:, ::1] p
     ``("recycle", rank, probability bucket, depth bucket)`` with prior ``0.7 * probability``; at most
     ``breadth[d - 1]`` children at depth ``d``, none deeper than ``depth_cap``, ``max_nodes`` in all.
 
-    Returns ``(tokens, parents, scores, ranks, probs, conditionals, depth, keys)`` as lists, nodes in
-    the order taken (parents first). ``recycle.expand`` with ``RecycleDrafter._rate`` is the reference.
+    Returns ``(tokens, parents, scores, depth, keys)`` as lists, nodes in the order taken (parents
+    first). ``tests/oracles/recycle.py``'s ``expand`` with ``RecycleDrafter._rate`` is the reference.
     """
     cdef Py_ssize_t n_tok = ids.shape[0], k = ids.shape[1], size = 0, cap, j, r, most
     cdef int64_t counter = 0, node, tok
@@ -260,9 +259,9 @@ def recycle_expand(list levels, const int64_t[:, ::1] ids, const float[:, ::1] p
     if _n_raw < 0:
         raise RuntimeError("recycle_expand: calib_edges was never called")
     depth_cap = min(depth_cap, len(breadth))
-    tokens, parents, scores, ranks, ps, conds, depth, keys = [], [], [], [], [], [], [], []
+    tokens, parents, scores, depth, keys = [], [], [], [], []
     if max_nodes <= 0 or depth_cap <= 0:
-        return tokens, parents, scores, ranks, ps, conds, depth, keys
+        return tokens, parents, scores, depth, keys
     cap = 1 + k * (max_nodes + 1)
     cdef _cand *heap = <_cand *>malloc(cap * sizeof(_cand))
     if heap is NULL:
@@ -282,7 +281,7 @@ def recycle_expand(list levels, const int64_t[:, ::1] ids, const float[:, ::1] p
                     if c <= 0.0:
                         continue
                     cand.neg, cand.order, cand.parent, cand.token = -(score * c), counter, node, ids[tok, r]
-                    cand.rank, cand.prob, cand.cond, cand.depth = r, p, c, d
+                    cand.rank, cand.prob, cand.depth = r, p, d
                     counter += 1
                     _heap_push(heap, &size, cand)
             if size == 0 or len(tokens) >= max_nodes:
@@ -292,13 +291,10 @@ def recycle_expand(list levels, const int64_t[:, ::1] ids, const float[:, ::1] p
             tokens.append(got.token)
             parents.append(got.parent)
             scores.append(-got.neg)
-            ranks.append(got.rank)
-            ps.append(got.prob)
-            conds.append(got.cond)
             depth.append(got.depth)
             keys.append(("recycle", got.rank, _bucket(_raw_edges, _n_raw, got.prob),
                          _bucket(_depth_edges, _n_depth, <double>got.depth)))
             tok, score, d = got.token, -got.neg, got.depth + 1
     finally:
         free(heap)
-    return tokens, parents, scores, ranks, ps, conds, depth, keys
+    return tokens, parents, scores, depth, keys

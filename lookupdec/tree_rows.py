@@ -128,9 +128,8 @@ def argmax_rows(logits: torch.Tensor) -> np.ndarray:
 
     A CPU float32 tensor goes through numpy: torch's ``argmax`` cost ~44 us a 49,152-long row on
     a CPU against numpy's ~4 us (2-core AMD EPYC VM, the row in cache), and an acceptance walk
-    takes one a row. (A native argmax reading each part of the row on the thread that wrote it in
-    ``lm_head``'s product was tried: 17-25 us against numpy's 16-17 on a row fresh from the
-    product.) Anything else stays with torch.
+    takes one a row (one row at a time: ``argmax_row``, which skips numpy's wrapping too). Anything
+    else stays with torch.
 
     Args:
         logits: ``(vocab,)`` or ``(R, vocab)``.

@@ -206,7 +206,7 @@ def test_a_scorer_with_its_own_prior_uses_that_prior():
 
 def test_native_merged_rates_equal_the_python_keys_and_rates():
     from lookupdec._native import calib_merged
-    from lookupdec.drafters.merged import merged_rates
+    from tests.oracles.calibrate import merged_rates
 
     rng = np.random.default_rng(4)
     for trial in range(100):

@@ -6,7 +6,8 @@ import pytest
 
 from lookupdec.decoder import Decoder
 from lookupdec.drafters.base import DraftRequest, StepOutcome
-from lookupdec.drafters.recycle import RecycleConfig, RecycleDrafter, RecycleTable, expand
+from lookupdec.drafters.recycle import RecycleConfig, RecycleDrafter, RecycleTable
+from tests.oracles.recycle import expand
 from tests.conftest import FLAT, TINY_VOCAB, tiny_loaded
 
 

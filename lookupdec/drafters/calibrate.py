@@ -142,21 +142,13 @@ class Calibration:
         return [own] if self._parent is None else [*self._parent.levels(), own]
 
     def observe(self, key: tuple, hit: bool) -> None:
-        # Unrolled for the fine and the coarse key: called for every decided node, several
-        # thousand times a generation.
-        h = 1.0 if hit else 0.0
-        s = self._fine.get(key)
-        if s is None:
-            self._fine[key] = [h, 1.0]
-        else:
-            s[0] += h
-            s[1] += 1.0
-        coarse = key[:-1]
-        s = self._coarse.get(coarse)
-        if s is None:
-            self._coarse[coarse] = [h, 1.0]
-        else:
-            s[0] += h
+        """One outcome of ``key`` (and of its coarse key). The decoding loop observes natively
+        (``ext/calib.pxi``, the same update); this is for single outcomes and the references."""
+        for table, k in ((self._fine, key), (self._coarse, key[:-1])):
+            s = table.get(k)
+            if s is None:
+                s = table[k] = [0.0, 0.0]
+            s[0] += 1.0 if hit else 0.0
             s[1] += 1.0
 
     def observations(self, source: str) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from lookupdec._native import calib_merged
-from lookupdec.drafters.calibrate import DEPTH_EDGES, Calibration, Outcomes, bucket
+from lookupdec.drafters.calibrate import Calibration, Outcomes
 from lookupdec.tree import DraftTree, Merged
 
 
@@ -34,7 +34,7 @@ class MergedCalibration:
             return tree
         depth = tree.depth.tolist()
         scores = tree.path_scores().tolist()
-        # One native call (``ext/calib.pxi``); ``merged_rates`` below is its reference.
+        # One native call (``ext/calib.pxi``); ``tests/oracles/calibrate.py``'s ``merged_rates`` is its reference.
         rated, keys = calib_merged(self.calibration.levels(), scores, merged.agree, depth)
         self._outcomes.add(tree.tokens.tolist(), tree.parents.tolist(), depth, keys)
         return DraftTree.trusted(tree.tokens, tree.parents, np.array(rated, np.float64), tree.sources)
@@ -46,15 +46,3 @@ class MergedCalibration:
     def restart(self) -> None:
         """Forget the merged trees still waiting (a new sequence begins)."""
         self._outcomes.clear()
-
-
-def merged_rates(calibration: Calibration, scores: list[float], agree: list[int],
-                 depth: list[int]) -> tuple[list[float], list[tuple]]:
-    """``MergedCalibration.apply``'s keys and rates in Python (the native call's reference).
-
-    Key: ``("auto", score in 20 bins, sources that proposed the path (up to 3), depth bucket)``;
-    the prior is the path score itself.
-    """
-    keys = [("auto", int(min(s, 0.999) * 20), min(a, 3), bucket(DEPTH_EDGES, d))
-            for s, a, d in zip(scores, agree, depth)]
-    return [calibration.rate(k, s) for k, s in zip(keys, scores)], keys

@@ -27,9 +27,8 @@ committed history, so greedy and sampled decoding stay exact.
 """
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
@@ -117,7 +116,7 @@ class RecycleTable:
 
     def successors(self, token: int, most: int | None = None) -> tuple[list[int], list[float]]:
         """The token's candidates (ids, probabilities), most likely first, at most ``most`` (default
-        all); empty when it was never seen. Plain lists: ``expand`` asks a few dozen times a step,
+        all); empty when it was never seen. Plain lists: an expansion asks a few dozen times a step,
         where numpy's per-call cost exceeds the work.
 
         Example:
@@ -134,85 +133,6 @@ class RecycleTable:
         if ids[-1] < 0:
             ids = ids[:ids.index(-1)]
         return ids, self.probs[token, :len(ids)].tolist()
-
-
-@dataclass(frozen=True)
-class Expansion:
-    """A tree expanded from the table, with what each node was scored by.
-
-    Attributes:
-        tree: the draft (scores: path scores).
-        ranks: each node's rank among its parent's candidates (0 = most likely).
-        probs: the probability the table gave each node.
-        conditional: each node's score given its parent's path.
-    """
-
-    tree: DraftTree
-    ranks: np.ndarray
-    probs: np.ndarray
-    conditional: np.ndarray
-
-
-def expand(table: RecycleTable, root: int, breadth: Sequence[int], max_nodes: int,
-           rate: Callable[[int, float, int], float], max_depth: int | None = None) -> Expansion:
-    """Expand ``table`` from ``root`` best-first by path score.
-
-    Args:
-        table: the adjacency table.
-        root: the last committed token.
-        breadth: most children of a node at depth 1, 2, ...
-        max_nodes: most nodes.
-        rate: ``rate(rank, prob, depth)`` a node's conditional acceptance (in [0, 1]).
-        max_depth: deepest node (default ``len(breadth)``).
-    Returns:
-        An Expansion; nodes in the order taken, so parents precede children.
-
-    Example:
-        >>> t = RecycleTable(2)
-        >>> t.update(np.array([1, 2]), np.array([[2, 3], [4, 5]]), np.array([[0.6, 0.3], [0.9, 0.1]], np.float32))
-        >>> e = expand(t, 1, (2, 1), 8, lambda r, p, d: p)
-        >>> e.tree.tokens.tolist(), e.tree.parents.tolist()
-        ([2, 4, 3], [-1, 0, -1])
-    """
-    depth_cap = len(breadth) if max_depth is None else min(len(breadth), int(max_depth))
-    tokens: list[int] = []
-    parents: list[int] = []
-    scores: list[float] = []
-    ranks: list[int] = []
-    probs: list[float] = []
-    cond: list[float] = []
-    heap: list[tuple[float, int, int, int, int, float, float, int]] = []
-    counter = 0
-
-    def push_children(parent: int, token: int, score: float, depth: int) -> None:
-        nonlocal counter
-        if depth > depth_cap:
-            return
-        ids, ps = table.successors(token, breadth[depth - 1])
-        for r, (tok, p) in enumerate(zip(ids, ps)):
-            c = float(rate(r, p, depth))
-            if c <= 0.0:
-                continue
-            heapq.heappush(heap, (-score * c, counter, parent, tok, r, p, c, depth))
-            counter += 1
-
-    if max_nodes > 0:
-        push_children(-1, int(root), 1.0, 1)
-    while heap and len(tokens) < max_nodes:
-        neg, _, parent, tok, r, p, c, depth = heapq.heappop(heap)
-        node = len(tokens)
-        tokens.append(tok)
-        parents.append(parent)
-        scores.append(-neg)
-        ranks.append(r)
-        probs.append(p)
-        cond.append(c)
-        push_children(node, tok, -neg, depth + 1)
-    n = len(tokens)
-    # Valid by construction (each parent taken before its children): no re-check per step.
-    tree = DraftTree.trusted(np.array(tokens, np.int64), np.array(parents, np.int32), np.array(scores, np.float64),
-                             np.full(n, SOURCES["recycle"], np.int16))
-    return Expansion(tree, np.array(ranks, np.int64), np.array(probs, np.float64), np.array(cond, np.float64))
 
 
 def recycle_prior(rank: int, prob: float, depth: int) -> float:
@@ -279,9 +199,10 @@ class RecycleDrafter(Drafter):
         budget = min(int(request.budget), c.max_nodes)
         if self._last < 0 or budget <= 0 or request.max_depth <= 0:
             return DraftTree.empty()
-        # One native call with the calibrated rate inside (``ext/calib.pxi``): ``expand`` with
-        # ``self._rate`` is its reference (a Python heap and a rate call a candidate cost ~85 us a step).
-        tokens, parents, scores, _, _, _, depth, keys = recycle_expand(
+        # One native call with the calibrated rate inside (``ext/calib.pxi``); its reference is
+        # ``tests/oracles/recycle.py``'s ``expand`` with ``self._rate`` (a Python heap and a rate call
+        # a candidate cost ~85 us a step).
+        tokens, parents, scores, depth, keys = recycle_expand(
             self.calibration.levels(), self.table.ids, self.table.probs, self._last, list(c.breadth), budget,
             int(request.max_depth))
         n = len(tokens)

@@ -1,5 +1,8 @@
-"""Slow reference for ``_native.calib_learn`` (``Outcomes.learn``'s loop): the waiting proposals in Python."""
+"""Slow references for ``_native.calib_learn`` (``Outcomes.learn``'s loop: the waiting proposals in Python)
+and ``_native.calib_merged`` (``MergedCalibration.apply``'s keys and rates)."""
 from __future__ import annotations
+
+from lookupdec.drafters.calibrate import DEPTH_EDGES, Calibration, bucket
 
 
 def learn_reference(calibration, waiting: list, seen: list[int], conditional: bool) -> list:
@@ -35,3 +38,15 @@ def learn_reference(calibration, waiting: list, seen: list[int], conditional: bo
                 for i in w.order[w.at:]:
                     calibration.observe(w.keys[i], False)
     return keep
+
+
+def merged_rates(calibration: Calibration, scores: list[float], agree: list[int],
+                 depth: list[int]) -> tuple[list[float], list[tuple]]:
+    """``MergedCalibration.apply``'s keys and rates in Python (the native call's reference).
+
+    Key: ``("auto", score in 20 bins, sources that proposed the path (up to 3), depth bucket)``;
+    the prior is the path score itself.
+    """
+    keys = [("auto", int(min(s, 0.999) * 20), min(a, 3), bucket(DEPTH_EDGES, d))
+            for s, a, d in zip(scores, agree, depth)]
+    return [calibration.rate(k, s) for k, s in zip(keys, scores)], keys

@@ -28,7 +28,7 @@ from lookupdec.drafters.merged import MergedCalibration
 from lookupdec.drafters.select import DEFAULT_MARGIN, select_nodes
 from lookupdec.drafters.state import DrafterState
 from lookupdec.drafters.step_costs import StepCosts
-from lookupdec._native import auto_choose, split_outcome
+from lookupdec._native import auto_choose
 from lookupdec.tree import DraftTree, Merged, merge_trees
 
 # Most nodes each source proposes: candidates for the selection, which keeps far fewer.
@@ -292,14 +292,14 @@ class AutoDrafter(Drafter):
         Returns ``(merged, rated tree, chosen nodes, cut, shares)``: ``cut`` is the chosen subtree and
         ``shares`` the sources' ``StepShares``, both None when nothing was proposed.
         """
+        if not any(len(t) for t in trees):  # nothing proposed (a third of auto's proposals)
+            return merge_trees(trees), DraftTree.empty(), _NO_NODES, None, None
         extra = sum(windows)
         window_costs = [self._costs(request.budget, extra - m) if m else None for m in windows]
         spent = [d + t for d, t in zip(self._draft_ms, self._topk_ms)]
-        out = auto_choose(trees, self._merged_calibration.calibration.levels(), costs, request.budget,
-                          request.max_depth, self.margin, spent, window_costs)
-        if out is None:  # nothing proposed (a third of auto's proposals)
-            return merge_trees(trees), DraftTree.empty(), _NO_NODES, None, None
-        (toks, pars, scs, srcs, depth, maps, agree), rated, record, nodes, cut, (rows_ms, forward, owner) = out
+        (toks, pars, scs, srcs, depth, maps, agree), rated, record, nodes, cut, (rows_ms, forward, owner) = auto_choose(
+            [(t.tokens, t.parents, t.scores, t.sources) for t in trees], self._merged_calibration.calibration.levels(),
+            costs, request.budget, request.max_depth, self.margin, spent, window_costs)
         self._merged_calibration.record(*record)
         merged = Merged(DraftTree.trusted(toks, pars, scs, srcs), maps, agree)
         tree = DraftTree.trusted(toks, pars, rated, srcs)
@@ -406,23 +406,38 @@ class AutoDrafter(Drafter):
             return
         merged, chosen = self._last
         self._last = None
-        # Auto's node a is merged node chosen[a]; each source is told the step in its own node ids
-        # (one native call: the Python loop over a few dozen nodes a source cost ~15 us right after
-        # a forward; tests/oracles/choose.py keeps it as the reference).
-        accepted_merged, parts = split_outcome(merged.maps, chosen, outcome.accepted, outcome.origin,
-                                               len(outcome.tree), len(merged.tree))
+        # Auto's node a is merged node chosen[a]; accepted merged nodes, root to leaf. Plain lists:
+        # these trees hold a few dozen nodes, where each numpy call (~5-35 us right after a forward
+        # has cooled the caches) costs more than the whole loop.
+        accepted_merged = [chosen[a] for a in outcome.accepted]
+        verified = outcome.origin.tolist() if len(outcome.origin) else range(len(outcome.tree))
+        # Each verified node's merged node (-1: not the drafter's, e.g. a forced grammar token).
+        verified_merged = [chosen[v] if v >= 0 else -1 for v in verified] if chosen else [-1] * len(verified)
         nothing = None  # what a source none of whose nodes was verified is told (windowless: one for all)
-        for i, (s, part) in enumerate(zip(self.sources, parts)):
-            if part is not None:
-                tell(i, s, outcome_for(i, part[0], outcome.tree, part[1]))
-            elif i in windows:  # proposed nothing (or was off), or nothing was chosen: with its own slice of the window's argmax
-                tell(i, s, outcome_for(i, (), outcome.tree, np.full(len(outcome.tree), -1, np.int64)))
-            else:
-                if nothing is None:  # a read-only view, shared by the sources told it
-                    n = len(outcome.tree)
-                    unverified = _UNVERIFIED[:n] if n <= len(_UNVERIFIED) else np.full(n, -1, np.int64)
-                    nothing = outcome_for(i, (), outcome.tree, unverified)
-                tell(i, s, nothing)
+        for i, (s, where) in enumerate(zip(self.sources, merged.maps)):
+            if not len(where) or not chosen:  # proposed nothing (or was off), or none of it was verified
+                if i in windows:  # with its own slice of the window's argmax
+                    o = outcome_for(i, (), outcome.tree, np.full(len(outcome.tree), -1, np.int64))
+                else:
+                    if nothing is None:  # a read-only view, shared by the sources told it
+                        n = len(outcome.tree)
+                        unverified = _UNVERIFIED[:n] if n <= len(_UNVERIFIED) else np.full(n, -1, np.int64)
+                        nothing = outcome_for(i, (), outcome.tree, unverified)
+                    o = nothing
+                tell(i, s, o)
+                continue
+            # Merged node -> this source's node (its first).
+            first: dict[int, int] = {}
+            for j, m in enumerate(where.tolist()):
+                first.setdefault(m, j)
+            own = []
+            for m in accepted_merged:  # up to where the accepted path leaves this source's tree
+                j = first.get(m)
+                if j is None:
+                    break
+                own.append(j)
+            origin = np.array([first.get(m, -1) for m in verified_merged], np.int64)
+            tell(i, s, outcome_for(i, tuple(own), outcome.tree, origin))
         # The deferred top-k is the cost of the sources that asked for it.
         asked = [i for i, (s, on) in enumerate(zip(self.sources, self._active)) if on and s.topk > 0]
         for i in asked:

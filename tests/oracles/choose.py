@@ -26,27 +26,3 @@ def choose_reference(trees, calibration: Calibration, cost: np.ndarray, budget: 
     window_ms = [float(cost[1 + k] - w[1 + k]) if w is not None else 0.0 for w in window_costs]
     shares = step_shares(merged, spent, nodes.tolist(), cost, window_ms)
     return merged, rated, record, nodes, cut, shares
-
-
-def split_reference(maps, chosen: list[int], accepted: tuple, origin: np.ndarray, n_tree: int):
-    """``split_outcome`` as ``AutoDrafter.commit`` computed it in Python: the accepted nodes' merged
-    nodes, and per source None (proposed nothing, or nothing was chosen) or ``(own, origin)``."""
-    accepted_merged = [chosen[a] for a in accepted]
-    verified = origin.tolist() if len(origin) else range(n_tree)
-    verified_merged = [chosen[v] if v >= 0 else -1 for v in verified] if chosen else [-1] * len(verified)
-    parts = []
-    for where in maps:
-        if not len(where) or not chosen:
-            parts.append(None)
-            continue
-        first: dict[int, int] = {}
-        for j, m in enumerate(where.tolist()):
-            first.setdefault(m, j)
-        own = []
-        for m in accepted_merged:
-            j = first.get(m)
-            if j is None:
-                break
-            own.append(j)
-        parts.append((tuple(own), np.array([first.get(m, -1) for m in verified_merged], np.int64)))
-    return accepted_merged, parts

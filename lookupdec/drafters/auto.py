@@ -28,7 +28,6 @@ from lookupdec.drafters.merged import MergedCalibration
 from lookupdec.drafters.select import DEFAULT_MARGIN, select_nodes
 from lookupdec.drafters.state import DrafterState
 from lookupdec.drafters.step_costs import StepCosts
-from lookupdec._native import auto_choose
 from lookupdec.tree import DraftTree, Merged, merge_trees
 
 # Most nodes each source proposes: candidates for the selection, which keeps far fewer.
@@ -39,8 +38,6 @@ CONTEXT_MAX_N = MATCH_EDGES[-1]
 # array (a fresh np.full cost ~24 us right after a forward).
 _UNVERIFIED = np.full(256, -1, np.int64)
 _UNVERIFIED.flags.writeable = False
-_NO_NODES = np.zeros(0, np.int64)
-_NO_NODES.flags.writeable = False
 
 
 def context_source(calibration: Calibration | None) -> Drafter:
@@ -92,10 +89,6 @@ class AutoDrafter(Drafter):
     """
 
     name = "auto"
-
-    # Merge, rate, select, cut and share in one native call (``_choose``); False takes the Python
-    # route, its reference (always taken with a second-stage source, a sampled tree or chain verification).
-    native_choice = True
 
     def __init__(self, *, references: Sequence[Sequence[int]] | None = None,
                  prediction: Sequence[int] | None = None, indexes: Sequence | None = None,
@@ -243,72 +236,36 @@ class AutoDrafter(Drafter):
         for i, src in enumerate(self.sources):
             if active[i] and not src.second_stage:
                 trees[i] = self._ask(i, sub)
+        merged = merge_trees(trees)
+        tree = self._merged_calibration.apply(merged)
         # The window is part of the step; the tree is chosen against a step that already carries it.
         # Under chain verification no window row runs and one path is verified: that is what is priced.
         windows = self._window_rows_of() if request.extra_rows else [0] * len(self.sources)
         extra = sum(windows)
         costs = self._costs(request.budget, extra)
-        if self.native_choice and request.tree and not any(t.sampled for t in trees) \
-                and not any(s.second_stage and on for s, on in zip(self.sources, active)):
-            merged, tree, nodes, cut, shares = self._choose(trees, costs, request, windows)
-        else:
+        sel = self._select(tree, costs, request)
+        # Second-stage sources (the small LM) are asked only where they pay against that selection.
+        late = [i for i, s in enumerate(self.sources)
+                if s.second_stage and active[i] and s.pays(sel, request.max_depth, self.margin)]
+        if late:
+            for i in late:
+                trees[i] = self._ask(i, sub)
             merged = merge_trees(trees)
             tree = self._merged_calibration.apply(merged)
             sel = self._select(tree, costs, request)
-            # Second-stage sources (the small LM) are asked only where they pay against that selection.
-            late = [i for i, s in enumerate(self.sources)
-                    if s.second_stage and active[i] and s.pays(sel, request.max_depth, self.margin)]
-            if late:
-                for i in late:
-                    trees[i] = self._ask(i, sub)
-                merged = merge_trees(trees)
-                tree = self._merged_calibration.apply(merged)
-                sel = self._select(tree, costs, request)
-            nodes, cut, shares = sel.nodes, None, None
         # The window counts inside the draft budget: the tree is chosen first (its tokens pay in
         # this step, the window's only in later ones), and the window runs only if it fits beside it.
-        if extra and len(nodes) + extra > request.budget:
+        if extra and len(sel.nodes) + extra > request.budget:
             windows, extra = [0] * len(self.sources), 0
             costs = self._costs(request.budget)
-            nodes, cut, shares = self._select(tree, costs, request).nodes, None, None
+            sel = self._select(tree, costs, request)
         self._step_windows = windows
-        chosen = nodes.tolist()  # once: the accounting and the commit walk these as plain ints
+        chosen = sel.nodes.tolist()  # once: the accounting and the commit walk these as plain ints
         self._last = (merged, chosen)
         self._recent_k.append(len(chosen))
         if self.ledger is not None:
-            if shares is None:
-                self._account(merged, chosen, costs, request.budget, windows)
-            else:
-                self._step = shares
-        if cut is not None:
-            return cut
-        return tree.subset(nodes) if len(nodes) < len(tree) else tree
-
-    def _choose(self, trees: list[DraftTree], costs: np.ndarray, request: DraftRequest, windows: list[int]):
-        """Merge, rate, select, cut and share in one native call (``auto_choose``, ext/choose.pxi): the
-        Python route (``merge_trees``, ``MergedCalibration.apply``, ``_select``, ``DraftTree.subset``,
-        ``step_shares``) is its reference in the tests.
-
-        Returns ``(merged, rated tree, chosen nodes, cut, shares)``: ``cut`` is the chosen subtree and
-        ``shares`` the sources' ``StepShares``, both None when nothing was proposed.
-        """
-        if not any(len(t) for t in trees):  # nothing proposed (a third of auto's proposals)
-            return merge_trees(trees), DraftTree.empty(), _NO_NODES, None, None
-        extra = sum(windows)
-        window_costs = [self._costs(request.budget, extra - m) if m else None for m in windows]
-        spent = [d + t for d, t in zip(self._draft_ms, self._topk_ms)]
-        (toks, pars, scs, srcs, depth, maps, agree), rated, record, nodes, cut, (rows_ms, forward, owner) = auto_choose(
-            [(t.tokens, t.parents, t.scores, t.sources) for t in trees], self._merged_calibration.calibration.levels(),
-            costs, request.budget, request.max_depth, self.margin, spent, window_costs)
-        self._merged_calibration.record(*record)
-        merged = Merged(DraftTree.trusted(toks, pars, scs, srcs), maps, agree)
-        tree = DraftTree.trusted(toks, pars, rated, srcs)
-        if cut is not None:
-            t, p, sc, sr, ids = cut
-            cut = DraftTree.trusted(t, p, sc, sr, ids=ids)
-        else:
-            cut = tree
-        return merged, tree, nodes, cut, StepShares(rows_ms, forward, owner)
+            self._account(merged, chosen, costs, request.budget, windows)
+        return tree.subset(sel.nodes) if len(sel.nodes) < len(tree) else tree
 
     def _ask(self, i: int, request: DraftRequest) -> DraftTree:
         """Source ``i``'s proposal, its time added to its drafting ms this step (after any catching up)."""

@@ -62,7 +62,7 @@ def pieces(seed: int = 0) -> dict:
                          (np.sort(rng.random((vocab, 8)), axis=1)[:, ::-1] / 4).astype(np.float32))
     request = DraftRequest(budget=32, max_depth=64)
 
-    def recycle_expand() -> None:
+    def recycle_proposal() -> None:
         recycle.propose(request)
         recycle.begin([5])  # the proposal forgotten again (begin keeps the table)
 
@@ -76,7 +76,7 @@ def pieces(seed: int = 0) -> dict:
         step_shares(merged, draft_ms, chosen, costs, [0.0, 2.0, 0.0])
 
     return {"score, merge, calibrate, select (10+12+40 nodes)": score_merge_select,
-            "Token Recycling proposal (32 nodes)": recycle_expand,
+            "Token Recycling proposal (32 nodes)": recycle_proposal,
             "ledger ownership (step_shares)": ownership}
 
 

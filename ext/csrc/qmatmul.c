@@ -247,7 +247,7 @@ typedef void (*round_fn)(const float *, int64_t, uint16_t *);
 static tile_fn tile, tile_bf16;
 static round_fn round_rows;
 static const char *isa;
-static int tile_spreads; /* the float tile asks for the next tile's weights itself (ahead_step) */
+static int float_spreads, bf16_spreads; /* the tile asks for the next tile's weights itself (ahead_step) */
 
 #ifdef LK_X86
 static int has_avx512(void) {
@@ -277,8 +277,9 @@ static int has_avx512bf16(void) { return 0; }
 static void set_isa(tile_fn f, const char *name) {
     tile = f;
     isa = name;
-    tile_spreads = has_avx512() && f == tile512;
+    float_spreads = has_avx512() && f == tile512;
     int vec = f == tile512 && has_avx512bf16();
+    bf16_spreads = vec;
     tile_bf16 = vec ? lk_tile_bf16_512 : tile_c;
     round_rows = vec ? lk_rows_to_bf16_512 : lk_rows_to_bf16_c;
 }
@@ -355,7 +356,7 @@ static void run_part(void *ctx, int part, int parts) {
         c.rows = j->rows - r0 < ROW_CHUNK ? j->rows - r0 : ROW_CHUNK;
         for (int64_t t = t0; t < t1; t++) {
             int64_t n0 = t * NB;
-            if (t + 1 < t1 && (j->xb || !tile_spreads)) prefetch_tile(&c, n0 + NB);
+            if (t + 1 < t1 && !(j->xb ? bf16_spreads : float_spreads)) prefetch_tile(&c, n0 + NB);
             (j->xb ? tile_bf16 : tile)(&c, scratch, n0, j->n - n0 < NB ? j->n - n0 : NB);
         }
     }

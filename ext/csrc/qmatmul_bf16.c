@@ -29,10 +29,12 @@ INLINEBF16 __m512i wblock_bf16(int fmt, const uint8_t *q, const float *dm, int64
 INLINEBF16 void tilebf16_fixed(const job *j, int fmt, const uint16_t *w, int64_t r0, int nr, int64_t n0, int nn) {
     int64_t nblk = j->k / LK_QK, qb = qs_per_block(fmt), db = dm_per_block(fmt);
     __m512 acc[RB][NB];
+    ahead a = ahead_of(j, n0, !w && r0 == 0 && nn == NB ? nblk : 0); /* as qmatmul.c's tile512_fixed */
     for (int r = 0; r < nr; r++)
         for (int c = 0; c < nn; c++) acc[r][c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nblk; b++) {
         __m512i wv[NB];
+        ahead_step(&a, b);
         for (int c = 0; c < nn; c++)
             wv[c] = w ? _mm512_loadu_si512(w + c * j->k + b * LK_QK)
                       : wblock_bf16(fmt, j->qs + (n0 + c) * nblk * qb, j->dm + (n0 + c) * nblk * db, b);
@@ -50,10 +52,13 @@ BF16 void lk_tile_bf16_512(const job *j, float *scratch, int64_t n0, int64_t nn)
     const uint16_t *w = NULL;
     if (j->rows > RB && scratch) {
         uint16_t *ws = (uint16_t *)scratch;
+        ahead a = ahead_of(j, n0, nn * nblk);
         for (int64_t c = 0; c < nn; c++)
-            for (int64_t b = 0; b < nblk; b++)
+            for (int64_t b = 0; b < nblk; b++) {
+                ahead_step(&a, c * nblk + b);
                 _mm512_storeu_si512(ws + c * j->k + b * LK_QK,
                                     wblock_bf16(j->fmt, j->qs + (n0 + c) * nblk * qb, j->dm + (n0 + c) * nblk * db, b));
+            }
         w = ws;
     }
     ROW_TILES(tilebf16_fixed, j, w)

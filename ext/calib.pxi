@@ -79,6 +79,35 @@ cdef inline void _observe(dict fine, dict coarse_d, tuple key, double h):
         (<list?>s)[1] = <double>(<list?>s)[1] + 1.0
 
 
+cdef int _score_loop(list levels, str src, Py_ssize_t n, const int32_t *parents, const double *raws,
+                     const long *lens, long one_len, bint grow, double *sc, long *dp, list keys) except -1:
+    """calib_score's loop: ``sc[i]`` node i's path score, ``dp[i]`` its depth, ``keys[i]`` its key
+    (``lens`` NULL: ``one_len`` is every node's match length)."""
+    cdef Py_ssize_t i
+    cdef long p, d, m
+    cdef double r, c, prior
+    if _n_raw < 0:
+        raise RuntimeError("calib_score: calib_edges was never called")
+    for i in range(n):
+        p = parents[i]
+        if p >= i:
+            raise ValueError("calib_score: a parent after its child")
+        d = 1 if p < 0 else dp[p] + 1
+        dp[i] = d
+        r = raws[i]
+        m = (one_len if lens is NULL else lens[i])
+        if grow:
+            m = m + d - 1
+        a, b, k = _bucket(_raw_edges, _n_raw, r), _bucket(_match_edges, _n_match, <double>m), \
+            _bucket(_depth_edges, _n_depth, <double>d)
+        key = (src, a, b, k)
+        prior = r * fmin(0.9, 0.35 + 0.1 * m) * pow(0.92, <double>(d - 1))
+        c = _rate(levels, key, (src, a, b), prior)
+        sc[i] = c if p < 0 else sc[p] * c
+        keys[i] = key
+    return 0
+
+
 def calib_score(list levels, str src, list parents, list raws, list lens, bint grow):
     """``NodeScorer.score``'s loop with ``lookup_prior``: per node its depth, key and path score.
 
@@ -86,43 +115,33 @@ def calib_score(list levels, str src, list parents, list raws, list lens, bint g
     when ``grow``). Returns ``(scores, depth, keys)`` as lists.
     """
     cdef Py_ssize_t n = len(parents), i
-    cdef long p, d, m
-    cdef double r, c, prior
+    cdef long v
     if len(raws) != n or len(lens) != n:
         raise ValueError("calib_score: raws and lens must match parents")
-    if _n_raw < 0:
-        raise RuntimeError("calib_score: calib_edges was never called")
-    scores = [0.0] * n
-    depth = [0] * n
     keys = [None] * n
     cdef double *sc = <double *>malloc(max(n, 1) * sizeof(double))
     cdef long *dp = <long *>malloc(max(n, 1) * sizeof(long))
-    if sc is NULL or dp is NULL:
-        free(sc)
-        free(dp)
-        raise MemoryError()
+    cdef int32_t *par = <int32_t *>malloc(max(n, 1) * sizeof(int32_t))
+    cdef double *rw = <double *>malloc(max(n, 1) * sizeof(double))
+    cdef long *ln = <long *>malloc(max(n, 1) * sizeof(long))
     try:
+        if sc is NULL or dp is NULL or par is NULL or rw is NULL or ln is NULL:
+            raise MemoryError()
         for i in range(n):
-            p = parents[i]
-            if p >= i:
+            v = parents[i]
+            if v >= i:
                 raise ValueError("calib_score: a parent after its child")
-            d = 1 if p < 0 else dp[p] + 1
-            dp[i] = d
-            r = raws[i]
-            m = <long>lens[i] + d - 1 if grow else <long>lens[i]
-            a, b, k = _bucket(_raw_edges, _n_raw, r), _bucket(_match_edges, _n_match, <double>m), \
-                _bucket(_depth_edges, _n_depth, <double>d)
-            key = (src, a, b, k)
-            prior = r * fmin(0.9, 0.35 + 0.1 * m) * pow(0.92, <double>(d - 1))
-            c = _rate(levels, key, (src, a, b), prior)
-            sc[i] = c if p < 0 else sc[p] * c
-            scores[i] = sc[i]
-            depth[i] = d
-            keys[i] = key
+            par[i] = <int32_t>v if v >= 0 else -1  # (any negative parent: a root child, as before)
+            rw[i] = raws[i]
+            ln[i] = lens[i]
+        _score_loop(levels, src, n, par, rw, ln, 0, grow, sc, dp, keys)
+        return [sc[i] for i in range(n)], [dp[i] for i in range(n)], keys
     finally:
         free(sc)
         free(dp)
-    return scores, depth, keys
+        free(par)
+        free(rw)
+        free(ln)
 
 
 def calib_merged(list levels, list scores, list agree, list depth):

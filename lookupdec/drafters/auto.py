@@ -28,6 +28,7 @@ from lookupdec.drafters.merged import MergedCalibration
 from lookupdec.drafters.select import DEFAULT_MARGIN, select_nodes
 from lookupdec.drafters.state import DrafterState
 from lookupdec.drafters.step_costs import StepCosts
+from lookupdec._native import auto_choose, split_outcome
 from lookupdec.tree import DraftTree, Merged, merge_trees
 
 # Most nodes each source proposes: candidates for the selection, which keeps far fewer.
@@ -38,6 +39,8 @@ CONTEXT_MAX_N = MATCH_EDGES[-1]
 # array (a fresh np.full cost ~24 us right after a forward).
 _UNVERIFIED = np.full(256, -1, np.int64)
 _UNVERIFIED.flags.writeable = False
+_NO_NODES = np.zeros(0, np.int64)
+_NO_NODES.flags.writeable = False
 
 
 def context_source(calibration: Calibration | None) -> Drafter:
@@ -89,6 +92,10 @@ class AutoDrafter(Drafter):
     """
 
     name = "auto"
+
+    # Merge, rate, select, cut and share in one native call (``_choose``); False takes the Python
+    # route, its reference (always taken with a second-stage source, a sampled tree or chain verification).
+    native_choice = True
 
     def __init__(self, *, references: Sequence[Sequence[int]] | None = None,
                  prediction: Sequence[int] | None = None, indexes: Sequence | None = None,
@@ -236,36 +243,72 @@ class AutoDrafter(Drafter):
         for i, src in enumerate(self.sources):
             if active[i] and not src.second_stage:
                 trees[i] = self._ask(i, sub)
-        merged = merge_trees(trees)
-        tree = self._merged_calibration.apply(merged)
         # The window is part of the step; the tree is chosen against a step that already carries it.
         # Under chain verification no window row runs and one path is verified: that is what is priced.
         windows = self._window_rows_of() if request.extra_rows else [0] * len(self.sources)
         extra = sum(windows)
         costs = self._costs(request.budget, extra)
-        sel = self._select(tree, costs, request)
-        # Second-stage sources (the small LM) are asked only where they pay against that selection.
-        late = [i for i, s in enumerate(self.sources)
-                if s.second_stage and active[i] and s.pays(sel, request.max_depth, self.margin)]
-        if late:
-            for i in late:
-                trees[i] = self._ask(i, sub)
+        if self.native_choice and request.tree and not any(t.sampled for t in trees) \
+                and not any(s.second_stage and on for s, on in zip(self.sources, active)):
+            merged, tree, nodes, cut, shares = self._choose(trees, costs, request, windows)
+        else:
             merged = merge_trees(trees)
             tree = self._merged_calibration.apply(merged)
             sel = self._select(tree, costs, request)
+            # Second-stage sources (the small LM) are asked only where they pay against that selection.
+            late = [i for i, s in enumerate(self.sources)
+                    if s.second_stage and active[i] and s.pays(sel, request.max_depth, self.margin)]
+            if late:
+                for i in late:
+                    trees[i] = self._ask(i, sub)
+                merged = merge_trees(trees)
+                tree = self._merged_calibration.apply(merged)
+                sel = self._select(tree, costs, request)
+            nodes, cut, shares = sel.nodes, None, None
         # The window counts inside the draft budget: the tree is chosen first (its tokens pay in
         # this step, the window's only in later ones), and the window runs only if it fits beside it.
-        if extra and len(sel.nodes) + extra > request.budget:
+        if extra and len(nodes) + extra > request.budget:
             windows, extra = [0] * len(self.sources), 0
             costs = self._costs(request.budget)
-            sel = self._select(tree, costs, request)
+            nodes, cut, shares = self._select(tree, costs, request).nodes, None, None
         self._step_windows = windows
-        chosen = sel.nodes.tolist()  # once: the accounting and the commit walk these as plain ints
+        chosen = nodes.tolist()  # once: the accounting and the commit walk these as plain ints
         self._last = (merged, chosen)
         self._recent_k.append(len(chosen))
         if self.ledger is not None:
-            self._account(merged, chosen, costs, request.budget, windows)
-        return tree.subset(sel.nodes) if len(sel.nodes) < len(tree) else tree
+            if shares is None:
+                self._account(merged, chosen, costs, request.budget, windows)
+            else:
+                self._step = shares
+        if cut is not None:
+            return cut
+        return tree.subset(nodes) if len(nodes) < len(tree) else tree
+
+    def _choose(self, trees: list[DraftTree], costs: np.ndarray, request: DraftRequest, windows: list[int]):
+        """Merge, rate, select, cut and share in one native call (``auto_choose``, ext/choose.pxi): the
+        Python route (``merge_trees``, ``MergedCalibration.apply``, ``_select``, ``DraftTree.subset``,
+        ``step_shares``) is its reference in the tests.
+
+        Returns ``(merged, rated tree, chosen nodes, cut, shares)``: ``cut`` is the chosen subtree and
+        ``shares`` the sources' ``StepShares``, both None when nothing was proposed.
+        """
+        extra = sum(windows)
+        window_costs = [self._costs(request.budget, extra - m) if m else None for m in windows]
+        spent = [d + t for d, t in zip(self._draft_ms, self._topk_ms)]
+        out = auto_choose(trees, self._merged_calibration.calibration.levels(), costs, request.budget,
+                          request.max_depth, self.margin, spent, window_costs)
+        if out is None:  # nothing proposed (a third of auto's proposals)
+            return merge_trees(trees), DraftTree.empty(), _NO_NODES, None, None
+        (toks, pars, scs, srcs, depth, maps, agree), rated, record, nodes, cut, (rows_ms, forward, owner) = out
+        self._merged_calibration.record(*record)
+        merged = Merged(DraftTree.trusted(toks, pars, scs, srcs), maps, agree)
+        tree = DraftTree.trusted(toks, pars, rated, srcs)
+        if cut is not None:
+            t, p, sc, sr, ids = cut
+            cut = DraftTree.trusted(t, p, sc, sr, ids=ids)
+        else:
+            cut = tree
+        return merged, tree, nodes, cut, StepShares(rows_ms, forward, owner)
 
     def _ask(self, i: int, request: DraftRequest) -> DraftTree:
         """Source ``i``'s proposal, its time added to its drafting ms this step (after any catching up)."""
@@ -363,38 +406,23 @@ class AutoDrafter(Drafter):
             return
         merged, chosen = self._last
         self._last = None
-        # Auto's node a is merged node chosen[a]; accepted merged nodes, root to leaf. Plain lists:
-        # these trees hold a few dozen nodes, where each numpy call (~5-35 us right after a forward
-        # has cooled the caches) costs more than the whole loop.
-        accepted_merged = [chosen[a] for a in outcome.accepted]
-        verified = outcome.origin.tolist() if len(outcome.origin) else range(len(outcome.tree))
-        # Each verified node's merged node (-1: not the drafter's, e.g. a forced grammar token).
-        verified_merged = [chosen[v] if v >= 0 else -1 for v in verified] if chosen else [-1] * len(verified)
+        # Auto's node a is merged node chosen[a]; each source is told the step in its own node ids
+        # (one native call: the Python loop over a few dozen nodes a source cost ~15 us right after
+        # a forward; tests/oracles/choose.py keeps it as the reference).
+        accepted_merged, parts = split_outcome(merged.maps, chosen, outcome.accepted, outcome.origin,
+                                               len(outcome.tree), len(merged.tree))
         nothing = None  # what a source none of whose nodes was verified is told (windowless: one for all)
-        for i, (s, where) in enumerate(zip(self.sources, merged.maps)):
-            if not len(where) or not chosen:  # proposed nothing (or was off), or none of it was verified
-                if i in windows:  # with its own slice of the window's argmax
-                    o = outcome_for(i, (), outcome.tree, np.full(len(outcome.tree), -1, np.int64))
-                else:
-                    if nothing is None:  # a read-only view, shared by the sources told it
-                        n = len(outcome.tree)
-                        unverified = _UNVERIFIED[:n] if n <= len(_UNVERIFIED) else np.full(n, -1, np.int64)
-                        nothing = outcome_for(i, (), outcome.tree, unverified)
-                    o = nothing
-                tell(i, s, o)
-                continue
-            # Merged node -> this source's node (its first).
-            first: dict[int, int] = {}
-            for j, m in enumerate(where.tolist()):
-                first.setdefault(m, j)
-            own = []
-            for m in accepted_merged:  # up to where the accepted path leaves this source's tree
-                j = first.get(m)
-                if j is None:
-                    break
-                own.append(j)
-            origin = np.array([first.get(m, -1) for m in verified_merged], np.int64)
-            tell(i, s, outcome_for(i, tuple(own), outcome.tree, origin))
+        for i, (s, part) in enumerate(zip(self.sources, parts)):
+            if part is not None:
+                tell(i, s, outcome_for(i, part[0], outcome.tree, part[1]))
+            elif i in windows:  # proposed nothing (or was off), or nothing was chosen: with its own slice of the window's argmax
+                tell(i, s, outcome_for(i, (), outcome.tree, np.full(len(outcome.tree), -1, np.int64)))
+            else:
+                if nothing is None:  # a read-only view, shared by the sources told it
+                    n = len(outcome.tree)
+                    unverified = _UNVERIFIED[:n] if n <= len(_UNVERIFIED) else np.full(n, -1, np.int64)
+                    nothing = outcome_for(i, (), outcome.tree, unverified)
+                tell(i, s, nothing)
         # The deferred top-k is the cost of the sources that asked for it.
         asked = [i for i, (s, on) in enumerate(zip(self.sources, self._active)) if on and s.topk > 0]
         for i in asked:

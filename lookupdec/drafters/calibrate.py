@@ -306,6 +306,10 @@ class NodeScorer:
         return DraftTree.trusted(tree.tokens, tree.parents, np.array(scores, np.float64),
                                  np.full(n, source_id, np.int16), depth=depth)
 
+    def record(self, tokens: list[int], parents: list[int], depth: list[int], keys: list[tuple]) -> None:
+        """Remember a tree scored elsewhere (``context_propose``, ext/context.pxi) until ``learn``."""
+        self._outcomes.add(tokens, parents, depth, keys)
+
     def _score_py(self, parents: list[int], raws: list[float], lens: list[int]) -> tuple[list, list, list]:
         """Per node its path score, depth and key, in Python (any ``prior``)."""
         n = len(parents)

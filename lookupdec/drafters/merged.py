@@ -39,6 +39,10 @@ class MergedCalibration:
         self._outcomes.add(tree.tokens.tolist(), tree.parents.tolist(), depth, keys)
         return DraftTree.trusted(tree.tokens, tree.parents, np.array(rated, np.float64), tree.sources)
 
+    def record(self, tokens: list[int], parents: list[int], depth: list[int], keys: list[tuple]) -> None:
+        """Wait for the outcome of a merged tree whose rates were taken elsewhere (``auto_choose``, ext/choose.pxi)."""
+        self._outcomes.add(tokens, parents, depth, keys)
+
     def learn(self, new_tokens) -> None:
         """Observe what the tokens that followed decide of the merged trees still waiting."""
         self._outcomes.learn(new_tokens)

@@ -27,8 +27,9 @@ from typing import Sequence
 
 import numpy as np
 
+from lookupdec._native import context_propose
 from lookupdec.drafters.base import SOURCES, DraftRequest, Drafter, StepOutcome
-from lookupdec.drafters.calibrate import Calibration, NodeScorer
+from lookupdec.drafters.calibrate import Calibration, NodeScorer, lookup_prior
 from lookupdec.index.live import LiveIndex
 from lookupdec.tree import DraftTree
 
@@ -161,6 +162,8 @@ class PLDDrafter(Drafter):
     """
 
     name = "pld"
+    # Lookups and scoring in one native call (``_propose_native``); False: the Python route, its reference.
+    native_propose = True
 
     def __init__(self, config: PLDConfig | None = None, *, calibration: Calibration | None = None,
                  **settings) -> None:
@@ -171,6 +174,9 @@ class PLDDrafter(Drafter):
         c = self.config
         # The fallback needs the 1-token matches indexed too.
         self._index = LiveIndex(max_n=c.max_n, min_n=1 if c.fallback_width else c.min_n)
+        # The match-length bounds of the draft and of its fallback (None: no fallback), as LiveIndex.draft checks them.
+        self._full_bounds = self._index._bounds(None, c.min_n)
+        self._fallback_bounds = self._index._bounds(c.min_n - 1, 1) if c.fallback_width and c.min_n > 1 else None
         self._depth = self.config.init_depth
         self._drafted = 0  # depth of the last proposed tree (0: nothing drafted)
 
@@ -190,7 +196,10 @@ class PLDDrafter(Drafter):
         c = self.config
         budget = int(request.budget)
         depth = min(self._depth, request.max_depth)
-        d = lookup_tree(self._index, depth, min(budget, c.max_width), c.max_occurrences, min_n=c.min_n)
+        width = min(budget, c.max_width)
+        if self.native_propose and self._scorer.prior is lookup_prior and depth >= 1 and width >= 1:
+            return self._propose_native(depth, width, request)
+        d = lookup_tree(self._index, depth, width, c.max_occurrences, min_n=c.min_n)
         full = len(d.tree) > 0  # a full draft moves the adaptive depth; the fallback's does not
         if not full and c.fallback_width and c.min_n > 1:
             d = lookup_tree(self._index, min(c.fallback_depth, request.max_depth), min(budget, c.fallback_width),
@@ -198,6 +207,23 @@ class PLDDrafter(Drafter):
         tree = self._scorer.score(d.tree, d.conditional, d.match_len, SOURCES[self.name])
         self._drafted = max(tree.depth.tolist()) if full else 0  # (the scorer's depths: not computed again)
         return tree
+
+    def _propose_native(self, depth: int, width: int, request: DraftRequest) -> DraftTree:
+        """``propose``'s lookups and scoring in one native call (``context_propose``, ext/context.pxi);
+        the route through ``lookup_tree`` and ``NodeScorer.score`` is its reference in the tests."""
+        c, s = self.config, self._scorer
+        fb_depth, fb_width = min(c.fallback_depth, request.max_depth), min(int(request.budget), c.fallback_width)
+        fallback = (*self._fallback_bounds, fb_depth, fb_width) if self._fallback_bounds and fb_depth >= 1 \
+            and fb_width >= 1 else None
+        out = context_propose(self._index._core, (*self._full_bounds, depth, width), fallback, c.max_occurrences,
+                              s.calibration.levels(), s.source, s.grow, SOURCES[self.name])
+        if out is None:
+            self._drafted = 0
+            return DraftTree.empty()
+        full, tokens, parents, scores, sources, depth_list, keys, token_list, parent_list = out
+        s.record(token_list, parent_list, depth_list, keys)
+        self._drafted = max(depth_list) if full else 0
+        return DraftTree.trusted(tokens, parents, scores, sources, depth=depth_list)
 
     def commit(self, outcome: StepOutcome) -> None:
         c = self.config

@@ -129,10 +129,12 @@ INLINE256 float hsum256(__m256 v) {
 INLINE256 void tile256_fixed(const job *j, int fmt, int64_t r0, int nr, int64_t n0, int nn) {
     int64_t nblk = j->k / LK_QK, qb = qs_per_block(fmt), db = dm_per_block(fmt);
     __m256 acc[RB][NB];
+    ahead a = ahead_of(j, n0, r0 == 0 && nn == NB ? nblk : 0); /* as tile512_fixed */
     for (int r = 0; r < nr; r++)
         for (int c = 0; c < nn; c++) acc[r][c] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nblk; b++) {
         __m256 w[NB][4];
+        ahead_step(&a, b);
         for (int c = 0; c < nn; c++) dequant256(fmt, j->qs + (n0 + c) * nblk * qb, j->dm + (n0 + c) * nblk * db, b, w[c]);
         for (int r = 0; r < nr; r++) {
             const float *x = j->x + (r0 + r) * j->k + b * LK_QK;
@@ -150,12 +152,13 @@ INLINE256 void tile256_fixed(const job *j, int fmt, int64_t r0, int nr, int64_t 
  * registers a block of one output at a time, the inputs read from memory by each multiply-add: no
  * spill of accumulators or weights (tile256_fixed holds 4 x 4 of each). For 3-4 rows only: with 1-2
  * the inputs held in registers across 4 outputs did better (single-thread timings, 2-core EPYC). */
-INLINE256 void reg256(const job *j, int fmt, int nr, int64_t n0, int nc) {
+INLINE256 void reg256(const job *j, int fmt, int nr, int64_t n0, int nc, const ahead *a) {
     int64_t k = j->k, nblk = k / LK_QK, qb = qs_per_block(fmt), db = dm_per_block(fmt);
     __m256 acc[4][4];
     for (int r = 0; r < nr; r++)
         for (int c = 0; c < nc; c++) acc[r][c] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nblk; b++)
+    for (int64_t b = 0; b < nblk; b++) {
+        ahead_step(a, b);
         for (int c = 0; c < nc; c++) {
             __m256 w[4];
             dequant256(fmt, j->qs + (n0 + c) * nblk * qb, j->dm + (n0 + c) * nblk * db, b, w);
@@ -163,17 +166,20 @@ INLINE256 void reg256(const job *j, int fmt, int nr, int64_t n0, int nc) {
                 for (int e = 0; e < 4; e++)
                     acc[r][c] = _mm256_fmadd_ps(w[e], _mm256_loadu_ps(j->x + r * k + b * LK_QK + 8 * e), acc[r][c]);
         }
+    }
     for (int r = 0; r < nr; r++)
         for (int c = 0; c < nc; c++) j->y[r * j->n + n0 + c] = hsum256(acc[r][c]);
 }
 
-/* 3-4 rows against nn <= 4 outputs, in passes of 2 outputs. */
+/* 3-4 rows against nn <= 4 outputs, in passes of 2 outputs; the first pass asks for the next tile's weights. */
 INLINE256 void regs256(const job *j, int fmt, int64_t n0, int nn) {
+    ahead first = ahead_of(j, n0, nn == NB ? j->k / LK_QK : 0), none = ahead_of(j, n0, 0);
     for (int c0 = 0; c0 < nn; c0 += 2) {
+        const ahead *a = c0 ? &none : &first;
         if (nn - c0 == 1) {
-            if (j->rows == 3) reg256(j, fmt, 3, n0 + c0, 1); else reg256(j, fmt, 4, n0 + c0, 1);
+            if (j->rows == 3) reg256(j, fmt, 3, n0 + c0, 1, a); else reg256(j, fmt, 4, n0 + c0, 1, a);
         } else {
-            if (j->rows == 3) reg256(j, fmt, 3, n0 + c0, 2); else reg256(j, fmt, 4, n0 + c0, 2);
+            if (j->rows == 3) reg256(j, fmt, 3, n0 + c0, 2, a); else reg256(j, fmt, 4, n0 + c0, 2, a);
         }
     }
 }
@@ -206,8 +212,10 @@ AVX2 static void tile256(const job *j, float *scratch, int64_t n0, int64_t nn) {
     if (j->rows > RB && scratch) {
         const uint8_t *q = j->qs + n0 * nblk * qb;
         const float *dm = j->dm + n0 * nblk * db;
+        ahead a = ahead_of(j, n0, nn * nblk);
         for (int64_t i = 0; i < nn * nblk; i++) { /* the nn outputs' blocks lie one after another */
             __m256 v[4];
+            ahead_step(&a, i);
             dequant256(j->fmt, q, dm, i, v);
             for (int e = 0; e < 4; e++) _mm256_storeu_ps(scratch + i * LK_QK + 8 * e, v[e]);
         }
@@ -277,7 +285,7 @@ static int has_avx512bf16(void) { return 0; }
 static void set_isa(tile_fn f, const char *name) {
     tile = f;
     isa = name;
-    float_spreads = has_avx512() && f == tile512;
+    float_spreads = (has_avx512() && f == tile512) || (has_avx2() && f == tile256);
     int vec = f == tile512 && has_avx512bf16();
     bf16_spreads = vec;
     tile_bf16 = vec ? lk_tile_bf16_512 : tile_c;

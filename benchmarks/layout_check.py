@@ -56,7 +56,8 @@ def link(pad: int, out_dir: Path) -> Path:
     pkg = out_dir / f"pad{pad}" / "lookupdec"
     shutil.copytree(ROOT / "lookupdec", pkg, ignore=shutil.ignore_patterns("*.so", "__pycache__"))
     src = out_dir / f"pad{pad}.s"
-    src.write_text(".text\n.globl lk_layout_pad\nlk_layout_pad:\n" + (f".skip {pad}, 0xcc\n" if pad else ""))
+    src.write_text(".text\n.globl lk_layout_pad\nlk_layout_pad:\n" + (f".skip {pad}, 0xcc\n" if pad else "")
+                   + '.section .note.GNU-stack,"",@progbits\n')  # no executable stack for the copy
     obj = out_dir / f"pad{pad}.o"
     subprocess.run(["gcc", "-c", str(src), "-o", str(obj)], check=True)
     so = next(iter(glob.glob(str(ROOT / "lookupdec" / "_native*.so"))), None)

@@ -19,12 +19,14 @@
 static void tile_c(const job *j, float *scratch, int64_t n0, int64_t nn) {
     (void)scratch;
     int64_t nblk = j->k / LK_QK;
+    ahead a = ahead_of(j, n0, nn * nblk);
     for (int64_t c = 0; c < nn; c++) {
         const uint8_t *q = j->qs + (n0 + c) * nblk * qs_per_block(j->fmt);
         const float *dm = j->dm + (n0 + c) * nblk * dm_per_block(j->fmt);
         for (int64_t r = 0; r < j->rows; r++) {
             float acc = 0.0f, w[LK_QK], x[LK_QK];
             for (int64_t b = 0; b < nblk; b++) {
+                if (r == 0) ahead_step(&a, c * nblk + b);
                 dequant_c(j->fmt, q, dm, b, w);
                 for (int e = 0; e < LK_QK; e++) {
                     int64_t i = r * j->k + b * LK_QK + e;
@@ -255,7 +257,6 @@ typedef void (*round_fn)(const float *, int64_t, uint16_t *);
 static tile_fn tile, tile_bf16;
 static round_fn round_rows;
 static const char *isa;
-static int float_spreads, bf16_spreads; /* the tile asks for the next tile's weights itself (ahead_step) */
 
 #ifdef LK_X86
 static int has_avx512(void) {
@@ -285,9 +286,7 @@ static int has_avx512bf16(void) { return 0; }
 static void set_isa(tile_fn f, const char *name) {
     tile = f;
     isa = name;
-    float_spreads = (has_avx512() && f == tile512) || (has_avx2() && f == tile256);
     int vec = f == tile512 && has_avx512bf16();
-    bf16_spreads = vec;
     tile_bf16 = vec ? lk_tile_bf16_512 : tile_c;
     round_rows = vec ? lk_rows_to_bf16_512 : lk_rows_to_bf16_c;
 }
@@ -334,21 +333,6 @@ int lk_qmatmul_force_isa(const char *name) {
  * sums do not depend on its chunk. */
 #define ROW_CHUNK 64
 
-/* Asks the caches for output tile n0's weights (its blocks and scales), one tile before it runs,
- * for the routes that do not spread these requests over the tile before it (ahead_step).
- * A decode step's product reads each weight once, from memory; the hardware's own prefetch fell
- * behind on these short rows (a one-row lm_head product, Q8_0, one thread, 2-core AMD EPYC with
- * AVX2: 8.4 ms without, 4.4 ms with). A hint only: the sums do not change. Inlined: GCC takes a
- * function that only prefetches for one without effects and drops the calls to it. */
-static inline __attribute__((always_inline)) void prefetch_tile(const job *j, int64_t n0) {
-    int64_t nblk = j->k / LK_QK, nn = j->n - n0 < NB ? j->n - n0 : NB;
-    const char *q = (const char *)(j->qs + n0 * nblk * qs_per_block(j->fmt));
-    const char *d = (const char *)(j->dm + n0 * nblk * dm_per_block(j->fmt));
-    int64_t qbytes = nn * nblk * qs_per_block(j->fmt), dbytes = nn * nblk * dm_per_block(j->fmt) * 4;
-    for (int64_t o = 0; o < qbytes; o += 64) __builtin_prefetch(q + o, 0, 3);
-    for (int64_t o = 0; o < dbytes; o += 64) __builtin_prefetch(d + o, 0, 3);
-}
-
 /* Part p of parts takes a contiguous run of whole output tiles. */
 static void run_part(void *ctx, int part, int parts) {
     const job *j = ctx;
@@ -364,7 +348,6 @@ static void run_part(void *ctx, int part, int parts) {
         c.rows = j->rows - r0 < ROW_CHUNK ? j->rows - r0 : ROW_CHUNK;
         for (int64_t t = t0; t < t1; t++) {
             int64_t n0 = t * NB;
-            if (t + 1 < t1 && !(j->xb ? bf16_spreads : float_spreads)) prefetch_tile(&c, n0 + NB);
             (j->xb ? tile_bf16 : tile)(&c, scratch, n0, j->n - n0 < NB ? j->n - n0 : NB);
         }
     }

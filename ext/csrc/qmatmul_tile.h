@@ -89,10 +89,13 @@ static inline float float_of_bf16(uint16_t h) {
 }
 
 /* The next output tile's weights (blocks and scales), asked of the caches a slice at a time while
- * the current tile runs: ahead_step(&a, s) for s = 0 .. steps - 1 covers the whole tile. Spread
- * out, not as one burst of some 40 prefetches before the tile: with the burst, the one-row products
- * ran 20-50% slower or not depending only on where the linker placed its loop (2-core AMD EPYC with
- * AVX-512); spread, they ran faster than either. Hints only: the sums do not change. */
+ * the current tile runs: every tile calls ahead_step(&a, s) for s = 0 .. steps - 1, which covers the
+ * whole next tile. A decode step's product reads each weight once, from memory, and the hardware's
+ * own prefetch fell behind on these short rows (one-row lm_head, Q8_0, one thread, 2-core AMD EPYC
+ * with AVX2: 8.4 ms without, 4.4 ms with). Spread out, not as one burst of some 40 prefetches before
+ * the tile: with the burst, the one-row products ran 20-50% slower or not depending only on where
+ * the linker placed its loop (benchmarks/layout_check.py); spread, they ran faster than either.
+ * Hints only: the sums do not change. Inlined: GCC drops calls to a function that only prefetches. */
 typedef struct {
     const char *q, *d;                /* the next tile's blocks and scales; q NULL: nothing ahead */
     int64_t qlen, dlen, qstep, dstep; /* bytes in all; bytes per step */

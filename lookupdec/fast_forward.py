@@ -62,7 +62,7 @@ from lookupdec.fast_forward_support import fast_forward_unsupported_reason
 from lookupdec.kvcache import FlatKVCache
 from lookupdec.inference import inference
 from lookupdec._native import attend_ptr, rms_norm_ptr
-from lookupdec.native_layers import layer_table, run_layers
+from lookupdec.native_layers import body_embedding, layer_table, run_body, run_layers
 from lookupdec.blocks import concat_rows, embedding_rows
 from lookupdec.deferred import unread_error
 from lookupdec.products import QUANTIZED_FORMATS, Product, make_linear, weights_unavailable_reason
@@ -223,6 +223,8 @@ class FastForward:
         # Quantized products without biases: a step's layers run in one native call (native_layers;
         # None for any other product).
         self.layer_table = layer_table(self.layers)
+        # With it, a decode or verify forward's body (embedding to final norm) is one native call.
+        self._body_embedding = None if self.layer_table is None else body_embedding(self)
 
     def _ensure_positions(self, n: int) -> None:
         """Make the cos/sin tables cover positions ``0..n-1``.
@@ -278,17 +280,22 @@ class FastForward:
         """
         if causal and cache.length:
             raise ValueError("causal forwards run on an empty cache only (prefill)")
-        x = self._prefill(cache, ids, positions) if causal else self._layers([cache], ids, positions,
-                                                                                [ids.shape[0]], [bias])
+        h = x = None  # h: every row final-normed (the native body), x: residual rows (the general path)
+        if not causal and self._body_embedding is not None and self.layer_table is not None:
+            h = run_body(self, self.layer_table, self._body_embedding, cache, ids, positions, bias,
+                         torch.get_num_threads())
+        if h is None:
+            x = self._prefill(cache, ids, positions) if causal else self._layers([cache], ids, positions,
+                                                                                    [ids.shape[0]], [bias])
         if logit_rows is None:
-            return x.new_empty((0, self.vocab))
+            return (h if x is None else x).new_empty((0, self.vocab))
         if isinstance(logit_rows, str):
             if logit_rows != "hidden":
                 raise ValueError(f"logit_rows must be indices, a slice, None or 'hidden', got {logit_rows!r}")
-            return self.final_hidden(x)
+            return h if x is None else self.final_hidden(x)
         if not isinstance(logit_rows, slice):
             logit_rows = torch.as_tensor(logit_rows, dtype=torch.long)
-        return self.logits(self.final_hidden(x[logit_rows]))
+        return self.logits(h[logit_rows] if x is None else self.final_hidden(x[logit_rows]))
 
     @inference
     def forward_batch(self, caches: Sequence[FlatKVCache], ids_list: Sequence[torch.Tensor],

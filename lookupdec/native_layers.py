@@ -18,7 +18,7 @@ from typing import Sequence
 
 import torch
 
-from lookupdec._native import LAYER_INT64S, decode_layers_ptr
+from lookupdec._native import LAYER_INT64S, decode_body_ptr, decode_layers_ptr
 
 
 def layer_table(layers: Sequence) -> torch.Tensor | None:
@@ -63,3 +63,62 @@ def run_layers(ff, table: torch.Tensor, x: torch.Tensor, cos: torch.Tensor, sin:
     decode_layers_ptr(table.data_ptr(), table.shape[0], ff.hidden, ff.n_heads, ff.n_kv_heads, ff.head_dim,
                       ff.intermediate, ff.eps, ff.scaling, x.data_ptr(), x.shape[0], cos.data_ptr(), sin.data_ptr(),
                       n_seq, meta.data_ptr(), kv.data_ptr(), threads)
+
+
+def body_embedding(ff) -> tuple:
+    """``decode_body_ptr``'s embedding arguments for ``ff``: (format, blocks, scales, float32 matrix, vocab)."""
+    import numpy as np
+
+    b = ff._embed_blocks
+    if b is not None:
+        qs, dm = b.qs, b.dm
+        if not (qs.ndim == 2 and dm.ndim == 2 and qs.dtype == np.uint8 and dm.dtype == np.float16
+                and qs.flags.c_contiguous and dm.flags.c_contiguous):
+            return None
+        return (b.fmt, qs.ctypes.data, dm.ctypes.data, 0, b.shape[0])
+    e = ff.embed
+    if e.dtype != torch.float32 or not e.is_contiguous():
+        return None
+    return ("float32", 0, 0, e.data_ptr(), e.shape[0])
+
+
+def run_body(ff, table: torch.Tensor, embedding: tuple, cache, ids: torch.Tensor, positions: torch.Tensor,
+             bias: torch.Tensor | None, threads: int) -> torch.Tensor | None:
+    """One sequence's forward body in one native call (``ext/step.pxi``): the final-normed hidden states
+    ``(W, hidden)`` that ``FastForward.forward(..., "hidden")`` returns, computed by the same operations,
+    with the cache grown by ``W`` rows; or None, touching nothing, where inputs are not in the layout
+    the call takes (the caller's general path then runs them).
+
+    After the layers have streamed the weights through the caches, every torch call around them
+    runs cold (5-10 times its warm time): one call instead of some twenty.
+    """
+    w, past = ids.shape[0], cache.length
+    if (ids.dtype != torch.int64 or positions.dtype != torch.int64 or ids.dim() != 1 or positions.shape != ids.shape
+            or not ids.is_contiguous() or not positions.is_contiguous() or w == 0):
+        return None
+    kv = cache.kv
+    if kv.dtype != torch.float32 or not kv.is_contiguous():
+        return None
+    if bias is not None:
+        bias = bias.reshape(w, past + w)
+        if bias.dtype != torch.float32 or not bias.is_contiguous():
+            return None
+    cache.reserve(past + w)
+    kv = cache.kv
+    out = torch.empty(w, ff.hidden)
+    if past + w > ff._cos.shape[0]:
+        ff._ensure_positions(past + w)
+    for attempt in range(2):
+        try:
+            decode_body_ptr(table.data_ptr(), table.shape[0], ff.hidden, ff.n_heads, ff.n_kv_heads, ff.head_dim,
+                            ff.intermediate, ff.eps, ff.scaling, ff.final_norm.data_ptr(), ff.final_eps, *embedding,
+                            ids.data_ptr(), positions.data_ptr(), w, ff._cos.data_ptr(), ff._sin_signed.data_ptr(),
+                            ff._cos.shape[0], past, 0 if bias is None else bias.data_ptr(), kv.data_ptr(),
+                            kv.shape[3], out.data_ptr(), threads)
+            break
+        except ValueError:  # a position past the tables (positions not of a tree on this cache)
+            if attempt or int(positions.min()) < 0:
+                raise
+            ff._ensure_positions(int(positions.max()) + 1)
+    cache.length = past + w
+    return out

@@ -7,6 +7,13 @@
 # EPYC). Here the same operations run from C, in the same order on the same values.
 
 from libc.stdlib cimport malloc, free
+from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
+
+
+cdef inline double _now() noexcept nogil:
+    cdef timespec t
+    clock_gettime(CLOCK_MONOTONIC, &t)
+    return t.tv_sec + t.tv_nsec * 1e-9
 
 
 cdef inline void _block_row(bint q41, const uint8_t *q, const uint16_t *dm, Py_ssize_t nb, float *o) noexcept nogil:
@@ -29,7 +36,8 @@ def decode_body_ptr(size_t layers, int n_layers, int64_t hidden, int heads, int 
                     float eps, float scale, size_t final_norm, float final_eps,
                     str embed_fmt, size_t embed_qs, size_t embed_dm, size_t embed_f32, int64_t vocab,
                     size_t ids, size_t positions, int64_t rows, size_t cos, size_t sin, int64_t table_rows,
-                    int64_t past, size_t bias, size_t kv, int64_t capacity, size_t out, int threads):
+                    int64_t past, size_t bias, size_t kv, int64_t capacity, size_t out, int threads,
+                    int head_fmt=-1, size_t head_qs=0, size_t head_dm=0, size_t logits=0):
     """One sequence's ``rows`` new rows on top of its cache, to their final-normed hidden states.
 
     ``ids``/``positions``: int64 ``(rows,)``; the embedding is the block matrix ``embed_qs`` /
@@ -40,6 +48,10 @@ def decode_body_ptr(size_t layers, int n_layers, int64_t hidden, int heads, int 
     ``past + rows``; ``out``: float32 ``(rows, hidden)``. Raw addresses, as ``decode_layers_ptr``:
     the caller (lookupdec.native_layers) owns the shapes. An id outside the vocabulary is an
     IndexError; a position outside the tables a ValueError (the caller grows them first).
+
+    With ``head_fmt`` >= 0 (a ``qmatmul_ptr`` format), also every row's logits from ``out`` into
+    ``logits`` (``(rows, vocab)``) through ``lm_head``'s blocks ``head_qs`` / ``head_dm``: returns the
+    seconds that product took (the cost model prices ``lm_head`` apart), else 0.
     """
     cdef bint q41 = embed_fmt == "q4_1", q80 = embed_fmt == "q8_0"
     if not (q41 or q80 or embed_fmt == "float32"):
@@ -70,6 +82,7 @@ def decode_body_ptr(size_t layers, int n_layers, int64_t hidden, int heads, int 
     cdef float *c = x + rows * hidden
     cdef float *s = c + rows * head_dim
     cdef int rc
+    cdef double t0 = 0.0, head_s = 0.0
     with nogil:
         for r in range(rows):
             if q41 or q80:
@@ -82,6 +95,12 @@ def decode_body_ptr(size_t layers, int n_layers, int64_t hidden, int heads, int 
         rc = lk_decode_layers(<const void *>layers, n_layers, &shape, x, rows, c, s, 1, meta, kv_row, threads)
         if rc == 0:
             lk_rms_norm(x, rows, hidden, <const float *>final_norm, final_eps, <float *>out)
+        if rc == 0 and head_fmt >= 0:
+            t0 = _now()
+            rc = lk_qmatmul(head_fmt, <const float *>out, rows, hidden, <const uint8_t *>head_qs,
+                            <const float *>head_dm, vocab, <float *>logits, threads)
+            head_s = _now() - t0
     free(x)
     if rc != 0:
         raise MemoryError("decode_body: out of memory")
+    return head_s

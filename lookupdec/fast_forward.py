@@ -62,7 +62,7 @@ from lookupdec.fast_forward_support import fast_forward_unsupported_reason
 from lookupdec.kvcache import FlatKVCache
 from lookupdec.inference import inference
 from lookupdec._native import attend_ptr, rms_norm_ptr
-from lookupdec.native_layers import body_embedding, layer_table, run_body, run_layers
+from lookupdec.native_layers import PlainStep, body_embedding, body_head, layer_table, run_body, run_layers
 from lookupdec.blocks import concat_rows, embedding_rows
 from lookupdec.deferred import unread_error
 from lookupdec.products import QUANTIZED_FORMATS, Product, make_linear, weights_unavailable_reason
@@ -225,6 +225,8 @@ class FastForward:
         self.layer_table = layer_table(self.layers)
         # With it, a decode or verify forward's body (embedding to final norm) is one native call.
         self._body_embedding = None if self.layer_table is None else body_embedding(self)
+        head = None if self.lm_head is None else body_head(self)
+        self._plain = None if head is None else PlainStep(self, head)
 
     def _ensure_positions(self, n: int) -> None:
         """Make the cos/sin tables cover positions ``0..n-1``.
@@ -296,6 +298,17 @@ class FastForward:
         if not isinstance(logit_rows, slice):
             logit_rows = torch.as_tensor(logit_rows, dtype=torch.long)
         return self.logits(h[logit_rows] if x is None else self.final_hidden(x[logit_rows]))
+
+    def plain_logits(self, cache: FlatKVCache, token: int, position: int) -> tuple[torch.Tensor, float] | None:
+        """A plain decoding step: ``token`` at ``position`` on top of the cache, to its logits ``(1, vocab)``
+        and the seconds its ``lm_head`` took, in one native call (``native_layers.PlainStep``); the
+        cache grows by one row. The same bits as ``forward(..., [0])``. None, touching nothing, where
+        this forward has no such call (other weight formats, a biased or untied ``lm_head`` of
+        another vocabulary): the caller then runs ``forward``.
+        """
+        if self._plain is None or self._body_embedding is None:
+            return None
+        return self._plain(cache, token, position, torch.get_num_threads())
 
     @inference
     def forward_batch(self, caches: Sequence[FlatKVCache], ids_list: Sequence[torch.Tensor],

@@ -322,10 +322,13 @@ class TreeVerifier:
             # lm_head is timed apart, as a tree step's is: the cost model fits the forward's body
             # and lm_head separately, and a plain step's body taken with its lm_head (~2.3 of 8.7
             # ms here) made the first draft row look a quarter as dear as it is.
-            hidden = self.fast.forward(cache, torch.tensor([root]), torch.tensor([past]), None, "hidden")
-            t = time.perf_counter()
-            rows = LazyLogits.of(self.fast.logits(hidden))
-            rows.compute_s = time.perf_counter() - t
+            plain = self.fast.plain_logits(cache, root, past)  # one native call where the format has it
+            if plain is None:
+                hidden = self.fast.forward(cache, torch.tensor([root]), torch.tensor([past]), None, "hidden")
+                t = time.perf_counter()
+                plain = self.fast.logits(hidden), time.perf_counter() - t
+            rows = LazyLogits.of(plain[0])
+            rows.compute_s = plain[1]
             return self._result(rows, tree, root, None, topk)
         width = self.width(n + m)
         ids, pos = tree_inputs(root, tree, past, width, extra)

@@ -112,3 +112,29 @@ def test_an_id_out_of_range_is_an_index_error_and_the_cache_is_untouched(bad):
     with pytest.raises(IndexError, match="token ids must be in"):
         ff.forward(cache, torch.tensor(bad), torch.arange(3, 3 + len(bad)), None, "hidden")
     assert cache.length == 3 and torch.equal(cache.kv[:, :, :, :3], before)
+
+
+@pytest.mark.parametrize("kind", ["Q4_1", "Q8_0"])
+def test_a_plain_step_in_one_call_gives_the_forwards_logits_and_times_its_lm_head(tmp_path, kind):
+    ff = _gguf_ff(tmp_path, kind)  # a tied lm_head: the embedding's own blocks
+    assert ff._plain is not None
+    prompt = [3, 9, 0, VOCAB - 1, 7]
+    caches = []
+    for _ in range(2):
+        cache = ff.new_cache(2)  # grows inside the steps
+        ff.forward(cache, torch.tensor(prompt), torch.arange(5), None, None, causal=True)
+        caches.append(cache)
+    for i, token in enumerate([VOCAB - 1, 0, 11]):
+        logits, head_s = ff.plain_logits(caches[0], token, 5 + i)
+        assert torch.equal(logits, ff.forward(caches[1], torch.tensor([token]), torch.tensor([5 + i]), None, [0]))
+        assert head_s > 0 and caches[0].length == caches[1].length == 6 + i
+    assert torch.equal(caches[0].kv[:, :, :, :8], caches[1].kv[:, :, :, :8])
+    with pytest.raises(IndexError, match="token ids must be in"):
+        ff.plain_logits(caches[0], VOCAB, 8)
+    assert caches[0].length == 8
+
+
+def test_formats_without_the_native_body_have_no_plain_step_call():
+    model = blockified_model(tiny_loaded(2).model)
+    assert FastForward(model, weights="float32").plain_logits(None, 3, 0) is None
+    assert FastForward(model, weights="quantized")._plain is not None

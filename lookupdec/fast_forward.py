@@ -62,7 +62,7 @@ from lookupdec.fast_forward_support import fast_forward_unsupported_reason
 from lookupdec.kvcache import FlatKVCache
 from lookupdec.inference import inference
 from lookupdec._native import attend_ptr, rms_norm_ptr
-from lookupdec.native_layers import PlainStep, body_embedding, body_head, layer_table, run_body, run_layers
+from lookupdec.native_layers import PlainStep, layer_table, native_model, run_body, run_layers, run_tree
 from lookupdec.blocks import concat_rows, embedding_rows
 from lookupdec.deferred import unread_error
 from lookupdec.products import QUANTIZED_FORMATS, Product, make_linear, weights_unavailable_reason
@@ -224,9 +224,8 @@ class FastForward:
         # None for any other product).
         self.layer_table = layer_table(self.layers)
         # With it, a decode or verify forward's body (embedding to final norm) is one native call.
-        self._body_embedding = None if self.layer_table is None else body_embedding(self)
-        head = None if self.lm_head is None else body_head(self)
-        self._plain = None if head is None else PlainStep(self, head)
+        self._native = None if self.layer_table is None else native_model(self)
+        self._plain = PlainStep(self, self._native) if self._native is not None and self._native.has_head else None
 
     def _ensure_positions(self, n: int) -> None:
         """Make the cos/sin tables cover positions ``0..n-1``.
@@ -283,9 +282,8 @@ class FastForward:
         if causal and cache.length:
             raise ValueError("causal forwards run on an empty cache only (prefill)")
         h = x = None  # h: every row final-normed (the native body), x: residual rows (the general path)
-        if not causal and self._body_embedding is not None and self.layer_table is not None:
-            h = run_body(self, self.layer_table, self._body_embedding, cache, ids, positions, bias,
-                         torch.get_num_threads())
+        if not causal and self._native is not None and self.layer_table is not None:
+            h = run_body(self, self._native, cache, ids, positions, bias, torch.get_num_threads())
         if h is None:
             x = self._prefill(cache, ids, positions) if causal else self._layers([cache], ids, positions,
                                                                                     [ids.shape[0]], [bias])
@@ -306,9 +304,22 @@ class FastForward:
         this forward has no such call (other weight formats, a biased or untied ``lm_head`` of
         another vocabulary): the caller then runs ``forward``.
         """
-        if self._plain is None or self._body_embedding is None:
+        if self._plain is None or self._native is None:
             return None
         return self._plain(cache, token, position, torch.get_num_threads())
+
+    def tree_logits(self, cache: FlatKVCache, root: int, tree, extra, width: int,
+                    want: list[int]) -> tuple[torch.Tensor, torch.Tensor, float] | None:
+        """A verify forward of ``[root] + tree + extra`` padded to ``width`` rows, as ``tree_rows``'
+        ``tree_inputs`` and ``tree_attention_bias`` lay it out, in one native call: ``(hidden
+        (width, hidden), logits of rows want, lm_head seconds)``, the cache grown by ``width`` rows
+        (``native_layers.run_tree``). The same bits as ``forward(..., "hidden")`` and ``logits``
+        of those rows. None, touching nothing, where this forward has no such call: the caller
+        then runs ``forward``.
+        """
+        if self._plain is None or self._native is None:
+            return None
+        return run_tree(self, self._native, cache, root, tree, extra, width, want, torch.get_num_threads())
 
     @inference
     def forward_batch(self, caches: Sequence[FlatKVCache], ids_list: Sequence[torch.Tensor],

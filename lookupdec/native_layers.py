@@ -18,7 +18,7 @@ from typing import Sequence
 
 import torch
 
-from lookupdec._native import LAYER_INT64S, decode_body_ptr, decode_layers_ptr
+from lookupdec._native import LAYER_INT64S, NativeModel, decode_layers_ptr
 
 
 def layer_table(layers: Sequence) -> torch.Tensor | None:
@@ -65,9 +65,14 @@ def run_layers(ff, table: torch.Tensor, x: torch.Tensor, cos: torch.Tensor, sin:
                       n_seq, meta.data_ptr(), kv.data_ptr(), threads)
 
 
-def body_embedding(ff) -> tuple:
-    """``decode_body_ptr``'s embedding arguments for ``ff``: (format, blocks, scales, float32 matrix, vocab)."""
+
+def native_model(ff) -> NativeModel | None:
+    """``ff``'s constants for one-call forwards (``ext/step.pxi``), or None where its embedding is in
+    no layout the call reads. ``lm_head`` comes along where it is a quantized product without bias
+    over the embedding's vocabulary (else ``has_head`` is False)."""
     import numpy as np
+
+    from lookupdec.products import _LinearQuant
 
     b = ff._embed_blocks
     if b is not None:
@@ -75,19 +80,33 @@ def body_embedding(ff) -> tuple:
         if not (qs.ndim == 2 and dm.ndim == 2 and qs.dtype == np.uint8 and dm.dtype == np.float16
                 and qs.flags.c_contiguous and dm.flags.c_contiguous):
             return None
-        return (b.fmt, qs.ctypes.data, dm.ctypes.data, 0, b.shape[0])
-    e = ff.embed
-    if e.dtype != torch.float32 or not e.is_contiguous():
+        embedding = (b.fmt, qs.ctypes.data, dm.ctypes.data, 0, b.shape[0])
+    elif ff.embed.dtype == torch.float32 and ff.embed.is_contiguous():
+        embedding = ("float32", 0, 0, ff.embed.data_ptr(), ff.embed.shape[0])
+    else:
         return None
-    return ("float32", 0, 0, e.data_ptr(), e.shape[0])
+    head, head_args = ff.lm_head, ()
+    if type(head) is _LinearQuant and head.bias is None and head.out_features == embedding[-1]:
+        head_args = (head.fmt, head.qs.data_ptr(), head.dm.data_ptr())
+    table = ff.layer_table
+    return NativeModel(table.data_ptr(), table.shape[0], ff.hidden, ff.n_heads, ff.n_kv_heads, ff.head_dim,
+                       ff.intermediate, ff.eps, ff.scaling, ff.final_norm.data_ptr(), ff.final_eps, *embedding,
+                       *head_args)
 
 
-def run_body(ff, table: torch.Tensor, embedding: tuple, cache, ids: torch.Tensor, positions: torch.Tensor,
-             bias: torch.Tensor | None, threads: int) -> torch.Tensor | None:
-    """One sequence's forward body in one native call (``ext/step.pxi``): the final-normed hidden states
-    ``(W, hidden)`` that ``FastForward.forward(..., "hidden")`` returns, computed by the same operations,
-    with the cache grown by ``W`` rows; or None, touching nothing, where inputs are not in the layout
-    the call takes (the caller's general path then runs them).
+def _room(ff, cache, rows: int, last_position: int) -> None:
+    """The cache's room for ``rows`` more rows and rotary tables up to ``last_position``."""
+    cache.reserve(cache.length + rows)
+    if last_position >= ff._cos.shape[0]:
+        ff._ensure_positions(last_position + 1)
+
+
+def run_body(ff, model: NativeModel, cache, ids: torch.Tensor, positions: torch.Tensor, bias: torch.Tensor | None,
+             threads: int) -> torch.Tensor | None:
+    """One sequence's forward body in one native call: the final-normed hidden states ``(W, hidden)``
+    that ``FastForward.forward(..., "hidden")`` returns, computed by the same operations, with the
+    cache grown by ``W`` rows; or None, touching nothing, where inputs are not in the layout the
+    call takes (the caller's general path then runs them).
 
     After the layers have streamed the weights through the caches, every torch call around them
     runs cold (5-10 times its warm time): one call instead of some twenty.
@@ -96,25 +115,19 @@ def run_body(ff, table: torch.Tensor, embedding: tuple, cache, ids: torch.Tensor
     if (ids.dtype != torch.int64 or positions.dtype != torch.int64 or ids.dim() != 1 or positions.shape != ids.shape
             or not ids.is_contiguous() or not positions.is_contiguous() or w == 0):
         return None
-    kv = cache.kv
-    if kv.dtype != torch.float32 or not kv.is_contiguous():
+    if cache.kv.dtype != torch.float32 or not cache.kv.is_contiguous():
         return None
     if bias is not None:
         bias = bias.reshape(w, past + w)
         if bias.dtype != torch.float32 or not bias.is_contiguous():
             return None
-    cache.reserve(past + w)
-    kv = cache.kv
-    out = torch.empty(w, ff.hidden)
-    if past + w > ff._cos.shape[0]:
-        ff._ensure_positions(past + w)
+    _room(ff, cache, w, past + w - 1)
+    kv, out = cache.kv, torch.empty(w, ff.hidden)
     for attempt in range(2):
         try:
-            decode_body_ptr(table.data_ptr(), table.shape[0], ff.hidden, ff.n_heads, ff.n_kv_heads, ff.head_dim,
-                            ff.intermediate, ff.eps, ff.scaling, ff.final_norm.data_ptr(), ff.final_eps, *embedding,
-                            ids.data_ptr(), positions.data_ptr(), w, ff._cos.data_ptr(), ff._sin_signed.data_ptr(),
-                            ff._cos.shape[0], past, 0 if bias is None else bias.data_ptr(), kv.data_ptr(),
-                            kv.shape[3], out.data_ptr(), threads)
+            model.body(ids.data_ptr(), positions.data_ptr(), w, ff._cos.data_ptr(), ff._sin_signed.data_ptr(),
+                       ff._cos.shape[0], past, 0 if bias is None else bias.data_ptr(), kv.data_ptr(), kv.shape[3],
+                       out.data_ptr(), threads)
             break
         except ValueError:  # a position past the tables (positions not of a tree on this cache)
             if attempt or int(positions.min()) < 0:
@@ -122,18 +135,6 @@ def run_body(ff, table: torch.Tensor, embedding: tuple, cache, ids: torch.Tensor
             ff._ensure_positions(int(positions.max()) + 1)
     cache.length = past + w
     return out
-
-
-def body_head(ff) -> tuple | None:
-    """``decode_body_ptr``'s ``lm_head`` arguments for ``ff`` (format, blocks, scales), or None where its
-    ``lm_head`` is not a quantized product without bias over the embedding's vocabulary."""
-    from lookupdec.products import _LinearQuant
-
-    head = ff.lm_head
-    if type(head) is not _LinearQuant or head.bias is not None or ff._body_embedding is None \
-            or head.out_features != ff._body_embedding[-1]:
-        return None
-    return (head.fmt, head.qs.data_ptr(), head.dm.data_ptr())
 
 
 class PlainStep:
@@ -145,10 +146,10 @@ class PlainStep:
     us a step together (2-core AMD EPYC), about 3% of the step. Same operations, same bits.
     """
 
-    def __init__(self, ff, head: tuple) -> None:
+    def __init__(self, ff, model: NativeModel) -> None:
         import numpy as np
 
-        self.ff, self.head = ff, head
+        self.ff, self.model = ff, model
         self.inputs = np.zeros(2, np.int64)  # the token, then its position
         self.hidden = np.zeros((1, ff.hidden), np.float32)
 
@@ -156,21 +157,42 @@ class PlainStep:
         """``(logits (1, vocab), lm_head seconds)``, the cache grown by one row; None, touching nothing,
         where the cache is not in the layout the call takes."""
         ff, past = self.ff, cache.length
-        kv = cache.kv
-        if kv.dtype != torch.float32 or not kv.is_contiguous() or ff.layer_table is None:
+        if cache.kv.dtype != torch.float32 or not cache.kv.is_contiguous() or ff.layer_table is None:
             return None
-        cache.reserve(past + 1)
-        kv = cache.kv
-        if position + 1 > ff._cos.shape[0]:
-            ff._ensure_positions(position + 1)
+        _room(ff, cache, 1, position)
         self.inputs[0], self.inputs[1] = token, position
-        logits = torch.empty(1, ff.vocab)
-        base = self.inputs.ctypes.data
-        table = ff.layer_table
-        head_s = decode_body_ptr(table.data_ptr(), table.shape[0], ff.hidden, ff.n_heads, ff.n_kv_heads, ff.head_dim,
-                                 ff.intermediate, ff.eps, ff.scaling, ff.final_norm.data_ptr(), ff.final_eps,
-                                 *ff._body_embedding, base, base + 8, 1, ff._cos.data_ptr(), ff._sin_signed.data_ptr(),
-                                 ff._cos.shape[0], past, 0, kv.data_ptr(), kv.shape[3], self.hidden.ctypes.data,
-                                 threads, *self.head, logits.data_ptr())
+        kv, logits, base = cache.kv, torch.empty(1, ff.vocab), self.inputs.ctypes.data
+        head_s = self.model.body(base, base + 8, 1, ff._cos.data_ptr(), ff._sin_signed.data_ptr(), ff._cos.shape[0],
+                                 past, 0, kv.data_ptr(), kv.shape[3], self.hidden.ctypes.data, threads,
+                                 logits.data_ptr())
         cache.length = past + 1
         return logits, head_s
+
+
+def run_tree(ff, model: NativeModel, cache, root: int, tree, extra, width: int, want: list[int],
+             threads: int) -> tuple[torch.Tensor, torch.Tensor, float] | None:
+    """A verify forward of ``[root] + tree + extra`` padded to ``width`` rows (``tree_rows.tree_inputs``
+    and ``tree_attention_bias``, built in C) in one native call: ``(hidden (width, hidden), logits of
+    rows want (len(want), vocab), lm_head seconds)``, the cache grown by ``width`` rows; None,
+    touching nothing, where the cache is not in the layout the call takes.
+    """
+    import numpy as np
+
+    past = cache.length
+    if cache.kv.dtype != torch.float32 or not cache.kv.is_contiguous() or ff.layer_table is None:
+        return None
+    n, m = len(tree), 0 if extra is None else len(extra)
+    deepest = max(int(tree.depth.max()) if n else 0, int(extra.depth.max()) if m else 0)
+    _room(ff, cache, width, past + deepest)
+    kv, hidden, logits = cache.kv, torch.empty(width, ff.hidden), torch.empty(len(want), ff.vocab)
+    sel = np.array(want, np.int64)
+    if m:
+        ex_tokens, ex_depth, visible = extra.tokens, extra.depth, extra.visible
+        ex = (ex_tokens.ctypes.data, ex_depth.ctypes.data, visible.ctypes.data)
+    else:
+        ex = (0, 0, 0)
+    head_s = model.tree(root, tree.tokens.ctypes.data, tree.parents.ctypes.data, n, *ex, m, width, ff._cos.data_ptr(),
+                        ff._sin_signed.data_ptr(), ff._cos.shape[0], past, kv.data_ptr(), kv.shape[3],
+                        hidden.data_ptr(), sel.ctypes.data, len(want), logits.data_ptr(), threads)
+    cache.length = past + width
+    return hidden, logits, head_s

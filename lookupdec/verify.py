@@ -331,19 +331,25 @@ class TreeVerifier:
             rows.compute_s = plain[1]
             return self._result(rows, tree, root, None, topk)
         width = self.width(n + m)
-        ids, pos = tree_inputs(root, tree, past, width, extra)
-        bias = tree_attention_bias(tree, past, width, torch.float32, "cpu", extra)[0, 0]
-        hidden = self.fast.forward(cache, ids, pos, bias, "hidden")
         fast = self.fast
-        rows = LazyLogits(1 + n, tree, lambda idx: fast.logits(hidden.index_select(0, idx)))
         # One lm_head product for the rows needed now: the root and the most likely path
         # (the rows a walk that stays on that path needs; other rows only if the walk leaves
         # it), plus the extra rows. A top-k asked for is taken later from the rows the walk
         # computed (``VerifyResult.topk_of``): it costs no row more.
         want = [0] + [1 + i for i in main_path(tree)]
-        t = time.perf_counter()
-        out = fast.logits(hidden.index_select(0, torch.tensor(want + list(range(1 + n, 1 + n + m)))))
-        rows.compute_s += time.perf_counter() - t
+        rows_now = want + list(range(1 + n, 1 + n + m))
+        one_call = fast.tree_logits(cache, root, tree, extra, width, rows_now)  # where the format has it
+        if one_call is not None:
+            hidden, out, head_s = one_call
+        else:
+            ids, pos = tree_inputs(root, tree, past, width, extra)
+            bias = tree_attention_bias(tree, past, width, torch.float32, "cpu", extra)[0, 0]
+            hidden = fast.forward(cache, ids, pos, bias, "hidden")
+            t = time.perf_counter()
+            out = fast.logits(hidden.index_select(0, torch.tensor(rows_now)))
+            head_s = time.perf_counter() - t
+        rows = LazyLogits(1 + n, tree, lambda idx: fast.logits(hidden.index_select(0, idx)))
+        rows.compute_s += head_s
         rows.store(want, out[: len(want)])
         return self._result(rows, tree, root, out[len(want):] if m else None, topk)
 

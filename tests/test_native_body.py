@@ -45,9 +45,9 @@ def _general_path_refused(*args):
 def _both_paths(ff, prompt, ids, bias, rows):
     """(hidden, logits of the next plain step, cache rows, length) through the native body and the general path."""
     out = []
-    embedding = ff._body_embedding
+    embedding = ff._native
     for body in (True, False):
-        ff._body_embedding = embedding if body else None
+        ff._native = embedding if body else None
         if body:
             ff._layers = _general_path_refused  # decode steps only: the prompt's prefill has a path of its own
         try:
@@ -58,7 +58,7 @@ def _both_paths(ff, prompt, ids, bias, rows):
             logits = ff.forward(cache, torch.tensor(ids[:1]), torch.tensor([past + len(ids)]), None, rows)
             out.append((hidden, logits, cache.kv[:, :, :, : cache.length].clone(), cache.length))
         finally:
-            ff._body_embedding = embedding
+            ff._native = embedding
             vars(ff).pop("_layers", None)
     return out
 
@@ -66,7 +66,7 @@ def _both_paths(ff, prompt, ids, bias, rows):
 @pytest.mark.parametrize("kind", ["Q4_1", "Q8_0"])
 def test_the_body_from_embedding_blocks_gives_the_general_paths_bits(tmp_path, kind):
     ff = _gguf_ff(tmp_path, kind)
-    assert ff._body_embedding is not None and ff._body_embedding[0] == kind.lower()
+    assert ff._native is not None and ff._native.embed_fmt == kind.lower()
     rng = np.random.default_rng(3)
     prompt = rng.integers(0, VOCAB, 9).tolist()
     for ids, bias in ((rng.integers(0, VOCAB, 1).tolist(), None),
@@ -77,7 +77,7 @@ def test_the_body_from_embedding_blocks_gives_the_general_paths_bits(tmp_path, k
 
 def test_the_body_from_a_float32_embedding_gives_the_general_paths_bits():
     ff = FastForward(blockified_model(tiny_loaded(2).model), weights="quantized")
-    assert ff._body_embedding[0] == "float32"
+    assert ff._native.embed_fmt == "float32"
     rng = np.random.default_rng(4)
     prompt = rng.integers(3, TINY_VOCAB, 13).tolist()
     ids = rng.integers(3, TINY_VOCAB, 6).tolist()
@@ -90,7 +90,7 @@ def test_the_body_grows_the_rotary_tables_for_positions_past_them():
     far = ff._cos.shape[0] + 5  # a position no table row covers yet
     outs = []
     for body in (True, False):
-        embedding, ff._body_embedding = ff._body_embedding, (ff._body_embedding if body else None)
+        embedding, ff._native = ff._native, (ff._native if body else None)
         if body:
             ff._layers = _general_path_refused
         try:
@@ -98,7 +98,7 @@ def test_the_body_grows_the_rotary_tables_for_positions_past_them():
             ff.forward(cache, torch.tensor([4, 5]), torch.arange(2), None, None, causal=True)
             outs.append(ff.forward(cache, torch.tensor([6]), torch.tensor([far]), None, "hidden"))
         finally:
-            ff._body_embedding = embedding
+            ff._native = embedding
             vars(ff).pop("_layers", None)
     assert ff._cos.shape[0] > far and torch.equal(outs[0], outs[1])
 
@@ -138,3 +138,57 @@ def test_formats_without_the_native_body_have_no_plain_step_call():
     model = blockified_model(tiny_loaded(2).model)
     assert FastForward(model, weights="float32").plain_logits(None, 3, 0) is None
     assert FastForward(model, weights="quantized")._plain is not None
+
+
+def _tree_and_window():
+    from lookupdec.drafters.base import ExtraRows
+    from lookupdec.tree import DraftTree
+
+    tree = DraftTree.from_sequences([[5, 6, 7], [5, 8], [9], [VOCAB - 1, 0, 2, 4]])
+    visible = np.tril(np.ones((3, 3), bool))
+    visible[2, 1] = False  # the window's rows: not all see one another
+    return tree, ExtraRows(np.array([3, 1, 12]), np.array([1, 2, 2]), visible)
+
+
+@pytest.mark.parametrize("kind", ["Q4_1", "Q8_0"])
+@pytest.mark.parametrize("window", [False, True])
+def test_a_tree_step_in_one_call_gives_the_general_paths_bits(tmp_path, kind, window):
+    """Ids, positions and the attention bias built in C from the tree (branches, a padded width, the
+    lookahead window's rows) against ``tree_inputs`` / ``tree_attention_bias`` and ``forward``."""
+    from lookupdec.tree_rows import tree_attention_bias, tree_inputs
+
+    ff = _gguf_ff(tmp_path, kind)
+    tree, extra = _tree_and_window()
+    extra = extra if window else None
+    n, m = len(tree), len(extra) if window else 0
+    width, root, prompt = 1 + n + m + 2, 4, [3, 9, 0, VOCAB - 1, 7, 7]
+    want = [0, 1, 2, 3] + list(range(1 + n, 1 + n + m))
+    caches = []
+    for _ in range(2):
+        cache = ff.new_cache(2)  # grows inside the step
+        ff.forward(cache, torch.tensor(prompt), torch.arange(6), None, None, causal=True)
+        caches.append(cache)
+    hidden, logits, head_s = ff.tree_logits(caches[0], root, tree, extra, width, want)
+    ids, pos = tree_inputs(root, tree, 6, width, extra)
+    bias = tree_attention_bias(tree, 6, width, torch.float32, "cpu", extra)[0, 0]
+    native, ff._native = ff._native, None  # the reference: torch's glue around the layers
+    try:
+        ref = ff.forward(caches[1], ids, pos, bias, "hidden")
+    finally:
+        ff._native = native
+    assert torch.equal(hidden, ref) and torch.equal(logits, ff.logits(ref[want]))
+    assert head_s > 0 and caches[0].length == caches[1].length == 6 + width
+    assert torch.equal(caches[0].kv[:, :, :, : 6 + width], caches[1].kv[:, :, :, : 6 + width])
+
+
+def test_a_tree_step_with_an_id_out_of_range_is_refused_before_the_cache_changes(tmp_path):
+    from lookupdec.tree import DraftTree
+
+    ff = _gguf_ff(tmp_path, "Q8_0")
+    cache = ff.new_cache(8)
+    ff.forward(cache, torch.tensor([1, 2, 3]), torch.arange(3), None, None, causal=True)
+    before = cache.kv[:, :, :, :3].clone()
+    for root, tree in ((VOCAB, DraftTree.chain([4])), (4, DraftTree.chain([4, VOCAB]))):
+        with pytest.raises(IndexError, match="token ids must be in"):
+            ff.tree_logits(cache, root, tree, None, 1 + len(tree), [0])
+        assert cache.length == 3 and torch.equal(cache.kv[:, :, :, :3], before)

@@ -12,8 +12,14 @@ between-forwards time here: the gap between them).
 Methods run interleaved, one prompt at a time, on the first turn of the first question of each
 Spec-Bench category (or ``--limit`` of them). Name the machine (``lscpu``) with the figures.
 
+With ``--compare-torch-glue`` each method also runs without the one-call native step
+(``ext/step.pxi``: a plain or tree step's embedding, rotary rows, tree inputs and bias, final norm
+and first ``lm_head`` rows in one call), in the same process, alternating which goes first prompt
+by prompt, and the two are compared by their time a token, prompt by prompt.
+
 Usage:
     .venv/bin/python benchmarks/step_host.py --methods ar,pld,auto --max-new-tokens 128
+    .venv/bin/python benchmarks/step_host.py --methods ar,pld --compare-torch-glue
 """
 from __future__ import annotations
 
@@ -49,17 +55,41 @@ class ForwardClock:
         self.marks = []
 
 
-def measure(decoder, prompts: list[str], methods: list[str], max_new_tokens: int) -> dict[str, dict]:
-    """Per method: steps, tokens, forward and between-forwards seconds, and the steps' own host ms."""
+TORCH_GLUE = ", torch glue"  # the label's suffix of a method run without the one-call native step
+
+
+def one_call_step(decoder, on: bool) -> None:
+    """Turn the fast forward's one-call plain and tree steps (``ext/step.pxi``) on or off: off, each
+    step runs torch's calls around the native layers, as before they existed (the same bits)."""
+    ff = decoder.verifier.fast
+    if not hasattr(ff, "_saved_native"):
+        ff._saved_native = (ff._native, ff._plain)
+    ff._native, ff._plain = ff._saved_native if on else (None, None)
+
+
+def measure(decoder, prompts: list[str], methods: list[str], max_new_tokens: int,
+            torch_glue: bool = False) -> dict[str, dict]:
+    """Per method: steps, tokens, forward and between-forwards seconds, the steps' own host ms and the
+    wall time; with ``torch_glue`` each method also runs without the one-call step (label + TORCH_GLUE),
+    the two alternating which goes first, prompt by prompt."""
     clock = ForwardClock(decoder.verifier)
-    acc = {m: {"steps": 0, "tokens": 0, "forward_s": 0.0, "between": [], "stats_host_ms": 0.0, "stats_ms": 0.0}
-           for m in methods}
-    for prompt in prompts:
-        for m in methods:  # interleaved: a slow spell of the machine hits every method alike
+    runs = [(m, glue) for m in methods for glue in ((False, True) if torch_glue else (False,))]
+    acc = {m + (TORCH_GLUE if glue else ""): {"steps": 0, "tokens": 0, "forward_s": 0.0, "between": [],
+                                             "stats_host_ms": 0.0, "stats_ms": 0.0, "wall_s": [], "new": []}
+           for m, glue in runs}
+    for i, prompt in enumerate(prompts):
+        order = runs if i % 2 == 0 else [(m, not glue) if torch_glue else (m, glue) for m, glue in runs]
+        for m, glue in order:  # interleaved: a slow spell of the machine hits every method alike
+            if torch_glue:
+                one_call_step(decoder, not glue)
             clock.reset()
+            t0 = time.perf_counter()
             res = decoder.generate(prompt, method=m, max_new_tokens=max_new_tokens)
+            wall = time.perf_counter() - t0
             marks = clock.marks
-            a = acc[m]
+            a = acc[m + (TORCH_GLUE if glue else "")]
+            a["wall_s"].append(wall)
+            a["new"].append(res.new_tokens)
             a["steps"] += len(marks)
             a["tokens"] += res.new_tokens
             a["forward_s"] += sum(e - s for s, e in marks)
@@ -72,7 +102,8 @@ def measure(decoder, prompts: list[str], methods: list[str], max_new_tokens: int
 
 def table(acc: dict[str, dict]) -> str:
     rows = ["| method | steps | tokens a step | between forwards, mean / median us | forward, mean ms | "
-            "host share between forwards | host share, steps' own accounting |", "|---|---:|---:|---:|---:|---:|---:|"]
+            "host share between forwards | host share, steps' own accounting | tokens/s |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for m, a in acc.items():
         between, steps = a["between"], max(a["steps"], 1)
         fwd = a["forward_s"]
@@ -82,7 +113,16 @@ def table(acc: dict[str, dict]) -> str:
         rows.append(f"| `{m}` | {a['steps']} | {a['tokens'] / steps:.2f} | "
                     f"{1e6 * mean_gap:.0f} / "
                     f"{1e6 * statistics.median(between) if between else 0:.0f} | {1e3 * fwd / steps:.2f} | "
-                    f"{share:.2f}% | {own:.2f}% |")
+                    f"{share:.2f}% | {own:.2f}% | {sum(a['new']) / max(sum(a['wall_s']), 1e-9):.1f} |")
+    for name, a in acc.items():
+        if not name.endswith(TORCH_GLUE):
+            continue
+        mine = acc[name[: -len(TORCH_GLUE)]]
+        per = [(w / max(n, 1), wg / max(ng, 1)) for w, n, wg, ng in zip(mine["wall_s"], mine["new"], a["wall_s"], a["new"])]
+        faster = sum(x < y for x, y in per)
+        rows.append(f"\n`{name[: -len(TORCH_GLUE)]}`: the one-call step took less time a token on {faster} of "
+                    f"{len(per)} prompts; torch glue / one call, mean of the per-prompt ratios "
+                    f"{statistics.fmean(y / x for x, y in per):.3f}")
     return "\n".join(rows)
 
 
@@ -94,6 +134,9 @@ def main(argv=None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--weights", default="quantized", help="the Decoder's weight format (default: quantized)")
+    ap.add_argument("--compare-torch-glue", action="store_true",
+                    help="also run each method without the one-call native step (torch's calls around the native "
+                         "layers), alternating, and compare their time a token prompt by prompt")
     args = ap.parse_args(argv)
     if args.max_new_tokens < 1 or args.threads < 1 or (args.limit is not None and args.limit < 1):
         ap.error("--max-new-tokens, --threads and --limit must be at least 1")
@@ -114,10 +157,16 @@ def main(argv=None) -> int:
     unknown = [m for m in methods if m not in METHODS]
     if unknown or not methods:
         ap.error(f"unknown method(s) {unknown or args.methods!r}; choose from {', '.join(METHODS)}")
+    from lookupdec.products import QUANTIZED_FORMATS
+
+    if args.compare_torch_glue and args.weights not in QUANTIZED_FORMATS:  # only their steps run natively
+        ap.error(f"--compare-torch-glue needs a weight format with the one-call native step ({args.weights!r} has none)")
     torch.set_num_threads(args.threads)
     decoder = Decoder(weights=args.weights)
+    if args.compare_torch_glue and getattr(decoder.verifier.fast, "_native", None) is None:
+        ap.error(f"--compare-torch-glue needs a weight format with the one-call native step ({args.weights!r} has none)")
     decoder.generate(prompts[0], method=methods[-1], max_new_tokens=8)  # warm-up: the cost curve, first-call work
-    print(table(measure(decoder, prompts, methods, args.max_new_tokens)))
+    print(table(measure(decoder, prompts, methods, args.max_new_tokens, args.compare_torch_glue)))
     return 0
 
 

@@ -31,11 +31,26 @@ def test_it_prints_one_row_per_method_with_steps_and_both_host_shares(tmp_path):
         assert 0 < float(r[5].strip().rstrip("%")) < 100 and 0 < float(r[6].strip().rstrip("%")) < 100
 
 
+@pytest.mark.slow  # loads the real embedded model
+def test_it_compares_each_method_with_and_without_the_one_call_step_prompt_by_prompt(tmp_path):
+    out = subprocess.run([sys.executable, str(SCRIPT), "--questions", str(_questions(tmp_path)), "--methods", "ar",
+                          "--max-new-tokens", "6", "--threads", "1", "--compare-torch-glue"],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    rows = [line.split("|")[1:-1] for line in out.stdout.splitlines() if line.startswith("| `")]
+    assert [r[0].strip() for r in rows] == ["`ar`", "`ar, torch glue`"]
+    assert rows[0][1] == rows[1][1]  # the same steps: the same tokens either way
+    assert all(float(r[7]) > 0 for r in rows)
+    summary = [line for line in out.stdout.splitlines() if line.startswith("`ar`: the one-call step")]
+    assert len(summary) == 1 and " of 2 prompts" in summary[0]
+
+
 def test_bad_arguments_are_refused_with_a_message(tmp_path):
     q = str(_questions(tmp_path))
     cases = [(["--max-new-tokens", "0"], "must be at least 1"),
              (["--methods", "nope"], "unknown method"),
-             (["--questions", str(tmp_path / "missing.jsonl")], "not found")]
+             (["--questions", str(tmp_path / "missing.jsonl")], "not found"),
+             (["--weights", "float32", "--compare-torch-glue", "--max-new-tokens", "2"], "needs a weight format")]
     for extra, message in cases:
         args = [sys.executable, str(SCRIPT), "--questions", q, *extra] if "--questions" not in extra else \
             [sys.executable, str(SCRIPT), *extra]

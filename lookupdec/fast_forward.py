@@ -317,7 +317,7 @@ class FastForward:
         of those rows. None, touching nothing, where this forward has no such call: the caller
         then runs ``forward``.
         """
-        if self._plain is None or self._native is None:
+        if self._native is None or not self._native.has_head or self.layer_table is None:
             return None
         return run_tree(self, self._native, cache, root, tree, extra, width, want, torch.get_num_threads())
 

@@ -71,14 +71,18 @@ cdef class NativeModel:
     cdef int64_t vocab
     cdef Py_ssize_t nb, qrow, drow
     cdef readonly str embed_fmt
+    cdef object keep  # the arrays behind the addresses, alive as long as this object
 
     def __init__(self, size_t layers, int n_layers, int64_t hidden, int heads, int kv_heads, int head_dim,
                  int64_t inter, float eps, float scale, size_t final_norm, float final_eps, str embed_fmt,
                  size_t embed_qs, size_t embed_dm, size_t embed_f32, int64_t vocab, int head_fmt=-1,
-                 size_t head_qs=0, size_t head_dm=0):
+                 size_t head_qs=0, size_t head_dm=0, object keep=None):
         """``embed_fmt``: "q4_1" or "q8_0" (blocks ``embed_qs``, float16 scales ``embed_dm``) or "float32"
         (the ``(vocab, hidden)`` matrix ``embed_f32``); ``head_fmt`` >= 0: ``lm_head``'s ``qmatmul_ptr``
-        format and blocks over the same ``vocab`` (-1: no ``lm_head`` here)."""
+        format and blocks over the same ``vocab`` (-1: no ``lm_head`` here); ``keep``: the objects that
+        own the memory behind these addresses (held here, so a table swapped out of its owner stays
+        valid for this object)."""
+        self.keep = keep
         self.q41, self.q80, self.embed_fmt = embed_fmt == "q4_1", embed_fmt == "q8_0", embed_fmt
         if not (self.q41 or self.q80 or embed_fmt == "float32"):
             raise ValueError(f"NativeModel: unknown embedding format {embed_fmt!r}")

@@ -85,13 +85,15 @@ def native_model(ff) -> NativeModel | None:
         embedding = ("float32", 0, 0, ff.embed.data_ptr(), ff.embed.shape[0])
     else:
         return None
-    head, head_args = ff.lm_head, ()
+    head, head_args = ff.lm_head, (-1, 0, 0)
     if type(head) is _LinearQuant and head.bias is None and head.out_features == embedding[-1]:
         head_args = (head.fmt, head.qs.data_ptr(), head.dm.data_ptr())
     table = ff.layer_table
+    # The layers' weights live in ff.layers, which the table's addresses point into.
+    keep = (table, ff.layers, ff.final_norm, b if b is not None else ff.embed, head)
     return NativeModel(table.data_ptr(), table.shape[0], ff.hidden, ff.n_heads, ff.n_kv_heads, ff.head_dim,
                        ff.intermediate, ff.eps, ff.scaling, ff.final_norm.data_ptr(), ff.final_eps, *embedding,
-                       *head_args)
+                       *head_args, keep)
 
 
 def _room(ff, cache, rows: int, last_position: int) -> None:

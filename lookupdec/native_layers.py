@@ -146,6 +146,8 @@ class PlainStep:
     A plain step is the commonest step of every method, and each torch call right after a forward
     runs cold (``run_body``): the two input tensors, ``logits`` and the row's final norm cost ~130
     us a step together (2-core AMD EPYC), about 3% of the step. Same operations, same bits.
+    Its input and hidden buffers are reused: one step at a time per FastForward, as its callers run
+    (a Decoder, or the server's one engine thread).
     """
 
     def __init__(self, ff, model: NativeModel) -> None:

@@ -65,7 +65,6 @@ def run_layers(ff, table: torch.Tensor, x: torch.Tensor, cos: torch.Tensor, sin:
                       n_seq, meta.data_ptr(), kv.data_ptr(), threads)
 
 
-
 def native_model(ff) -> NativeModel | None:
     """``ff``'s constants for one-call forwards (``ext/step.pxi``), or None where its embedding is in
     no layout the call reads. ``lm_head`` comes along where it is a quantized product without bias

@@ -256,14 +256,30 @@ cdef inline float _half(uint16_t h) noexcept nogil:
     return v
 
 
+cdef inline void _block_row(bint q41, const uint8_t *q, const uint16_t *dm, Py_ssize_t nb, float *o) noexcept nogil:
+    """One row of a block-format matrix as float32, as GGML forms it (d * q + m; d * q exact): ``nb``
+    blocks of Q4_1 (16 bytes, scales d, m) or Q8_0 (32 bytes, scale d), float16 scales as uint16."""
+    cdef Py_ssize_t b, j
+    cdef float d, m
+    for b in range(nb):
+        if q41:
+            d, m = _half(dm[2 * b]), _half(dm[2 * b + 1])
+            for j in range(16):
+                o[32 * b + j] = d * <float>(q[16 * b + j] & 15) + m
+                o[32 * b + 16 + j] = d * <float>(q[16 * b + j] >> 4) + m
+        else:
+            d = _half(dm[b])
+            for j in range(32):
+                o[32 * b + j] = d * <float>(<int8_t>q[32 * b + j])
+
+
 def dequant_rows(str fmt, const uint8_t[:, ::1] qs, const uint16_t[:, ::1] dm, list rows, int64_t k):
     """Rows ``rows`` (a list of ints) of a block-format matrix (``lookupdec.blocks``: q4_1 or q8_0,
     ``dm`` its float16 scales as uint16), as ``(R, k)`` float32, each weight formed as GGML forms it (``d * q + m``; ``d * q``
     is exact): an embedding lookup in one call. ``blocks.dequantize_rows`` is the reference; a row
     outside the matrix is an IndexError."""
-    cdef Py_ssize_t n = qs.shape[0], R = len(rows), r, b, j, nb = k // 32
+    cdef Py_ssize_t n = qs.shape[0], R = len(rows), r, nb = k // 32
     cdef int64_t row
-    cdef float d, m
     cdef bint q41 = fmt == "q4_1"
     if not q41 and fmt != "q8_0":
         raise ValueError(f"dequant_rows: unknown format {fmt!r}")
@@ -277,19 +293,7 @@ def dequant_rows(str fmt, const uint8_t[:, ::1] qs, const uint16_t[:, ::1] dm, l
         at[r] = row
     out = np.empty((R, k), np.float32)
     cdef float[:, ::1] o = out
-    cdef const uint8_t *q
     with nogil:
         for r in range(R):
-            row = at[r]
-            q = &qs[row, 0]
-            for b in range(nb):
-                if q41:
-                    d, m = _half(dm[row, 2 * b]), _half(dm[row, 2 * b + 1])
-                    for j in range(16):
-                        o[r, 32 * b + j] = d * <float>(q[16 * b + j] & 15) + m
-                        o[r, 32 * b + 16 + j] = d * <float>(q[16 * b + j] >> 4) + m
-                else:
-                    d = _half(dm[row, b])
-                    for j in range(32):
-                        o[r, 32 * b + j] = d * <float>(<int8_t>q[32 * b + j])
+            _block_row(q41, &qs[at[r], 0], &dm[at[r], 0], nb, &o[r, 0])
     return out

@@ -19,22 +19,6 @@ cdef inline double _now() noexcept nogil:
     return t.tv_sec + t.tv_nsec * 1e-9
 
 
-cdef inline void _block_row(bint q41, const uint8_t *q, const uint16_t *dm, Py_ssize_t nb, float *o) noexcept nogil:
-    """One row of a block-format matrix as float32 (``dequant_rows``' loop: d * q + m; d * q exact)."""
-    cdef Py_ssize_t b, j
-    cdef float d, m
-    for b in range(nb):
-        if q41:
-            d, m = _half(dm[2 * b]), _half(dm[2 * b + 1])
-            for j in range(16):
-                o[32 * b + j] = d * <float>(q[16 * b + j] & 15) + m
-                o[32 * b + 16 + j] = d * <float>(q[16 * b + j] >> 4) + m
-        else:
-            d = _half(dm[b])
-            for j in range(32):
-                o[32 * b + j] = d * <float>(<int8_t>q[32 * b + j])
-
-
 cdef void _tree_bias(float *bias, int64_t W, int64_t past, int64_t n, const int32_t *parents, int64_t m,
                      const uint8_t *visible) noexcept nogil:
     """``tree_rows.tree_attention_bias`` (W, past + W): every row sees the past and the root; node i

@@ -71,14 +71,20 @@ def dequantize_rows(blocks: Blocks, rows: np.ndarray) -> np.ndarray:
     return dequantize(Blocks(blocks.fmt, blocks.qs[rows], blocks.dm[rows], (len(rows), k)))
 
 
+def native_layout(blocks: Blocks) -> bool:
+    """Whether the native row routines read ``blocks`` as they are (2-D contiguous uint8 blocks and
+    float16 scales): ``dequant_rows`` here, a one-call step's embedding (``native_layers``)."""
+    qs, dm = blocks.qs, blocks.dm
+    return (qs.ndim == 2 and dm.ndim == 2 and qs.dtype == np.uint8 and dm.dtype == np.float16
+            and qs.flags.c_contiguous and dm.flags.c_contiguous)
+
+
 def embedding_rows(blocks: Blocks, rows: list[int]) -> np.ndarray:
     """``dequantize_rows`` for an embedding lookup right after a forward: one native call when the
     blocks' arrays are contiguous (~160 us of numpy calls a step otherwise, 2-core AMD EPYC VM), the
     same values; ``rows`` a list of ints."""
-    qs, dm = blocks.qs, blocks.dm
-    if (qs.ndim == 2 and dm.ndim == 2 and qs.dtype == np.uint8 and dm.dtype == np.float16
-            and qs.flags.c_contiguous and dm.flags.c_contiguous):
-        return dequant_rows(blocks.fmt, qs, dm.view(np.uint16), rows, blocks.shape[1])
+    if native_layout(blocks):
+        return dequant_rows(blocks.fmt, blocks.qs, blocks.dm.view(np.uint16), rows, blocks.shape[1])
     return dequantize_rows(blocks, np.array(rows, np.int64))
 
 

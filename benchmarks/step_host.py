@@ -63,8 +63,8 @@ def one_call_step(decoder, on: bool) -> None:
     step runs torch's calls around the native layers, as before they existed (the same bits)."""
     ff = decoder.verifier.fast
     if not hasattr(ff, "_saved_native"):
-        ff._saved_native = (ff._native, ff._plain)
-    ff._native, ff._plain = ff._saved_native if on else (None, None)
+        ff._saved_native = ff.native
+    ff.native = ff._saved_native if on else None
 
 
 def measure(decoder, prompts: list[str], methods: list[str], max_new_tokens: int,
@@ -163,7 +163,7 @@ def main(argv=None) -> int:
         ap.error(f"--compare-torch-glue needs a weight format with the one-call native step ({args.weights!r} has none)")
     torch.set_num_threads(args.threads)
     decoder = Decoder(weights=args.weights)
-    if args.compare_torch_glue and getattr(decoder.verifier.fast, "_native", None) is None:
+    if args.compare_torch_glue and getattr(decoder.verifier.fast, "native", None) is None:
         ap.error(f"--compare-torch-glue needs a weight format with the one-call native step ({args.weights!r} has none)")
     decoder.generate(prompts[0], method=methods[-1], max_new_tokens=8)  # warm-up: the cost curve, first-call work
     print(table(measure(decoder, prompts, methods, args.max_new_tokens, args.compare_torch_glue)))

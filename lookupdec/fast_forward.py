@@ -62,7 +62,7 @@ from lookupdec.fast_forward_support import fast_forward_unsupported_reason
 from lookupdec.kvcache import FlatKVCache
 from lookupdec.inference import inference
 from lookupdec._native import attend_ptr, rms_norm_ptr
-from lookupdec.native_layers import PlainStep, layer_table, native_model, run_body, run_layers, run_tree
+from lookupdec.native_layers import layer_table, native_steps, run_layers
 from lookupdec.blocks import concat_rows, embedding_rows
 from lookupdec.deferred import unread_error
 from lookupdec.products import QUANTIZED_FORMATS, Product, make_linear, weights_unavailable_reason
@@ -223,9 +223,8 @@ class FastForward:
         # Quantized products without biases: a step's layers run in one native call (native_layers;
         # None for any other product).
         self.layer_table = layer_table(self.layers)
-        # With it, a decode or verify forward's body (embedding to final norm) is one native call.
-        self._native = None if self.layer_table is None else native_model(self)
-        self._plain = PlainStep(self, self._native) if self._native is not None and self._native.has_head else None
+        # With it, a step of one sequence runs from its ids to its first logit rows in one native call.
+        self.native = None if self.layer_table is None else native_steps(self)
 
     def _ensure_positions(self, n: int) -> None:
         """Make the cos/sin tables cover positions ``0..n-1``.
@@ -282,8 +281,8 @@ class FastForward:
         if causal and cache.length:
             raise ValueError("causal forwards run on an empty cache only (prefill)")
         h = x = None  # h: every row final-normed (the native body), x: residual rows (the general path)
-        if not causal and self._native is not None and self.layer_table is not None:
-            h = run_body(self, self._native, cache, ids, positions, bias, torch.get_num_threads())
+        if not causal and self.native is not None:
+            h = self.native.hidden(cache, ids, positions, bias)
         if h is None:
             x = self._prefill(cache, ids, positions) if causal else self._layers([cache], ids, positions,
                                                                                     [ids.shape[0]], [bias])
@@ -296,30 +295,6 @@ class FastForward:
         if not isinstance(logit_rows, slice):
             logit_rows = torch.as_tensor(logit_rows, dtype=torch.long)
         return self.logits(h[logit_rows] if x is None else self.final_hidden(x[logit_rows]))
-
-    def plain_logits(self, cache: FlatKVCache, token: int, position: int) -> tuple[torch.Tensor, float] | None:
-        """A plain decoding step: ``token`` at ``position`` on top of the cache, to its logits ``(1, vocab)``
-        and the seconds its ``lm_head`` took, in one native call (``native_layers.PlainStep``); the
-        cache grows by one row. The same bits as ``forward(..., [0])``. None, touching nothing, where
-        this forward has no such call (other weight formats, a biased or untied ``lm_head`` of
-        another vocabulary): the caller then runs ``forward``.
-        """
-        if self._plain is None or self._native is None:
-            return None
-        return self._plain(cache, token, position, torch.get_num_threads())
-
-    def tree_logits(self, cache: FlatKVCache, root: int, tree, extra, width: int,
-                    want: list[int]) -> tuple[torch.Tensor, torch.Tensor, float] | None:
-        """A verify forward of ``[root] + tree + extra`` padded to ``width`` rows, as ``tree_rows``'
-        ``tree_inputs`` and ``tree_attention_bias`` lay it out, in one native call: ``(hidden
-        (width, hidden), logits of rows want, lm_head seconds)``, the cache grown by ``width`` rows
-        (``native_layers.run_tree``). The same bits as ``forward(..., "hidden")`` and ``logits``
-        of those rows. None, touching nothing, where this forward has no such call: the caller
-        then runs ``forward``.
-        """
-        if self._native is None or not self._native.has_head or self.layer_table is None:
-            return None
-        return run_tree(self, self._native, cache, root, tree, extra, width, want, torch.get_num_threads())
 
     @inference
     def forward_batch(self, caches: Sequence[FlatKVCache], ids_list: Sequence[torch.Tensor],

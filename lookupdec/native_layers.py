@@ -65,21 +65,19 @@ def run_layers(ff, table: torch.Tensor, x: torch.Tensor, cos: torch.Tensor, sin:
                       n_seq, meta.data_ptr(), kv.data_ptr(), threads)
 
 
-def native_model(ff) -> NativeModel | None:
-    """``ff``'s constants for one-call forwards (``ext/step.pxi``), or None where its embedding is in
-    no layout the call reads. ``lm_head`` comes along where it is a quantized product without bias
-    over the embedding's vocabulary (else ``has_head`` is False)."""
-    import numpy as np
 
+def native_steps(ff) -> "NativeSteps | None":
+    """``ff``'s one-call steps (``ext/step.pxi``), or None where its embedding is in no layout the
+    call reads. ``lm_head`` comes along where it is a quantized product without bias over the
+    embedding's vocabulary (else ``has_head`` is False: only ``hidden`` runs)."""
+    from lookupdec.blocks import native_layout
     from lookupdec.products import _LinearQuant
 
     b = ff._embed_blocks
     if b is not None:
-        qs, dm = b.qs, b.dm
-        if not (qs.ndim == 2 and dm.ndim == 2 and qs.dtype == np.uint8 and dm.dtype == np.float16
-                and qs.flags.c_contiguous and dm.flags.c_contiguous):
+        if not native_layout(b):
             return None
-        embedding = (b.fmt, qs.ctypes.data, dm.ctypes.data, 0, b.shape[0])
+        embedding = (b.fmt, b.qs.ctypes.data, b.dm.ctypes.data, 0, b.shape[0])
     elif ff.embed.dtype == torch.float32 and ff.embed.is_contiguous():
         embedding = ("float32", 0, 0, ff.embed.data_ptr(), ff.embed.shape[0])
     else:
@@ -90,112 +88,105 @@ def native_model(ff) -> NativeModel | None:
     table = ff.layer_table
     # The layers' weights live in ff.layers, which the table's addresses point into.
     keep = (table, ff.layers, ff.final_norm, b if b is not None else ff.embed, head)
-    return NativeModel(table.data_ptr(), table.shape[0], ff.hidden, ff.n_heads, ff.n_kv_heads, ff.head_dim,
-                       ff.intermediate, ff.eps, ff.scaling, ff.final_norm.data_ptr(), ff.final_eps, *embedding,
-                       *head_args, keep)
+    return NativeSteps(ff, NativeModel(table.data_ptr(), table.shape[0], ff.hidden, ff.n_heads, ff.n_kv_heads,
+                                       ff.head_dim, ff.intermediate, ff.eps, ff.scaling, ff.final_norm.data_ptr(),
+                                       ff.final_eps, *embedding, *head_args, keep))
 
 
-def _room(ff, cache, rows: int, last_position: int) -> None:
-    """The cache's room for ``rows`` more rows and rotary tables up to ``last_position``."""
-    cache.reserve(cache.length + rows)
-    if last_position >= ff._cos.shape[0]:
-        ff._ensure_positions(last_position + 1)
-
-
-def run_body(ff, model: NativeModel, cache, ids: torch.Tensor, positions: torch.Tensor, bias: torch.Tensor | None,
-             threads: int) -> torch.Tensor | None:
-    """One sequence's forward body in one native call: the final-normed hidden states ``(W, hidden)``
-    that ``FastForward.forward(..., "hidden")`` returns, computed by the same operations, with the
-    cache grown by ``W`` rows; or None, touching nothing, where inputs are not in the layout the
-    call takes (the caller's general path then runs them).
+class NativeSteps:
+    """One sequence's decode or verify step on ``FastForward`` ``ff`` in one native call (``NativeModel``,
+    ``ext/step.pxi``): the embedding, rotary rows, layers and final norm, and for ``plain`` and ``tree``
+    the ``lm_head`` rows wanted first, with the same operations and bits as torch's calls around the
+    native layers (``FastForward._layers``).
 
     After the layers have streamed the weights through the caches, every torch call around them
-    runs cold (5-10 times its warm time): one call instead of some twenty.
-    """
-    w, past = ids.shape[0], cache.length
-    if (ids.dtype != torch.int64 or positions.dtype != torch.int64 or ids.dim() != 1 or positions.shape != ids.shape
-            or not ids.is_contiguous() or not positions.is_contiguous() or w == 0):
-        return None
-    if cache.kv.dtype != torch.float32 or not cache.kv.is_contiguous():
-        return None
-    if bias is not None:
-        bias = bias.reshape(w, past + w)
-        if bias.dtype != torch.float32 or not bias.is_contiguous():
-            return None
-    _room(ff, cache, w, past + w - 1)
-    kv, out = cache.kv, torch.empty(w, ff.hidden)
-    for attempt in range(2):
-        try:
-            model.body(ids.data_ptr(), positions.data_ptr(), w, ff._cos.data_ptr(), ff._sin_signed.data_ptr(),
-                       ff._cos.shape[0], past, 0 if bias is None else bias.data_ptr(), kv.data_ptr(), kv.shape[3],
-                       out.data_ptr(), threads)
-            break
-        except ValueError:  # a position past the tables (positions not of a tree on this cache)
-            if attempt or int(positions.min()) < 0:
-                raise
-            ff._ensure_positions(int(positions.max()) + 1)
-    cache.length = past + w
-    return out
-
-
-class PlainStep:
-    """A plain decoding step (one token on top of the cache) to its logits in one native call: the
-    forward's body and ``lm_head``, with no torch call but the output's allocation.
-
-    A plain step is the commonest step of every method, and each torch call right after a forward
-    runs cold (``run_body``): the two input tensors, ``logits`` and the row's final norm cost ~130
-    us a step together (2-core AMD EPYC), about 3% of the step. Same operations, same bits.
-    Its input and hidden buffers are reused: one step at a time per FastForward, as its callers run
-    (a Decoder, or the server's one engine thread).
+    runs cold (5-10 times its warm time; 2-core AMD EPYC): one call instead of some twenty. Each
+    method returns None, touching nothing, where the inputs or the cache are not in the layout the
+    call takes (or ``ff.layer_table`` was taken away); the caller then runs torch's path. The
+    plain step's input and hidden buffers are reused: one step at a time per FastForward, as its
+    callers run (a Decoder, or the server's one engine thread).
     """
 
     def __init__(self, ff, model: NativeModel) -> None:
         import numpy as np
 
         self.ff, self.model = ff, model
-        self.inputs = np.zeros(2, np.int64)  # the token, then its position
-        self.hidden = np.zeros((1, ff.hidden), np.float32)
+        self.has_head = model.has_head
+        self._inputs = np.zeros(2, np.int64)  # a plain step's token, then its position
+        self._hidden = np.zeros((1, ff.hidden), np.float32)
 
-    def __call__(self, cache, token: int, position: int, threads: int) -> tuple[torch.Tensor, float] | None:
-        """``(logits (1, vocab), lm_head seconds)``, the cache grown by one row; None, touching nothing,
-        where the cache is not in the layout the call takes."""
-        ff, past = self.ff, cache.length
-        if cache.kv.dtype != torch.float32 or not cache.kv.is_contiguous() or ff.layer_table is None:
+    def _ready(self, cache, rows: int, last_position: int) -> bool:
+        """Room for ``rows`` more rows in the cache and rotary tables up to ``last_position``; False
+        (nothing changed) where the call cannot take this cache."""
+        kv, ff = cache.kv, self.ff
+        if kv.dtype != torch.float32 or not kv.is_contiguous() or ff.layer_table is None:
+            return False
+        cache.reserve(cache.length + rows)
+        if last_position >= ff._cos.shape[0]:
+            ff._ensure_positions(last_position + 1)
+        return True
+
+    def _tables(self) -> tuple[int, int, int]:
+        ff = self.ff
+        return ff._cos.data_ptr(), ff._sin_signed.data_ptr(), ff._cos.shape[0]
+
+    def hidden(self, cache, ids: torch.Tensor, positions: torch.Tensor,
+               bias: torch.Tensor | None) -> torch.Tensor | None:
+        """The final-normed hidden states ``(W, hidden)`` that ``FastForward.forward(..., "hidden")``
+        returns, the cache grown by ``W`` rows."""
+        w, past = ids.shape[0], cache.length
+        if (ids.dtype != torch.int64 or positions.dtype != torch.int64 or ids.dim() != 1
+                or positions.shape != ids.shape or not ids.is_contiguous() or not positions.is_contiguous() or w == 0):
             return None
-        _room(ff, cache, 1, position)
-        self.inputs[0], self.inputs[1] = token, position
-        kv, logits, base = cache.kv, torch.empty(1, ff.vocab), self.inputs.ctypes.data
-        head_s = self.model.body(base, base + 8, 1, ff._cos.data_ptr(), ff._sin_signed.data_ptr(), ff._cos.shape[0],
-                                 past, 0, kv.data_ptr(), kv.shape[3], self.hidden.ctypes.data, threads,
-                                 logits.data_ptr())
+        if bias is not None:
+            bias = bias.reshape(w, past + w)
+            if bias.dtype != torch.float32 or not bias.is_contiguous():
+                return None
+        if not self._ready(cache, w, past + w - 1):
+            return None
+        kv, out = cache.kv, torch.empty(w, self.ff.hidden)
+        for attempt in range(2):
+            try:
+                self.model.body(ids.data_ptr(), positions.data_ptr(), w, *self._tables(), past,
+                                0 if bias is None else bias.data_ptr(), kv.data_ptr(), kv.shape[3], out.data_ptr(),
+                                torch.get_num_threads())
+                break
+            except ValueError:  # a position past the tables (positions not of a tree on this cache)
+                if attempt or int(positions.min()) < 0:
+                    raise
+                self.ff._ensure_positions(int(positions.max()) + 1)
+        cache.length = past + w
+        return out
+
+    def plain(self, cache, token: int, position: int) -> tuple[torch.Tensor, float] | None:
+        """A plain decoding step: ``(logits (1, vocab), lm_head seconds)``, the cache grown by one row."""
+        past = cache.length
+        if not self.has_head or not self._ready(cache, 1, position):
+            return None
+        self._inputs[0], self._inputs[1] = token, position
+        kv, logits, base = cache.kv, torch.empty(1, self.ff.vocab), self._inputs.ctypes.data
+        head_s = self.model.body(base, base + 8, 1, *self._tables(), past, 0, kv.data_ptr(), kv.shape[3],
+                                 self._hidden.ctypes.data, torch.get_num_threads(), logits.data_ptr())
         cache.length = past + 1
         return logits, head_s
 
+    def tree(self, cache, root: int, tree, extra, width: int,
+             rows: list[int]) -> tuple[torch.Tensor, torch.Tensor, float] | None:
+        """A verify forward of ``[root] + tree + extra`` padded to ``width`` rows, laid out as
+        ``tree_rows.tree_inputs`` and ``tree_attention_bias`` lay it out (built in C): ``(hidden
+        (width, hidden), logits of rows (len(rows), vocab), lm_head seconds)``, the cache grown by
+        ``width`` rows."""
+        import numpy as np
 
-def run_tree(ff, model: NativeModel, cache, root: int, tree, extra, width: int, want: list[int],
-             threads: int) -> tuple[torch.Tensor, torch.Tensor, float] | None:
-    """A verify forward of ``[root] + tree + extra`` padded to ``width`` rows (``tree_rows.tree_inputs``
-    and ``tree_attention_bias``, built in C) in one native call: ``(hidden (width, hidden), logits of
-    rows want (len(want), vocab), lm_head seconds)``, the cache grown by ``width`` rows; None,
-    touching nothing, where the cache is not in the layout the call takes.
-    """
-    import numpy as np
-
-    past = cache.length
-    if cache.kv.dtype != torch.float32 or not cache.kv.is_contiguous() or ff.layer_table is None:
-        return None
-    n, m = len(tree), 0 if extra is None else len(extra)
-    deepest = max(int(tree.depth.max()) if n else 0, int(extra.depth.max()) if m else 0)
-    _room(ff, cache, width, past + deepest)
-    kv, hidden, logits = cache.kv, torch.empty(width, ff.hidden), torch.empty(len(want), ff.vocab)
-    sel = np.array(want, np.int64)
-    if m:
-        ex_tokens, ex_depth, visible = extra.tokens, extra.depth, extra.visible
-        ex = (ex_tokens.ctypes.data, ex_depth.ctypes.data, visible.ctypes.data)
-    else:
-        ex = (0, 0, 0)
-    head_s = model.tree(root, tree.tokens.ctypes.data, tree.parents.ctypes.data, n, *ex, m, width, ff._cos.data_ptr(),
-                        ff._sin_signed.data_ptr(), ff._cos.shape[0], past, kv.data_ptr(), kv.shape[3],
-                        hidden.data_ptr(), sel.ctypes.data, len(want), logits.data_ptr(), threads)
-    cache.length = past + width
-    return hidden, logits, head_s
+        past, n, m = cache.length, len(tree), 0 if extra is None else len(extra)
+        deepest = max(width - 1, int(extra.depth.max()) if m else 0)  # a tree node is at most n deep
+        if not self.has_head or not self._ready(cache, width, past + deepest):
+            return None
+        kv, hidden, logits = cache.kv, torch.empty(width, self.ff.hidden), torch.empty(len(rows), self.ff.vocab)
+        sel = np.array(rows, np.int64)
+        ex = (extra.tokens.ctypes.data, extra.depth.ctypes.data, extra.visible.ctypes.data) if m else (0, 0, 0)
+        head_s = self.model.tree(root, tree.tokens.ctypes.data, tree.parents.ctypes.data, n, *ex, m, width,
+                                 *self._tables(), past, kv.data_ptr(), kv.shape[3], hidden.data_ptr(),
+                                 sel.ctypes.data, len(rows), logits.data_ptr(), torch.get_num_threads())
+        cache.length = past + width
+        return hidden, logits, head_s

@@ -56,6 +56,7 @@ import numpy as np
 import torch
 
 from lookupdec.batch_cache import padded_forward
+from lookupdec.fast_steps import plain_step, tree_step
 from lookupdec.accept import Acceptance, greedy_accept, main_path, sample_accept  # noqa: F401  (re-exported)
 from lookupdec.logit_rows import LazyLogits, subtree  # noqa: F401  (re-exported)
 from lookupdec.kvcache import all_full_attention, keep_rows, new_cache, uniform_layers, with_cache
@@ -322,13 +323,9 @@ class TreeVerifier:
             # lm_head is timed apart, as a tree step's is: the cost model fits the forward's body
             # and lm_head separately, and a plain step's body taken with its lm_head (~2.3 of 8.7
             # ms here) made the first draft row look a quarter as dear as it is.
-            plain = self.fast.plain_logits(cache, root, past)  # one native call where the format has it
-            if plain is None:
-                hidden = self.fast.forward(cache, torch.tensor([root]), torch.tensor([past]), None, "hidden")
-                t = time.perf_counter()
-                plain = self.fast.logits(hidden), time.perf_counter() - t
-            rows = LazyLogits.of(plain[0])
-            rows.compute_s = plain[1]
+            logits, head_s = plain_step(self.fast, cache, root, past)
+            rows = LazyLogits.of(logits)
+            rows.compute_s = head_s
             return self._result(rows, tree, root, None, topk)
         width = self.width(n + m)
         fast = self.fast
@@ -337,17 +334,7 @@ class TreeVerifier:
         # it), plus the extra rows. A top-k asked for is taken later from the rows the walk
         # computed (``VerifyResult.topk_of``): it costs no row more.
         want = [0] + [1 + i for i in main_path(tree)]
-        rows_now = want + list(range(1 + n, 1 + n + m))
-        one_call = fast.tree_logits(cache, root, tree, extra, width, rows_now)  # where the format has it
-        if one_call is not None:
-            hidden, out, head_s = one_call
-        else:
-            ids, pos = tree_inputs(root, tree, past, width, extra)
-            bias = tree_attention_bias(tree, past, width, torch.float32, "cpu", extra)[0, 0]
-            hidden = fast.forward(cache, ids, pos, bias, "hidden")
-            t = time.perf_counter()
-            out = fast.logits(hidden.index_select(0, torch.tensor(rows_now)))
-            head_s = time.perf_counter() - t
+        hidden, out, head_s = tree_step(fast, cache, root, tree, extra, width, want + list(range(1 + n, 1 + n + m)))
         rows = LazyLogits(1 + n, tree, lambda idx: fast.logits(hidden.index_select(0, idx)))
         rows.compute_s += head_s
         rows.store(want, out[: len(want)])

@@ -45,9 +45,9 @@ def _general_path_refused(*args):
 def _both_paths(ff, prompt, ids, bias, rows):
     """(hidden, logits of the next plain step, cache rows, length) through the native body and the general path."""
     out = []
-    embedding = ff._native
+    native = ff.native
     for body in (True, False):
-        ff._native = embedding if body else None
+        ff.native = native if body else None
         if body:
             ff._layers = _general_path_refused  # decode steps only: the prompt's prefill has a path of its own
         try:
@@ -58,7 +58,7 @@ def _both_paths(ff, prompt, ids, bias, rows):
             logits = ff.forward(cache, torch.tensor(ids[:1]), torch.tensor([past + len(ids)]), None, rows)
             out.append((hidden, logits, cache.kv[:, :, :, : cache.length].clone(), cache.length))
         finally:
-            ff._native = embedding
+            ff.native = native
             vars(ff).pop("_layers", None)
     return out
 
@@ -66,7 +66,7 @@ def _both_paths(ff, prompt, ids, bias, rows):
 @pytest.mark.parametrize("kind", ["Q4_1", "Q8_0"])
 def test_the_body_from_embedding_blocks_gives_the_general_paths_bits(tmp_path, kind):
     ff = _gguf_ff(tmp_path, kind)
-    assert ff._native is not None and ff._native.embed_fmt == kind.lower()
+    assert ff.native is not None and ff.native.model.embed_fmt == kind.lower()
     rng = np.random.default_rng(3)
     prompt = rng.integers(0, VOCAB, 9).tolist()
     for ids, bias in ((rng.integers(0, VOCAB, 1).tolist(), None),
@@ -77,7 +77,7 @@ def test_the_body_from_embedding_blocks_gives_the_general_paths_bits(tmp_path, k
 
 def test_the_body_from_a_float32_embedding_gives_the_general_paths_bits():
     ff = FastForward(blockified_model(tiny_loaded(2).model), weights="quantized")
-    assert ff._native.embed_fmt == "float32"
+    assert ff.native.model.embed_fmt == "float32"
     rng = np.random.default_rng(4)
     prompt = rng.integers(3, TINY_VOCAB, 13).tolist()
     ids = rng.integers(3, TINY_VOCAB, 6).tolist()
@@ -90,7 +90,7 @@ def test_the_body_grows_the_rotary_tables_for_positions_past_them():
     far = ff._cos.shape[0] + 5  # a position no table row covers yet
     outs = []
     for body in (True, False):
-        embedding, ff._native = ff._native, (ff._native if body else None)
+        native, ff.native = ff.native, (ff.native if body else None)
         if body:
             ff._layers = _general_path_refused
         try:
@@ -98,7 +98,7 @@ def test_the_body_grows_the_rotary_tables_for_positions_past_them():
             ff.forward(cache, torch.tensor([4, 5]), torch.arange(2), None, None, causal=True)
             outs.append(ff.forward(cache, torch.tensor([6]), torch.tensor([far]), None, "hidden"))
         finally:
-            ff._native = embedding
+            ff.native = native
             vars(ff).pop("_layers", None)
     assert ff._cos.shape[0] > far and torch.equal(outs[0], outs[1])
 
@@ -117,7 +117,7 @@ def test_an_id_out_of_range_is_an_index_error_and_the_cache_is_untouched(bad):
 @pytest.mark.parametrize("kind", ["Q4_1", "Q8_0"])
 def test_a_plain_step_in_one_call_gives_the_forwards_logits_and_times_its_lm_head(tmp_path, kind):
     ff = _gguf_ff(tmp_path, kind)  # a tied lm_head: the embedding's own blocks
-    assert ff._plain is not None
+    assert ff.native.has_head
     prompt = [3, 9, 0, VOCAB - 1, 7]
     caches = []
     for _ in range(2):
@@ -125,19 +125,19 @@ def test_a_plain_step_in_one_call_gives_the_forwards_logits_and_times_its_lm_hea
         ff.forward(cache, torch.tensor(prompt), torch.arange(5), None, None, causal=True)
         caches.append(cache)
     for i, token in enumerate([VOCAB - 1, 0, 11]):
-        logits, head_s = ff.plain_logits(caches[0], token, 5 + i)
+        logits, head_s = ff.native.plain(caches[0], token, 5 + i)
         assert torch.equal(logits, ff.forward(caches[1], torch.tensor([token]), torch.tensor([5 + i]), None, [0]))
         assert head_s > 0 and caches[0].length == caches[1].length == 6 + i
     assert torch.equal(caches[0].kv[:, :, :, :8], caches[1].kv[:, :, :, :8])
     with pytest.raises(IndexError, match="token ids must be in"):
-        ff.plain_logits(caches[0], VOCAB, 8)
+        ff.native.plain(caches[0], VOCAB, 8)
     assert caches[0].length == 8
 
 
 def test_formats_without_the_native_body_have_no_plain_step_call():
     model = blockified_model(tiny_loaded(2).model)
-    assert FastForward(model, weights="float32").plain_logits(None, 3, 0) is None
-    assert FastForward(model, weights="quantized")._plain is not None
+    assert FastForward(model, weights="float32").native is None
+    assert FastForward(model, weights="quantized").native.has_head
 
 
 def _tree_and_window():
@@ -168,14 +168,14 @@ def test_a_tree_step_in_one_call_gives_the_general_paths_bits(tmp_path, kind, wi
         cache = ff.new_cache(2)  # grows inside the step
         ff.forward(cache, torch.tensor(prompt), torch.arange(6), None, None, causal=True)
         caches.append(cache)
-    hidden, logits, head_s = ff.tree_logits(caches[0], root, tree, extra, width, want)
+    hidden, logits, head_s = ff.native.tree(caches[0], root, tree, extra, width, want)
     ids, pos = tree_inputs(root, tree, 6, width, extra)
     bias = tree_attention_bias(tree, 6, width, torch.float32, "cpu", extra)[0, 0]
-    native, ff._native = ff._native, None  # the reference: torch's glue around the layers
+    native, ff.native = ff.native, None  # the reference: torch's glue around the layers
     try:
         ref = ff.forward(caches[1], ids, pos, bias, "hidden")
     finally:
-        ff._native = native
+        ff.native = native
     assert torch.equal(hidden, ref) and torch.equal(logits, ff.logits(ref[want]))
     assert head_s > 0 and caches[0].length == caches[1].length == 6 + width
     assert torch.equal(caches[0].kv[:, :, :, : 6 + width], caches[1].kv[:, :, :, : 6 + width])
@@ -190,5 +190,5 @@ def test_a_tree_step_with_an_id_out_of_range_is_refused_before_the_cache_changes
     before = cache.kv[:, :, :, :3].clone()
     for root, tree in ((VOCAB, DraftTree.chain([4])), (4, DraftTree.chain([4, VOCAB]))):
         with pytest.raises(IndexError, match="token ids must be in"):
-            ff.tree_logits(cache, root, tree, None, 1 + len(tree), [0])
+            ff.native.tree(cache, root, tree, None, 1 + len(tree), [0])
         assert cache.length == 3 and torch.equal(cache.kv[:, :, :, :3], before)

@@ -14,10 +14,14 @@ Medians of ``--repeats`` timed calls after one untimed call. Prints a JSON objec
 ``--out`` when given) naming the CPU, ISA, threads and weight format. ``--compare-layers`` times each
 decode/verify and batch forward twice, alternating call by call: a quantized step's layers in one
 native call (``native_layers``), and through the Python loop it replaced (``"python"`` entries).
+``--compare-routes`` does the same for the quantized products of 5-24 rows: AVX-512's tall tiles
+(``"tall"``, the default) against the scratch tile they replaced (``"scratch"``); both give the same bits.
 
 Usage:
     python benchmarks/forward_widths.py --threads 2 --weights quantized [--out FILE]
     python benchmarks/forward_widths.py --threads 2 --weights quantized --compare-layers --prompts ""
+    python benchmarks/forward_widths.py --threads 2 --widths 1,2,4,5,6,8,12,16,24,32 --pasts 300 \
+        --batch-sizes 1,8 --prompts "" --compare-routes
 """
 from __future__ import annotations
 
@@ -58,11 +62,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=9)
     ap.add_argument("--compare-layers", action="store_true",
                     help="also time each step's layers through the Python loop, alternating with the native call")
+    ap.add_argument("--compare-routes", action="store_true",
+                    help="also time each forward with the quantized products' scratch tile where AVX-512's tall "
+                         "tiles run (5-24 rows), alternating")
     ap.add_argument("--out", type=Path, default=None, help="also write the JSON here")
     args = ap.parse_args(argv)
 
     import torch
 
+    from lookupdec import _native
     from lookupdec.costs import device_description
     from lookupdec.fast_forward import FastForward
     from lookupdec.models import load_model
@@ -75,20 +83,33 @@ def main(argv: list[str] | None = None) -> int:
     if args.compare_layers and native is None:
         ap.error("--compare-layers needs a format whose steps run natively (--weights quantized)")
 
+    if args.compare_routes and (args.weights != "quantized" or _native.qmatmul_isa() != "avx512"):
+        ap.error("--compare-routes needs --weights quantized on a CPU with AVX-512 (the tall tiles are its own)")
+    tall_rows = _native.qmatmul_tall_rows()
+    if args.compare_layers:  # name -> what sets it up; the first is the default
+        variants = {"native": lambda: setattr(ff, "layer_table", native),
+                    "python": lambda: setattr(ff, "layer_table", None)}
+    elif args.compare_routes:
+        variants = {"tall": lambda: _native.qmatmul_tall_rows(tall_rows),
+                    "scratch": lambda: _native.qmatmul_tall_rows(0)}
+    else:
+        variants = {}
+
     def timed(fn):
-        """Median ms of ``fn``; with --compare-layers {"native": ms, "python": ms}, the two taking turns."""
-        if not args.compare_layers:
+        """Median ms of ``fn``; with a comparison {variant: ms}, the two taking turns call by call."""
+        if not variants:
             return _median_ms(fn, args.repeats)
-        times = {"native": [], "python": []}
+        times = {k: [] for k in variants}
+        kinds = list(variants)
         for i in range(2 * args.repeats + 2):
-            kind = "native" if i % 2 == 0 else "python"
-            ff.layer_table = native if kind == "native" else None
+            kind = kinds[i % 2]
+            variants[kind]()
             t = time.perf_counter()
             fn()
             if i >= 2:  # one untimed call of each first
                 times[kind].append(time.perf_counter() - t)
-        ff.layer_table = native
-        return {k: statistics.median(v) * 1e3 for k, v in times.items()}
+        variants[kinds[0]]()
+        return {k: round(statistics.median(v) * 1e3, 2) for k, v in times.items()}
     vocab = ff.vocab
     gen = torch.Generator().manual_seed(0)
 

@@ -17,6 +17,7 @@ cdef extern from "qmatmul.h" nogil:
     int lk_qmatmul_bf16_native()
     const char *lk_qmatmul_bf16_isa()
     int lk_qmatmul_force_isa(const char *name)
+    int lk_qmatmul_tall_rows(int rows)
 
 
 cdef extern from "rmsnorm.h" nogil:
@@ -105,6 +106,12 @@ def qmatmul_threads():
 def qmatmul_force_isa(str name):
     """Use instruction set ``name`` from now on, if this CPU has it (tests compare the paths); returns whether it did."""
     return bool(lk_qmatmul_force_isa(name.encode()))
+
+
+def qmatmul_tall_rows(int rows=-1):
+    """The most rows a product takes AVX-512's tall tiles for; ``rows`` >= 0 sets it (tests and
+    benchmarks compare the routes, which give the same bits). Returns the value before."""
+    return lk_qmatmul_tall_rows(rows)
 
 
 def qmatmul_force_own_threads(bint on):

@@ -104,14 +104,37 @@ def assert_rows_independent(make, rng):
 @pytest.mark.parametrize("own_threads", [False, True])
 def test_each_row_of_a_quantized_product_is_independent_of_its_batch_bit_for_bit(isa, own_threads):
     """A row computed alone (plain decoding) equals the same row inside a wider product (a verify tree,
-    other sequences of a batch, a prefill), on both routes (weights dequantized in
-    registers for a few rows, into a scratch tile for many), for any thread count and with the other rows
-    changed."""
+    other sequences of a batch, a prefill), on every route (weights dequantized in registers for a few
+    rows, in AVX-512's tall tiles for up to 24, into a scratch tile for more), for any thread count and
+    with the other rows changed."""
     _native.qmatmul_force_own_threads(own_threads)
     try:
         assert_rows_independent(lambda w: make_linear(w, None, "quantized"), np.random.default_rng(3))
     finally:
         _native.qmatmul_force_own_threads(False)
+
+
+@pytest.mark.parametrize("fmt", ["q4_1", "q8_0"])
+def test_the_tall_tiles_give_the_scratch_tiles_bits_for_every_row_count(isa, fmt):
+    """AVX-512's tall tiles (5-24 rows, 8 rows x 2 outputs a tile) and the scratch tile they replace
+    there sum each output in the same order: the same bits for every row count that crosses a tall
+    tile's edge, with a remainder of outputs (45: full tiles of 4, then 1), and the same as each row
+    alone (the 1-row register tile)."""
+    rng = np.random.default_rng(6)
+    lin = make_linear(torch.from_numpy(_matrix(rng, 45, 160, fmt)), None, "quantized")
+    before = _native.qmatmul_tall_rows()
+    try:
+        for rows in (5, 7, 8, 9, 16, 17, 23, 24, 25):
+            x = rng.standard_normal((rows, 160)).astype(np.float32)
+            _native.qmatmul_tall_rows(24)
+            tall = _product(lin, x)
+            _native.qmatmul_tall_rows(0)
+            scratch = _product(lin, x)
+            assert np.array_equal(tall, scratch), (isa, fmt, rows)
+            alone = np.concatenate([_product(lin, x[r:r + 1]) for r in range(rows)])
+            assert np.array_equal(tall, alone), (isa, fmt, rows)
+    finally:
+        _native.qmatmul_tall_rows(before)
 
 
 def test_the_instruction_sets_agree_with_each_other_to_float_rounding():

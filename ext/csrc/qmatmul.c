@@ -81,10 +81,10 @@ INLINE512 void tile512_fixed(const job *j, int fmt, const float *w, int64_t r0, 
 
 /* Rows r0 .. r0 + nr - 1 (nr <= TALL_RB) against outputs n0 .. n0 + nc - 1 (nc <= TALL_NB), the weights
  * unpacked in registers: each block of an output is unpacked once for up to 8 rows, and nothing is
- * stored. For 5-8 rows the 4 x 4 tile unpacks every block twice and the scratch tile stores and reloads
- * them all: their 120 layer products of 8 rows took 19.7-26.5 ms against this tile's 12.5-13.5
- * (2-core AMD EPYC with AVX-512, benchmarks/forward_widths.py --compare-routes). 16 accumulators,
- * 4 weight halves and 2 input halves: 22 of the 32 vector registers. */
+ * stored. For 5-8 rows the 4 x 4 tile would unpack every block twice, and the scratch tile stores and
+ * reloads every weight: a verify forward of 5 rows took 14.4 ms through it against 10.5 in these tiles,
+ * of 8 rows 19.4 against 15.0 (2-core AMD EPYC with AVX-512, benchmarks/forward_widths.py
+ * --compare-routes). 16 accumulators, 4 weight halves and 2 input halves: 22 of the 32 vector registers. */
 #define TALL_RB 8
 #define TALL_NB 2
 INLINE512 void tall512(const job *j, int fmt, int64_t r0, int nr, int64_t n0, int nc, const ahead *a) {
@@ -151,8 +151,8 @@ AVX512 static void tall_tiles512(const job *j, int64_t n0, int64_t nn) {
 }
 
 /* Products of RB + 1 .. tall_rows rows take the tall tiles (AVX-512 only). Above ~24 rows the scratch
- * tile's single unpacking wins (the products of 32 rows took the same time either way; of 48-128
- * rows, 2-10% less with the scratch tile). */
+ * tile's single unpacking wins (the model's layer products of 32 rows took the same time either way,
+ * of 48-128 rows 2-10% less through the scratch tile; separate processes, same machine). */
 static int tall_rows = 24;
 
 AVX512 static void tile512(const job *j, float *scratch, int64_t n0, int64_t nn) {

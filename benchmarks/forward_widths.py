@@ -67,6 +67,9 @@ def main(argv: list[str] | None = None) -> int:
                          "tiles run (5-24 rows), alternating")
     ap.add_argument("--out", type=Path, default=None, help="also write the JSON here")
     args = ap.parse_args(argv)
+    for name in ("widths", "pasts", "batch_sizes", "prompts"):
+        if any(n < (0 if name == "pasts" else 1) for n in _ints(getattr(args, name))):
+            ap.error(f"--{name.replace('_', '-')}: every value must be at least {0 if name == 'pasts' else 1}")
 
     import torch
 

@@ -2,7 +2,7 @@
  *
  * A tile is up to RB rows x NB outputs. With few rows the weights are dequantized in
  * registers; with more, a tile's weights are dequantized once into a scratch buffer and
- * every row tile reads them from there. AVX-512 has a third route between the two (tall512:
+ * every row tile reads them from there. AVX-512 has a third route between the two (qmatmul_tall.c:
  * up to 8 rows x 2 outputs in registers, for products of up to lk_qmatmul_tall_rows rows).
  * Every route adds the same values in the same order to each (row, output) accumulator, so
  * they agree bit for bit.
@@ -42,6 +42,13 @@ static void tile_c(const job *j, float *scratch, int64_t n0, int64_t nn) {
     }
 }
 
+/* Products of RB + 1 .. tall_rows rows take the tall tiles (AVX-512 only). Above ~24 rows the scratch
+ * tile's single unpacking wins (the model's layer products of 32 rows took the same time either way,
+ * of 48-128 rows 2-10% less through the scratch tile; separate processes, same machine). */
+static int tall_rows = 24;
+
+static int tall_route(const job *j) { return j->rows > RB && j->rows <= tall_rows; }
+
 #ifdef LK_X86 /* the vector routes; other CPUs use the plain C one */
 
 /* ---- AVX-512: per (row, output) one 16-lane accumulator; a block adds its low half, then its high half ---- */
@@ -79,87 +86,11 @@ INLINE512 void tile512_fixed(const job *j, int fmt, const float *w, int64_t r0, 
         for (int c = 0; c < nn; c++) j->y[(r0 + r) * j->n + n0 + c] = _mm512_reduce_add_ps(acc[r][c]);
 }
 
-/* Rows r0 .. r0 + nr - 1 (nr <= TALL_RB) against outputs n0 .. n0 + nc - 1 (nc <= TALL_NB), the weights
- * unpacked in registers: each block of an output is unpacked once for up to 8 rows, and nothing is
- * stored. For 5-8 rows the 4 x 4 tile would unpack every block twice, and the scratch tile stores and
- * reloads every weight: a verify forward of 5 rows took 14.4 ms through it against 10.5 in these tiles,
- * of 8 rows 19.4 against 15.0 (2-core AMD EPYC with AVX-512, benchmarks/forward_widths.py
- * --compare-routes). 16 accumulators, 4 weight halves and 2 input halves: 22 of the 32 vector registers. */
-#define TALL_RB 8
-#define TALL_NB 2
-INLINE512 void tall512(const job *j, int fmt, int64_t r0, int nr, int64_t n0, int nc, const ahead *a) {
-    int64_t nblk = j->k / LK_QK, qb = qs_per_block(fmt), db = dm_per_block(fmt);
-    __m512 acc[TALL_RB][TALL_NB];
-    for (int r = 0; r < nr; r++)
-        for (int c = 0; c < nc; c++) acc[r][c] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nblk; b++) {
-        __m512 lo[TALL_NB], hi[TALL_NB];
-        ahead_step(a, b);
-        for (int c = 0; c < nc; c++)
-            dequant512(fmt, j->qs + (n0 + c) * nblk * qb, j->dm + (n0 + c) * nblk * db, b, &lo[c], &hi[c]);
-        for (int r = 0; r < nr; r++) {
-            const float *x = j->x + (r0 + r) * j->k + b * LK_QK;
-            __m512 xl = _mm512_loadu_ps(x), xh = _mm512_loadu_ps(x + 16);
-            for (int c = 0; c < nc; c++) {
-                acc[r][c] = _mm512_fmadd_ps(lo[c], xl, acc[r][c]);
-                acc[r][c] = _mm512_fmadd_ps(hi[c], xh, acc[r][c]);
-            }
-        }
-    }
-    for (int r = 0; r < nr; r++)
-        for (int c = 0; c < nc; c++) j->y[(r0 + r) * j->n + n0 + c] = _mm512_reduce_add_ps(acc[r][c]);
-}
-
-/* tall512 with constant sizes: nr rows against TALL_NB outputs, or one output at a time. */
-#define TALL_CASE(FMT, NR)                                                                           \
-    case NR:                                                                                         \
-        if (nc == TALL_NB) {                                                                         \
-            tall512(j, FMT, r0, NR, n0 + c0, TALL_NB, a);                                            \
-        } else {                                                                                     \
-            for (int c = 0; c < nc; c++) tall512(j, FMT, r0, NR, n0 + c0 + c, 1, c ? &none : a);     \
-        }                                                                                            \
-        break;
-#define TALL_ROWS(FMT)                                                                               \
-    switch (nr) {                                                                                    \
-        TALL_CASE(FMT, 1)                                                                            \
-        TALL_CASE(FMT, 2)                                                                            \
-        TALL_CASE(FMT, 3)                                                                            \
-        TALL_CASE(FMT, 4)                                                                            \
-        TALL_CASE(FMT, 5)                                                                            \
-        TALL_CASE(FMT, 6)                                                                            \
-        TALL_CASE(FMT, 7)                                                                            \
-    default:                                                                                         \
-        TALL_CASE(FMT, 8)                                                                            \
-    }
-
-/* Every row of the job against outputs n0 .. n0 + nn - 1 in tall tiles; the first asks for the next
- * output tile's weights (as tile512_fixed's first row tile does). */
-AVX512 static void tall_tiles512(const job *j, int64_t n0, int64_t nn) {
-    ahead first = ahead_of(j, n0, nn == NB ? j->k / LK_QK : 0), none = ahead_of(j, n0, 0);
-    for (int64_t c0 = 0; c0 < nn; c0 += TALL_NB) {
-        int nc = nn - c0 < TALL_NB ? (int)(nn - c0) : TALL_NB;
-        for (int64_t r0 = 0; r0 < j->rows; r0 += TALL_RB) {
-            int nr = j->rows - r0 < TALL_RB ? (int)(j->rows - r0) : TALL_RB;
-            const ahead *a = c0 == 0 && r0 == 0 ? &first : &none;
-            if (j->fmt == LK_Q4_1) {
-                TALL_ROWS(LK_Q4_1)
-            } else {
-                TALL_ROWS(LK_Q8_0)
-            }
-        }
-    }
-}
-
-/* Products of RB + 1 .. tall_rows rows take the tall tiles (AVX-512 only). Above ~24 rows the scratch
- * tile's single unpacking wins (the model's layer products of 32 rows took the same time either way,
- * of 48-128 rows 2-10% less through the scratch tile; separate processes, same machine). */
-static int tall_rows = 24;
-
 AVX512 static void tile512(const job *j, float *scratch, int64_t n0, int64_t nn) {
     int64_t nblk = j->k / LK_QK, qb = qs_per_block(j->fmt), db = dm_per_block(j->fmt);
     const float *w = NULL;
-    if (j->rows > RB && j->rows <= tall_rows) {
-        tall_tiles512(j, n0, nn);
+    if (tall_route(j)) {
+        lk_tall_tiles512(j, n0, nn);
         return;
     }
     if (j->rows > RB && scratch) {
@@ -427,7 +358,7 @@ static void run_part(void *ctx, int part, int parts) {
     int64_t tiles = (j->n + NB - 1) / NB;
     int64_t t0 = tiles * part / parts, t1 = tiles * (part + 1) / parts;
     /* Without scratch memory the tiles dequantize in registers: slower for many rows, same sums. */
-    int tall = tile == tile512 && !j->xb && j->rows <= tall_rows; /* tile512's tall route: no scratch */
+    int tall = tile == tile512 && !j->xb && tall_route(j); /* tile512's tall route needs no scratch */
     float *scratch = j->rows > RB && !tall ? aligned_alloc(64, (size_t)((NB * j->k * 4 + 63) / 64 * 64)) : NULL;
     for (int64_t r0 = 0; r0 < j->rows; r0 += ROW_CHUNK) {
         job c = *j;

@@ -2,6 +2,7 @@
 #include "topk.h"
 
 #include <math.h>
+#include <stddef.h>
 
 #include "lk_exp.h"
 #include "rowexp.h"

@@ -1,0 +1,79 @@
+/* See qmatmul_tile.h. AVX-512's tall tiles: the float32 products of a few rows more than the 4 x 4
+ * register tile takes (qmatmul.c picks them for up to lk_qmatmul_tall_rows rows), each (row, output)
+ * summed in the same order as the other routes. */
+#include "qmatmul_tile.h"
+
+#ifdef LK_X86
+
+/* Rows r0 .. r0 + nr - 1 (nr <= TALL_RB) against outputs n0 .. n0 + nc - 1 (nc <= TALL_NB), the weights
+ * unpacked in registers: each block of an output is unpacked once for up to 8 rows, and nothing is
+ * stored. For 5-8 rows the 4 x 4 tile would unpack every block twice, and the scratch tile stores and
+ * reloads every weight: a verify forward of 5 rows took 14.4 ms through it against 10.5 in these tiles,
+ * of 8 rows 19.4 against 15.0 (2-core AMD EPYC with AVX-512, benchmarks/forward_widths.py
+ * --compare-routes). 16 accumulators, 4 weight halves and 2 input halves: 22 of the 32 vector registers. */
+#define TALL_RB 8
+#define TALL_NB 2
+INLINE512 void tall512(const job *j, int fmt, int64_t r0, int nr, int64_t n0, int nc, const ahead *a) {
+    int64_t nblk = j->k / LK_QK, qb = qs_per_block(fmt), db = dm_per_block(fmt);
+    __m512 acc[TALL_RB][TALL_NB];
+    for (int r = 0; r < nr; r++)
+        for (int c = 0; c < nc; c++) acc[r][c] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nblk; b++) {
+        __m512 lo[TALL_NB], hi[TALL_NB];
+        ahead_step(a, b);
+        for (int c = 0; c < nc; c++)
+            dequant512(fmt, j->qs + (n0 + c) * nblk * qb, j->dm + (n0 + c) * nblk * db, b, &lo[c], &hi[c]);
+        for (int r = 0; r < nr; r++) {
+            const float *x = j->x + (r0 + r) * j->k + b * LK_QK;
+            __m512 xl = _mm512_loadu_ps(x), xh = _mm512_loadu_ps(x + 16);
+            for (int c = 0; c < nc; c++) {
+                acc[r][c] = _mm512_fmadd_ps(lo[c], xl, acc[r][c]);
+                acc[r][c] = _mm512_fmadd_ps(hi[c], xh, acc[r][c]);
+            }
+        }
+    }
+    for (int r = 0; r < nr; r++)
+        for (int c = 0; c < nc; c++) j->y[(r0 + r) * j->n + n0 + c] = _mm512_reduce_add_ps(acc[r][c]);
+}
+
+/* tall512 with constant sizes: nr rows against TALL_NB outputs, or one output at a time. */
+#define TALL_CASE(FMT, NR)                                                                           \
+    case NR:                                                                                         \
+        if (nc == TALL_NB) {                                                                         \
+            tall512(j, FMT, r0, NR, n0 + c0, TALL_NB, a);                                            \
+        } else {                                                                                     \
+            for (int c = 0; c < nc; c++) tall512(j, FMT, r0, NR, n0 + c0 + c, 1, c ? &none : a);     \
+        }                                                                                            \
+        break;
+#define TALL_ROWS(FMT)                                                                               \
+    switch (nr) {                                                                                    \
+        TALL_CASE(FMT, 1)                                                                            \
+        TALL_CASE(FMT, 2)                                                                            \
+        TALL_CASE(FMT, 3)                                                                            \
+        TALL_CASE(FMT, 4)                                                                            \
+        TALL_CASE(FMT, 5)                                                                            \
+        TALL_CASE(FMT, 6)                                                                            \
+        TALL_CASE(FMT, 7)                                                                            \
+    default:                                                                                         \
+        TALL_CASE(FMT, 8)                                                                            \
+    }
+
+/* Every row of the job against outputs n0 .. n0 + nn - 1 in tall tiles; the first asks for the next
+ * output tile's weights (as tile512_fixed's first row tile does). */
+AVX512 void lk_tall_tiles512(const job *j, int64_t n0, int64_t nn) {
+    ahead first = ahead_of(j, n0, nn == NB ? j->k / LK_QK : 0), none = ahead_of(j, n0, 0);
+    for (int64_t c0 = 0; c0 < nn; c0 += TALL_NB) {
+        int nc = nn - c0 < TALL_NB ? (int)(nn - c0) : TALL_NB;
+        for (int64_t r0 = 0; r0 < j->rows; r0 += TALL_RB) {
+            int nr = j->rows - r0 < TALL_RB ? (int)(j->rows - r0) : TALL_RB;
+            const ahead *a = c0 == 0 && r0 == 0 ? &first : &none;
+            if (j->fmt == LK_Q4_1) {
+                TALL_ROWS(LK_Q4_1)
+            } else {
+                TALL_ROWS(LK_Q8_0)
+            }
+        }
+    }
+}
+
+#endif /* LK_X86 */

@@ -14,8 +14,10 @@ Medians of ``--repeats`` timed calls after one untimed call. Prints a JSON objec
 ``--out`` when given) naming the CPU, ISA, threads and weight format. ``--compare-layers`` times each
 decode/verify and batch forward twice, alternating call by call: a quantized step's layers in one
 native call (``native_layers``), and through the Python loop it replaced (``"python"`` entries).
-``--compare-routes`` does the same for the quantized products of 5-24 rows: AVX-512's tall tiles
+``--compare-routes`` does the same for the quantized products of 5-24 rows: the tall tiles
 (``"tall"``, the default) against the scratch tile they replaced (``"scratch"``); both give the same bits.
+``--isa avx2`` runs the quantized products on AVX2 on a CPU that also has AVX-512 (its AVX2 routes,
+timed on that CPU: not an AVX2-only machine's figures).
 
 Usage:
     python benchmarks/forward_widths.py --threads 2 --weights quantized [--out FILE]
@@ -65,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compare-routes", action="store_true",
                     help="also time each forward with the quantized products' scratch tile where AVX-512's tall "
                          "tiles run (5-24 rows), alternating")
+    ap.add_argument("--isa", default=None, choices=("avx512", "avx2", "c"),
+                    help="the quantized products' instruction set (default: the best this CPU has)")
     ap.add_argument("--out", type=Path, default=None, help="also write the JSON here")
     args = ap.parse_args(argv)
     for name in ("widths", "pasts", "batch_sizes", "prompts"):
@@ -86,8 +90,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.compare_layers and native is None:
         ap.error("--compare-layers needs a format whose steps run natively (--weights quantized)")
 
-    if args.compare_routes and (args.weights != "quantized" or _native.qmatmul_isa() != "avx512"):
-        ap.error("--compare-routes needs --weights quantized on a CPU with AVX-512 (the tall tiles are its own)")
+    if args.isa and not _native.qmatmul_force_isa(args.isa):
+        ap.error(f"--isa {args.isa}: this CPU does not have it")
+    if args.compare_routes and (args.weights != "quantized" or _native.qmatmul_isa() == "c"):
+        ap.error("--compare-routes needs --weights quantized and AVX-512 or AVX2 (the tall tiles are theirs)")
     tall_rows = _native.qmatmul_tall_rows()
     if args.compare_layers:  # name -> what sets it up; the first is the default
         variants = {"native": lambda: setattr(ff, "layer_table", native),
@@ -124,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
         ff.forward(cache, ids(past), torch.arange(past), None, None, causal=True)
         return cache
 
-    out = {"device": device_description(torch.device("cpu")), "threads": torch.get_num_threads(),
+    out = {"device": device_description(torch.device("cpu")), "products_isa": _native.qmatmul_isa(),
+           "threads": torch.get_num_threads(),
            "weights": args.weights, "native_layers": native is not None, "verify_ms": {}, "batch_ms": {}, "prefill_ms": {}}
     low = torch.finfo(torch.float32).min
     for past in _ints(args.pasts):

@@ -109,8 +109,9 @@ def qmatmul_force_isa(str name):
 
 
 def qmatmul_tall_rows(int rows=-1):
-    """The most rows a product takes AVX-512's tall tiles for; ``rows`` >= 0 sets it (tests and
-    benchmarks compare the routes, which give the same bits). Returns the value before."""
+    """The most rows a product takes the tall tiles for (24 with AVX-512, 8 with AVX2, reset when the
+    instruction set is forced); ``rows`` >= 0 sets it (tests and benchmarks compare the routes, which
+    give the same bits). Returns the value before."""
     return lk_qmatmul_tall_rows(rows)
 
 

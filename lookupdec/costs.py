@@ -36,12 +36,12 @@ from typing import Sequence
 import numpy as np
 
 WIDTHS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)
-FORMAT = 11  # bump when measurements from older versions must not be reused (2: head_ms; 3: native decode attention;
+FORMAT = 12  # bump when measurements from older versions must not be reused (2: head_ms; 3: native decode attention;
 #   4: the decode attention reads keys and values ahead, from a head-major cache; 5: head_ms timed after a body;
 #   6: quantized layers in one native call; 7: AVX2 quantized products of 3+ rows without spills;
 #   8: quantized products prefetch their next tile's weights; 9: spread over the tile instead;
 #   10: a one-sequence step's body, embedding to final norm, in one native call;
-#   11: AVX-512 quantized products of 5-24 rows in tall register tiles)
+#   11: AVX-512 quantized products of 5-24 rows in tall register tiles; 12: AVX2 ones of 5-8 rows)
 # Rows whose logits the measured forwards compute on the fast backend: the root and a
 # main path of a tree of branches 6 deep (``measure``).
 MEASURED_LOGIT_ROWS = 7

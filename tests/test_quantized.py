@@ -116,9 +116,10 @@ def test_each_row_of_a_quantized_product_is_independent_of_its_batch_bit_for_bit
 
 @pytest.mark.parametrize("fmt", ["q4_1", "q8_0"])
 def test_the_tall_tiles_give_the_scratch_tiles_bits_for_every_row_count(isa, fmt):
-    """AVX-512's tall tiles (5-24 rows, 8 rows x 2 outputs a tile) and the scratch tile they replace
-    there sum each output in the same order: the same bits for every row count that crosses a tall
-    tile's edge, with a remainder of outputs (45: full tiles of 4, then 1), and the same as each row
+    """The tall tiles (AVX-512: 8 rows x 2 outputs a tile; AVX2: 8 rows x 1 output) and the scratch
+    tile they replace sum each output in the same order: the same bits for every row count that
+    crosses a tall tile's edge (up to 24 rows here, beyond the AVX2 default of 8, so several tall
+    passes run), with a remainder of outputs (45: full tiles of 4, then 1), and the same as each row
     alone (the 1-row register tile)."""
     rng = np.random.default_rng(6)
     lin = make_linear(torch.from_numpy(_matrix(rng, 45, 160, fmt)), None, "quantized")
@@ -135,6 +136,15 @@ def test_the_tall_tiles_give_the_scratch_tiles_bits_for_every_row_count(isa, fmt
             assert np.array_equal(tall, alone), (isa, fmt, rows)
     finally:
         _native.qmatmul_tall_rows(before)
+
+
+def test_forcing_an_instruction_set_resets_its_tall_tile_limit(isa):
+    """The tall-row limit belongs to the instruction set: forcing one again drops an override, and the
+    plain C route has no tall tiles."""
+    default = _native.qmatmul_tall_rows(3)
+    assert _native.qmatmul_force_isa(isa)
+    assert _native.qmatmul_tall_rows() == default
+    assert (default > 4) == (isa != "c")
 
 
 def test_the_instruction_sets_agree_with_each_other_to_float_rounding():

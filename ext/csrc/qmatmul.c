@@ -2,8 +2,8 @@
  *
  * A tile is up to RB rows x NB outputs. With few rows the weights are dequantized in
  * registers; with more, a tile's weights are dequantized once into a scratch buffer and
- * every row tile reads them from there. AVX-512 has a third route between the two (qmatmul_tall.c:
- * up to 8 rows x 2 outputs in registers, for products of up to lk_qmatmul_tall_rows rows).
+ * every row tile reads them from there. A third route lies between the two (qmatmul_tall.c: tall
+ * tiles of up to 8 rows with the weights in registers, for products of up to lk_qmatmul_tall_rows rows).
  * Every route adds the same values in the same order to each (row, output) accumulator, so
  * they agree bit for bit.
  * The bfloat16 products (LK_BF16) are in qmatmul_bf16.c; the dispatch here picks them too. */
@@ -42,10 +42,15 @@ static void tile_c(const job *j, float *scratch, int64_t n0, int64_t nn) {
     }
 }
 
-/* Products of RB + 1 .. tall_rows rows take the tall tiles (AVX-512 only). Above ~24 rows the scratch
- * tile's single unpacking wins (the model's layer products of 32 rows took the same time either way,
- * of 48-128 rows 2-10% less through the scratch tile; separate processes, same machine). */
-static int tall_rows = 24;
+/* Products of RB + 1 .. tall_rows rows take the tall tiles (qmatmul_tall.c); set with the ISA.
+ * AVX-512: up to 24 rows. Above that the scratch tile's single unpacking wins (the model's layer
+ * products of 32 rows took the same time either way, of 48-128 rows 2-10% less through the scratch
+ * tile; separate processes, same machine). AVX2: up to 8 rows, one tall tile's height; 9-12 rows
+ * took two passes and were 20-30% slower than the scratch tile (AVX2 on a 2-core AMD EPYC with
+ * AVX-512, benchmarks/forward_widths.py --isa avx2 --compare-routes). */
+#define TALL_ROWS_512 24
+#define TALL_ROWS_256 8
+static int tall_rows;
 
 static int tall_route(const job *j) { return j->rows > RB && j->rows <= tall_rows; }
 
@@ -108,35 +113,7 @@ AVX512 static void tile512(const job *j, float *scratch, int64_t n0, int64_t nn)
     ROW_TILES(tile512_fixed, j, w)
 }
 
-/* ---- AVX2 + FMA: per (row, output) one 8-lane accumulator; a block adds its four quarters in order ---- */
-
-#define AVX2 __attribute__((target("avx2,fma")))
-#define INLINE256 __attribute__((target("avx2,fma"), always_inline)) static inline
-
-INLINE256 void dequant256(int fmt, const uint8_t *q, const float *dm, int64_t b, __m256 w[4]) {
-    if (fmt == LK_Q4_1) {
-        __m256 d = _mm256_set1_ps(dm[2 * b]), m = _mm256_set1_ps(dm[2 * b + 1]);
-        __m256i v0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(q + 16 * b)));
-        __m256i v1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(q + 16 * b + 8)));
-        __m256i low = _mm256_set1_epi32(15);
-        w[0] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_and_si256(v0, low)), m);
-        w[1] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_and_si256(v1, low)), m);
-        w[2] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_srli_epi32(v0, 4)), m);
-        w[3] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_srli_epi32(v1, 4)), m);
-    } else {
-        __m256 d = _mm256_set1_ps(dm[b]);
-        for (int e = 0; e < 4; e++)
-            w[e] = _mm256_mul_ps(
-                d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(q + 32 * b + 8 * e)))));
-    }
-}
-
-INLINE256 float hsum256(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
+/* ---- AVX2 + FMA: per (row, output) one 8-lane accumulator; a block adds its four quarters in order (dequant256 and hsum256: qmatmul_tile.h) ---- */
 
 /* Rows r0 .. r0 + nr - 1 against outputs n0 .. n0 + nn - 1, the weights unpacked in registers: the
  * 1-2-row products (the inputs stay in registers across 4 outputs), and those of 5 rows or more when
@@ -224,6 +201,10 @@ INLINE256 void scratch256(const job *j, const float *ws, int64_t r0, int nr, int
 
 AVX2 static void tile256(const job *j, float *scratch, int64_t n0, int64_t nn) {
     int64_t nblk = j->k / LK_QK, qb = qs_per_block(j->fmt), db = dm_per_block(j->fmt);
+    if (tall_route(j)) {
+        lk_tall_tiles256(j, n0, nn);
+        return;
+    }
     if (j->rows > RB && scratch) {
         const uint8_t *q = j->qs + n0 * nblk * qb;
         const float *dm = j->dm + n0 * nblk * db;
@@ -299,6 +280,7 @@ static int has_avx512bf16(void) { return 0; }
 static void set_isa(tile_fn f, const char *name) {
     tile = f;
     isa = name;
+    tall_rows = f == tile_c ? 0 : f == tile512 ? TALL_ROWS_512 : TALL_ROWS_256; /* tile_c: either name off x86 */
     int vec = f == tile512 && has_avx512bf16();
     tile_bf16 = vec ? lk_tile_bf16_512 : tile_c;
     round_rows = vec ? lk_rows_to_bf16_512 : lk_rows_to_bf16_c;
@@ -328,6 +310,7 @@ const char *lk_qmatmul_bf16_isa(void) {
 }
 
 int lk_qmatmul_tall_rows(int rows) {
+    pick_isa();
     int before = tall_rows;
     if (rows >= 0) tall_rows = rows;
     return before;
@@ -358,7 +341,7 @@ static void run_part(void *ctx, int part, int parts) {
     int64_t tiles = (j->n + NB - 1) / NB;
     int64_t t0 = tiles * part / parts, t1 = tiles * (part + 1) / parts;
     /* Without scratch memory the tiles dequantize in registers: slower for many rows, same sums. */
-    int tall = tile == tile512 && !j->xb && tall_route(j); /* tile512's tall route needs no scratch */
+    int tall = !j->xb && tall_route(j); /* the tall routes need no scratch */
     float *scratch = j->rows > RB && !tall ? aligned_alloc(64, (size_t)((NB * j->k * 4 + 63) / 64 * 64)) : NULL;
     for (int64_t r0 = 0; r0 < j->rows; r0 += ROW_CHUNK) {
         job c = *j;

@@ -43,9 +43,10 @@ int lk_qmatmul_bf16_native(void);
 /* The route the bfloat16 products take now: "avx512bf16" or "c" (forcing "c" or "avx2" takes "c"). */
 const char *lk_qmatmul_bf16_isa(void);
 
-/* The most rows a product takes AVX-512's tall tiles for (between the 4-row register tile and
- * the scratch tile; the sums are the same bits on every route). rows >= 0 sets it (tests and
- * benchmarks; 0 or 4: never); returns the value before. */
+/* The most rows a product takes the tall tiles for (between the 4-row register tile and the
+ * scratch tile; the sums are the same bits on every route): 24 with AVX-512, 8 with AVX2, reset
+ * when the instruction set is picked or forced. rows >= 0 sets it (tests and benchmarks; 0 or 4:
+ * never); returns the value before. */
 int lk_qmatmul_tall_rows(int rows);
 
 /* Forces an instruction set ("avx512", "avx2", "c") if the CPU has it (tests); returns 1 if set. */

@@ -149,6 +149,35 @@ INLINE512 void dequant512(int fmt, const uint8_t *q, const float *dm, int64_t b,
     }
 }
 
+/* AVX2 + FMA: a block's four quarters of 8 weights, in order. */
+#define AVX2 __attribute__((target("avx2,fma")))
+#define INLINE256 __attribute__((target("avx2,fma"), always_inline)) static inline
+
+INLINE256 void dequant256(int fmt, const uint8_t *q, const float *dm, int64_t b, __m256 w[4]) {
+    if (fmt == LK_Q4_1) {
+        __m256 d = _mm256_set1_ps(dm[2 * b]), m = _mm256_set1_ps(dm[2 * b + 1]);
+        __m256i v0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(q + 16 * b)));
+        __m256i v1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(q + 16 * b + 8)));
+        __m256i low = _mm256_set1_epi32(15);
+        w[0] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_and_si256(v0, low)), m);
+        w[1] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_and_si256(v1, low)), m);
+        w[2] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_srli_epi32(v0, 4)), m);
+        w[3] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_srli_epi32(v1, 4)), m);
+    } else {
+        __m256 d = _mm256_set1_ps(dm[b]);
+        for (int e = 0; e < 4; e++)
+            w[e] = _mm256_mul_ps(
+                d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(q + 32 * b + 8 * e)))));
+    }
+}
+
+INLINE256 float hsum256(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
 #endif
 
 /* The bfloat16 tile with AVX-512 BF16 (qmatmul_bf16.c; the dispatch in qmatmul.c uses it only where
@@ -159,6 +188,7 @@ void lk_tile_bf16_512(const job *j, float *scratch, int64_t n0, int64_t nn);
 void lk_rows_to_bf16_512(const float *x, int64_t n, uint16_t *out);
 /* AVX-512's tall tiles (qmatmul_tall.c): every row of the job against outputs n0 .. n0 + nn - 1. */
 void lk_tall_tiles512(const job *j, int64_t n0, int64_t nn);
+void lk_tall_tiles256(const job *j, int64_t n0, int64_t nn);
 #endif
 
 #endif

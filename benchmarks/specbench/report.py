@@ -150,7 +150,8 @@ def turn_table(shortfalls: Mapping[str, TurnShortfalls], methods: Sequence[str])
     first = shortfalls[rows[0]]
     lines = [f"Turns below {first.threshold:.2f}x `{first.baseline}`'s tokens/s (one call a turn, or the median of "
              f"its repeats). On a noisy machine a method timed against itself misses this on many turns: run "
-             f"`{first.baseline}@fresh` beside it as the control.", "",
+             f"`{first.baseline}@fresh` beside it as the control, listed last in --methods (each turn runs the "
+             f"methods in that order, and a control next to `{first.baseline}` shares its spell of the machine).", "",
              "| Method | Turns | Below | Below, decode only | Lowest (question, turn) |",
              "|---|---:|---:|---:|---:|"]
     for m in rows:

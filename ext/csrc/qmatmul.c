@@ -45,9 +45,9 @@ static void tile_c(const job *j, float *scratch, int64_t n0, int64_t nn) {
 /* Products of RB + 1 .. tall_rows rows take the tall tiles (qmatmul_tall.c); set with the ISA.
  * AVX-512: up to 24 rows. Above that the scratch tile's single unpacking wins (the model's layer
  * products of 32 rows took the same time either way, of 48-128 rows 2-10% less through the scratch
- * tile; separate processes, same machine). AVX2: up to 8 rows, one tall tile's height; 9-12 rows
- * took two passes and were 20-30% slower than the scratch tile (AVX2 on a 2-core AMD EPYC with
- * AVX-512, benchmarks/forward_widths.py --isa avx2 --compare-routes). */
+ * tile; separate processes, same machine). AVX2: up to 8 rows, one tall tile's height; verify
+ * forwards of 9-12 rows took two passes and were 15-30% slower than through the scratch tile (AVX2
+ * on a 2-core AMD EPYC with AVX-512, benchmarks/forward_widths.py --isa avx2 --compare-routes). */
 #define TALL_ROWS_512 24
 #define TALL_ROWS_256 8
 static int tall_rows;
@@ -113,7 +113,8 @@ AVX512 static void tile512(const job *j, float *scratch, int64_t n0, int64_t nn)
     ROW_TILES(tile512_fixed, j, w)
 }
 
-/* ---- AVX2 + FMA: per (row, output) one 8-lane accumulator; a block adds its four quarters in order (dequant256 and hsum256: qmatmul_tile.h) ---- */
+/* ---- AVX2 + FMA: per (row, output) one 8-lane accumulator; a block adds its four quarters in order
+ * (dequant256 and hsum256 are in qmatmul_tile.h) ---- */
 
 /* Rows r0 .. r0 + nr - 1 against outputs n0 .. n0 + nn - 1, the weights unpacked in registers: the
  * 1-2-row products (the inputs stay in registers across 4 outputs), and those of 5 rows or more when

@@ -78,12 +78,11 @@ AVX512 void lk_tall_tiles512(const job *j, int64_t n0, int64_t nn) {
 
 /* ---- AVX2: 16 vector registers, so a tall tile is 8 rows x 1 output: 8 accumulators and the
  * block's 4 weight quarters, the inputs read from memory by each multiply-add (as reg256 in
- * qmatmul.c does for 3-4 rows). A verify forward of 5 rows took 13.1-13.7 ms in these tiles against
- * 16.5-16.8 through the scratch tile, of 8 rows 18.5-28.0 against 19.3-28.7, a batch of 8 one-row
- * sequences 22.0-27.2 against 25.0-30.1 (AVX2 on a 2-core AMD EPYC with AVX-512, two rounds of
- * benchmarks/forward_widths.py --isa avx2 --compare-routes; not timed on an AVX2-only CPU). Tiles
- * of 10 or 12 rows, and 4-6 rows x 2 outputs with a quarter of each output's block at a time, were
- * no faster. ---- */
+ * qmatmul.c does for 3-4 rows). The model's layer products of 5 rows took 9.5 ms in these tiles
+ * against 11.5 through the scratch tile, of 8 rows 13.5 against 14.3 (2 threads; AVX2 on a 2-core
+ * AMD EPYC with AVX-512, benchmarks/product_routes.py --isa avx2; not timed on an AVX2-only CPU).
+ * Tiles of 10 or 12 rows, and 4-6 rows x 2 outputs with a quarter of each output's block at a time,
+ * were no faster. ---- */
 #define TALL2_RB 8
 
 INLINE256 void tall256(const job *j, int fmt, int64_t r0, int nr, int64_t n, const ahead *a) {

@@ -186,7 +186,7 @@ void lk_rows_to_bf16_c(const float *x, int64_t n, uint16_t *out);
 #ifdef LK_X86
 void lk_tile_bf16_512(const job *j, float *scratch, int64_t n0, int64_t nn);
 void lk_rows_to_bf16_512(const float *x, int64_t n, uint16_t *out);
-/* AVX-512's tall tiles (qmatmul_tall.c): every row of the job against outputs n0 .. n0 + nn - 1. */
+/* The tall tiles (qmatmul_tall.c), AVX-512 and AVX2: every row of the job against outputs n0 .. n0 + nn - 1. */
 void lk_tall_tiles512(const job *j, int64_t n0, int64_t nn);
 void lk_tall_tiles256(const job *j, int64_t n0, int64_t nn);
 #endif

@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "product_routes.py"
 
 
@@ -12,6 +14,7 @@ def _run(*args):
     return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow  # a process that loads the embedded model and runs its 120 layer products
 def test_it_times_both_routes_for_each_row_count(tmp_path):
     from lookupdec import _native
 

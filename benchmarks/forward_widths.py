@@ -65,8 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compare-layers", action="store_true",
                     help="also time each step's layers through the Python loop, alternating with the native call")
     ap.add_argument("--compare-routes", action="store_true",
-                    help="also time each forward with the quantized products' scratch tile where AVX-512's tall "
-                         "tiles run (5-24 rows), alternating")
+                    help="also time each forward with the quantized products' scratch tile where the tall tiles "
+                         "run (5-24 rows with AVX-512, 5-8 with AVX2), alternating")
     ap.add_argument("--isa", default=None, choices=("avx512", "avx2", "c"),
                     help="the quantized products' instruction set (default: the best this CPU has)")
     ap.add_argument("--out", type=Path, default=None, help="also write the JSON here")

@@ -105,7 +105,7 @@ def assert_rows_independent(make, rng):
 def test_each_row_of_a_quantized_product_is_independent_of_its_batch_bit_for_bit(isa, own_threads):
     """A row computed alone (plain decoding) equals the same row inside a wider product (a verify tree,
     other sequences of a batch, a prefill), on every route (weights dequantized in registers for a few
-    rows, in AVX-512's tall tiles for up to 24, into a scratch tile for more), for any thread count and
+    rows, in the tall tiles for up to 24 (AVX-512) or 8 (AVX2), into a scratch tile for more), for any thread count and
     with the other rows changed."""
     _native.qmatmul_force_own_threads(own_threads)
     try:

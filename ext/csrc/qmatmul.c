@@ -2,8 +2,9 @@
  *
  * A tile is up to RB rows x NB outputs. With few rows the weights are dequantized in
  * registers; with more, a tile's weights are dequantized once into a scratch buffer and
- * every row tile reads them from there. A third route lies between the two (qmatmul_tall.c: tall
- * tiles of up to 8 rows with the weights in registers, for products of up to lk_qmatmul_tall_rows rows).
+ * every row tile reads them from there. A third route lies between the two: tall tiles of up to 8
+ * rows with the weights in registers, for products of up to lk_qmatmul_tall_rows rows
+ * (qmatmul_tall.c); run_part picks the route.
  * Every route adds the same values in the same order to each (row, output) accumulator, so
  * they agree bit for bit.
  * The bfloat16 products (LK_BF16) are in qmatmul_bf16.c; the dispatch here picks them too. */
@@ -42,7 +43,7 @@ static void tile_c(const job *j, float *scratch, int64_t n0, int64_t nn) {
     }
 }
 
-/* Products of RB + 1 .. tall_rows rows take the tall tiles (qmatmul_tall.c); set with the ISA.
+/* Products of RB + 1 .. tall_rows rows take the tall tiles (tall_tile); both are set with the ISA.
  * AVX-512: up to 24 rows. Above that the scratch tile's single unpacking wins (the model's layer
  * products of 32 rows took the same time either way, of 48-128 rows 2-10% less through the scratch
  * tile; separate processes, same machine). AVX2: up to 8 rows, one tall tile's height; verify
@@ -50,9 +51,11 @@ static void tile_c(const job *j, float *scratch, int64_t n0, int64_t nn) {
  * on a 2-core AMD EPYC with AVX-512, benchmarks/forward_widths.py --isa avx2 --compare-routes). */
 #define TALL_ROWS_512 24
 #define TALL_ROWS_256 8
+typedef void (*tall_fn)(const job *, int64_t, int64_t);
+static tall_fn tall_tile; /* NULL: the ISA has none */
 static int tall_rows;
 
-static int tall_route(const job *j) { return j->rows > RB && j->rows <= tall_rows; }
+static int tall_route(const job *j) { return tall_tile && j->rows > RB && j->rows <= tall_rows; }
 
 #ifdef LK_X86 /* the vector routes; other CPUs use the plain C one */
 
@@ -94,10 +97,6 @@ INLINE512 void tile512_fixed(const job *j, int fmt, const float *w, int64_t r0, 
 AVX512 static void tile512(const job *j, float *scratch, int64_t n0, int64_t nn) {
     int64_t nblk = j->k / LK_QK, qb = qs_per_block(j->fmt), db = dm_per_block(j->fmt);
     const float *w = NULL;
-    if (tall_route(j)) {
-        lk_tall_tiles512(j, n0, nn);
-        return;
-    }
     if (j->rows > RB && scratch) {
         ahead a = ahead_of(j, n0, nn * nblk);
         for (int64_t c = 0; c < nn; c++)
@@ -114,11 +113,11 @@ AVX512 static void tile512(const job *j, float *scratch, int64_t n0, int64_t nn)
 }
 
 /* ---- AVX2 + FMA: per (row, output) one 8-lane accumulator; a block adds its four quarters in order
- * (dequant256 and hsum256 are in qmatmul_tile.h) ---- */
+ * (dequant256, hsum256 and the register tile reg256 are in qmatmul_tile.h) ---- */
 
 /* Rows r0 .. r0 + nr - 1 against outputs n0 .. n0 + nn - 1, the weights unpacked in registers: the
- * 1-2-row products (the inputs stay in registers across 4 outputs), and those of 5 rows or more when
- * the scratch tile could not be allocated (3-4 rows take regs256 either way). */
+ * 1-2-row products (the inputs stay in registers across 4 outputs), and those above the tall tiles'
+ * rows when the scratch tile could not be allocated (3-4 rows take regs256 either way). */
 INLINE256 void tile256_fixed(const job *j, int fmt, int64_t r0, int nr, int64_t n0, int nn) {
     int64_t nblk = j->k / LK_QK, qb = qs_per_block(fmt), db = dm_per_block(fmt);
     __m256 acc[RB][NB];
@@ -141,38 +140,15 @@ INLINE256 void tile256_fixed(const job *j, int fmt, int64_t r0, int nr, int64_t 
         for (int c = 0; c < nn; c++) j->y[(r0 + r) * j->n + n0 + c] = hsum256(acc[r][c]);
 }
 
-/* Rows 0 .. nr - 1 against outputs n0 .. n0 + nc - 1 (nr x nc <= 8), the weights dequantized in
- * registers a block of one output at a time, the inputs read from memory by each multiply-add: no
- * spill of accumulators or weights (tile256_fixed holds 4 x 4 of each). For 3-4 rows only: with 1-2
- * the inputs held in registers across 4 outputs did better (single-thread timings, 2-core EPYC). */
-INLINE256 void reg256(const job *j, int fmt, int nr, int64_t n0, int nc, const ahead *a) {
-    int64_t k = j->k, nblk = k / LK_QK, qb = qs_per_block(fmt), db = dm_per_block(fmt);
-    __m256 acc[4][4];
-    for (int r = 0; r < nr; r++)
-        for (int c = 0; c < nc; c++) acc[r][c] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nblk; b++) {
-        ahead_step(a, b);
-        for (int c = 0; c < nc; c++) {
-            __m256 w[4];
-            dequant256(fmt, j->qs + (n0 + c) * nblk * qb, j->dm + (n0 + c) * nblk * db, b, w);
-            for (int r = 0; r < nr; r++)
-                for (int e = 0; e < 4; e++)
-                    acc[r][c] = _mm256_fmadd_ps(w[e], _mm256_loadu_ps(j->x + r * k + b * LK_QK + 8 * e), acc[r][c]);
-        }
-    }
-    for (int r = 0; r < nr; r++)
-        for (int c = 0; c < nc; c++) j->y[r * j->n + n0 + c] = hsum256(acc[r][c]);
-}
-
 /* 3-4 rows against nn <= 4 outputs, in passes of 2 outputs; the first pass asks for the next tile's weights. */
 INLINE256 void regs256(const job *j, int fmt, int64_t n0, int nn) {
     ahead first = ahead_of(j, n0, nn == NB ? j->k / LK_QK : 0), none = ahead_of(j, n0, 0);
     for (int c0 = 0; c0 < nn; c0 += 2) {
         const ahead *a = c0 ? &none : &first;
         if (nn - c0 == 1) {
-            if (j->rows == 3) reg256(j, fmt, 3, n0 + c0, 1, a); else reg256(j, fmt, 4, n0 + c0, 1, a);
+            if (j->rows == 3) reg256(j, fmt, 0, 3, n0 + c0, 1, a); else reg256(j, fmt, 0, 4, n0 + c0, 1, a);
         } else {
-            if (j->rows == 3) reg256(j, fmt, 3, n0 + c0, 2, a); else reg256(j, fmt, 4, n0 + c0, 2, a);
+            if (j->rows == 3) reg256(j, fmt, 0, 3, n0 + c0, 2, a); else reg256(j, fmt, 0, 4, n0 + c0, 2, a);
         }
     }
 }
@@ -202,10 +178,6 @@ INLINE256 void scratch256(const job *j, const float *ws, int64_t r0, int nr, int
 
 AVX2 static void tile256(const job *j, float *scratch, int64_t n0, int64_t nn) {
     int64_t nblk = j->k / LK_QK, qb = qs_per_block(j->fmt), db = dm_per_block(j->fmt);
-    if (tall_route(j)) {
-        lk_tall_tiles256(j, n0, nn);
-        return;
-    }
     if (j->rows > RB && scratch) {
         const uint8_t *q = j->qs + n0 * nblk * qb;
         const float *dm = j->dm + n0 * nblk * db;
@@ -281,7 +253,17 @@ static int has_avx512bf16(void) { return 0; }
 static void set_isa(tile_fn f, const char *name) {
     tile = f;
     isa = name;
-    tall_rows = f == tile_c ? 0 : f == tile512 ? TALL_ROWS_512 : TALL_ROWS_256; /* tile_c: either name off x86 */
+    tall_tile = NULL;
+    tall_rows = 0;
+#ifdef LK_X86
+    if (f == tile512) {
+        tall_tile = lk_tall_tiles512;
+        tall_rows = TALL_ROWS_512;
+    } else if (f == tile256) {
+        tall_tile = lk_tall_tiles256;
+        tall_rows = TALL_ROWS_256;
+    }
+#endif
     int vec = f == tile512 && has_avx512bf16();
     tile_bf16 = vec ? lk_tile_bf16_512 : tile_c;
     round_rows = vec ? lk_rows_to_bf16_512 : lk_rows_to_bf16_c;
@@ -341,8 +323,9 @@ static void run_part(void *ctx, int part, int parts) {
     const job *j = ctx;
     int64_t tiles = (j->n + NB - 1) / NB;
     int64_t t0 = tiles * part / parts, t1 = tiles * (part + 1) / parts;
-    /* Without scratch memory the tiles dequantize in registers: slower for many rows, same sums. */
-    int tall = !j->xb && tall_route(j); /* the tall routes need no scratch */
+    /* The tall tiles need no scratch memory; without it the other tiles dequantize in registers:
+     * slower for many rows, same sums. */
+    int tall = !j->xb && tall_route(j);
     float *scratch = j->rows > RB && !tall ? aligned_alloc(64, (size_t)((NB * j->k * 4 + 63) / 64 * 64)) : NULL;
     for (int64_t r0 = 0; r0 < j->rows; r0 += ROW_CHUNK) {
         job c = *j;
@@ -352,7 +335,9 @@ static void run_part(void *ctx, int part, int parts) {
         c.rows = j->rows - r0 < ROW_CHUNK ? j->rows - r0 : ROW_CHUNK;
         for (int64_t t = t0; t < t1; t++) {
             int64_t n0 = t * NB;
-            (j->xb ? tile_bf16 : tile)(&c, scratch, n0, j->n - n0 < NB ? j->n - n0 : NB);
+            int64_t nn = j->n - n0 < NB ? j->n - n0 : NB;
+            if (tall) tall_tile(&c, n0, nn);
+            else (j->xb ? tile_bf16 : tile)(&c, scratch, n0, nn);
         }
     }
     free(scratch);

@@ -1,6 +1,6 @@
 /* See qmatmul_tile.h. The tall tiles, for AVX-512 and AVX2: the float32 products of a few rows more
- * than the 4-row register tiles take (qmatmul.c picks them for up to lk_qmatmul_tall_rows rows), each (row, output)
- * summed in the same order as the other routes. */
+ * than the 4-row register tiles take (qmatmul.c picks them for up to lk_qmatmul_tall_rows rows), each
+ * (row, output) summed in the same order as the other routes. */
 #include "qmatmul_tile.h"
 
 #ifdef LK_X86
@@ -45,17 +45,19 @@ INLINE512 void tall512(const job *j, int fmt, int64_t r0, int nr, int64_t n0, in
             for (int c = 0; c < nc; c++) tall512(j, FMT, r0, NR, n0 + c0 + c, 1, c ? &none : a);     \
         }                                                                                            \
         break;
-#define TALL_ROWS(FMT)                                                                               \
+
+/* CASE(FMT, nr) with nr a constant of 1-8 (the tall tiles' row counts). */
+#define ROWS_1_TO_8(CASE, FMT)                                                                       \
     switch (nr) {                                                                                    \
-        TALL_CASE(FMT, 1)                                                                            \
-        TALL_CASE(FMT, 2)                                                                            \
-        TALL_CASE(FMT, 3)                                                                            \
-        TALL_CASE(FMT, 4)                                                                            \
-        TALL_CASE(FMT, 5)                                                                            \
-        TALL_CASE(FMT, 6)                                                                            \
-        TALL_CASE(FMT, 7)                                                                            \
+        CASE(FMT, 1)                                                                                 \
+        CASE(FMT, 2)                                                                                 \
+        CASE(FMT, 3)                                                                                 \
+        CASE(FMT, 4)                                                                                 \
+        CASE(FMT, 5)                                                                                 \
+        CASE(FMT, 6)                                                                                 \
+        CASE(FMT, 7)                                                                                 \
     default:                                                                                         \
-        TALL_CASE(FMT, 8)                                                                            \
+        CASE(FMT, 8)                                                                                 \
     }
 
 /* Every row of the job against outputs n0 .. n0 + nn - 1 in tall tiles; the first asks for the next
@@ -68,68 +70,36 @@ AVX512 void lk_tall_tiles512(const job *j, int64_t n0, int64_t nn) {
             int nr = j->rows - r0 < TALL_RB ? (int)(j->rows - r0) : TALL_RB;
             const ahead *a = c0 == 0 && r0 == 0 ? &first : &none;
             if (j->fmt == LK_Q4_1) {
-                TALL_ROWS(LK_Q4_1)
+                ROWS_1_TO_8(TALL_CASE, LK_Q4_1)
             } else {
-                TALL_ROWS(LK_Q8_0)
+                ROWS_1_TO_8(TALL_CASE, LK_Q8_0)
             }
         }
     }
 }
 
-/* ---- AVX2: 16 vector registers, so a tall tile is 8 rows x 1 output: 8 accumulators and the
- * block's 4 weight quarters, the inputs read from memory by each multiply-add (as reg256 in
- * qmatmul.c does for 3-4 rows). The model's layer products of 5 rows took 9.5 ms in these tiles
- * against 11.5 through the scratch tile, of 8 rows 13.5 against 14.3 (2 threads; AVX2 on a 2-core
- * AMD EPYC with AVX-512, benchmarks/product_routes.py --isa avx2; not timed on an AVX2-only CPU).
- * Tiles of 10 or 12 rows, and 4-6 rows x 2 outputs with a quarter of each output's block at a time,
- * were no faster. ---- */
-#define TALL2_RB 8
-
-INLINE256 void tall256(const job *j, int fmt, int64_t r0, int nr, int64_t n, const ahead *a) {
-    int64_t k = j->k, nblk = k / LK_QK;
-    const uint8_t *q = j->qs + n * nblk * qs_per_block(fmt);
-    const float *dm = j->dm + n * nblk * dm_per_block(fmt), *x = j->x + r0 * k;
-    __m256 acc[TALL2_RB];
-    for (int r = 0; r < nr; r++) acc[r] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nblk; b++) {
-        __m256 w[4];
-        ahead_step(a, b);
-        dequant256(fmt, q, dm, b, w);
-        for (int r = 0; r < nr; r++)
-            for (int e = 0; e < 4; e++) acc[r] = _mm256_fmadd_ps(w[e], _mm256_loadu_ps(x + r * k + b * LK_QK + 8 * e), acc[r]);
-    }
-    for (int r = 0; r < nr; r++) j->y[(r0 + r) * j->n + n] = hsum256(acc[r]);
-}
-
-#define TALL2_CASE(FMT, NR)                      \
-    case NR:                                     \
-        tall256(j, FMT, r0, NR, n0 + c, a);      \
+/* AVX2's tall tiles: every row of the job against outputs n0 .. n0 + nn - 1 in reg256's 8 rows x 1
+ * output (16 vector registers: 8 accumulators and a block's 4 weight quarters); the first asks for
+ * the next output tile's weights. The model's layer products of 5 rows took 9.5 ms in them against
+ * 11.5 through the scratch tile, of 8 rows 13.5 against 14.3 (2 threads; AVX2 on a 2-core AMD EPYC
+ * with AVX-512, benchmarks/product_routes.py --isa avx2; not timed on an AVX2-only CPU). Tiles of
+ * 10 or 12 rows, and 4-6 rows x 2 outputs with a quarter of each output's block at a time, were no
+ * faster. */
+#define TALL2_CASE(FMT, NR)                       \
+    case NR:                                      \
+        reg256(j, FMT, r0, NR, n0 + c, 1, a);     \
         break;
-#define TALL2_ROWS(FMT)                          \
-    switch (nr) {                                \
-        TALL2_CASE(FMT, 1)                       \
-        TALL2_CASE(FMT, 2)                       \
-        TALL2_CASE(FMT, 3)                       \
-        TALL2_CASE(FMT, 4)                       \
-        TALL2_CASE(FMT, 5)                       \
-        TALL2_CASE(FMT, 6)                       \
-        TALL2_CASE(FMT, 7)                       \
-    default:                                     \
-        TALL2_CASE(FMT, TALL2_RB)                \
-    }
 
-/* Every row of the job against outputs n0 .. n0 + nn - 1, an output at a time; the first asks for
- * the next output tile's weights. */
 AVX2 void lk_tall_tiles256(const job *j, int64_t n0, int64_t nn) {
     ahead first = ahead_of(j, n0, nn == NB ? j->k / LK_QK : 0), none = ahead_of(j, n0, 0);
     for (int64_t c = 0; c < nn; c++) {
-        for (int64_t r0 = 0; r0 < j->rows; r0 += TALL2_RB) {
-            int nr = j->rows - r0 < TALL2_RB ? (int)(j->rows - r0) : TALL2_RB;
+        for (int64_t r0 = 0; r0 < j->rows; r0 += 8) {
+            int nr = j->rows - r0 < 8 ? (int)(j->rows - r0) : 8;
             const ahead *a = c == 0 && r0 == 0 ? &first : &none;
             if (j->fmt == LK_Q4_1) {
-                TALL2_ROWS(LK_Q4_1)
+                ROWS_1_TO_8(TALL2_CASE, LK_Q4_1)
             } else {
-                TALL2_ROWS(LK_Q8_0)
+                ROWS_1_TO_8(TALL2_CASE, LK_Q8_0)
             }
         }
     }

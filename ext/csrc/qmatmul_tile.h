@@ -178,6 +178,31 @@ INLINE256 float hsum256(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
+/* Rows r0 .. r0 + nr - 1 against outputs n0 .. n0 + nc - 1 (nr x nc <= 8), the weights dequantized
+ * in registers a block of one output at a time, the inputs read from memory by each multiply-add: no
+ * spill of accumulators or weights (tile256_fixed holds 4 x 4 of each). For 3-4 rows x 2 outputs
+ * (regs256: with 1-2 rows the inputs held in registers across 4 outputs did better, single-thread
+ * timings, 2-core EPYC), and 5-8 rows x 1 output as AVX2's tall tile (lk_tall_tiles256, qmatmul_tall.c). */
+INLINE256 void reg256(const job *j, int fmt, int64_t r0, int nr, int64_t n0, int nc, const ahead *a) {
+    int64_t k = j->k, nblk = k / LK_QK, qb = qs_per_block(fmt), db = dm_per_block(fmt);
+    const float *x = j->x + r0 * k;
+    __m256 acc[8][2];
+    for (int r = 0; r < nr; r++)
+        for (int c = 0; c < nc; c++) acc[r][c] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nblk; b++) {
+        ahead_step(a, b);
+        for (int c = 0; c < nc; c++) {
+            __m256 w[4];
+            dequant256(fmt, j->qs + (n0 + c) * nblk * qb, j->dm + (n0 + c) * nblk * db, b, w);
+            for (int r = 0; r < nr; r++)
+                for (int e = 0; e < 4; e++)
+                    acc[r][c] = _mm256_fmadd_ps(w[e], _mm256_loadu_ps(x + r * k + b * LK_QK + 8 * e), acc[r][c]);
+        }
+    }
+    for (int r = 0; r < nr; r++)
+        for (int c = 0; c < nc; c++) j->y[(r0 + r) * j->n + n0 + c] = hsum256(acc[r][c]);
+}
+
 #endif
 
 /* The bfloat16 tile with AVX-512 BF16 (qmatmul_bf16.c; the dispatch in qmatmul.c uses it only where

@@ -304,6 +304,6 @@ def checked_prompt(prompt_ids: list[int], vocab_size: int, max_context: int, max
                f"shorten the prompt to fewer than {max_context} tokens (it alone fills the context)")
         raise ContextTooLongError(
             f"the prompt has {len(prompt_ids)} tokens and max_new_tokens is {max_new_tokens}: "
-            f"{len(prompt_ids) + max_new_tokens} > the model's context of {max_context} tokens; {fix}"
-        )
+            f"{len(prompt_ids) + max_new_tokens} > the model's context of {max_context} tokens; {fix}",
+            prompt_tokens=len(prompt_ids), max_new_tokens=max_new_tokens, max_context=max_context)
     return prompt_ids

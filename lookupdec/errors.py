@@ -26,7 +26,18 @@ class PromptError(LookupdecError, ValueError):
 
 
 class ContextTooLongError(PromptError):
-    """A prompt (plus the tokens to generate) does not fit the model's context."""
+    """A prompt (plus the tokens to generate) does not fit the model's context.
+
+    Attributes:
+        prompt_tokens, max_new_tokens, max_context: the lengths that did not fit (None when not
+            given), so that a caller can word the error in its own terms (the server names the
+            request's own fields).
+    """
+
+    def __init__(self, message: str, *, prompt_tokens: int | None = None, max_new_tokens: int | None = None,
+                 max_context: int | None = None) -> None:
+        super().__init__(message)
+        self.prompt_tokens, self.max_new_tokens, self.max_context = prompt_tokens, max_new_tokens, max_context
 
 
 class ModelLoadError(LookupdecError):

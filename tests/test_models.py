@@ -96,8 +96,10 @@ def test_devices_this_machine_lacks_are_refused_before_loading(tmp_path):
 
 def test_prompt_longer_than_context_is_refused():
     dec = Decoder(tiny_loaded(0), hf_kernels=True)
-    with pytest.raises(ContextTooLongError, match=r"250 tokens.*max_new_tokens is 10.*256.*max_new_tokens to at most 6"):
+    with pytest.raises(ContextTooLongError, match=r"250 tokens.*max_new_tokens is 10.*256.*max_new_tokens to at most 6") as err:
         dec.generate([5, 6, 7, 8, 9] * 50, method="ar", max_new_tokens=10)
+    # The lengths travel with the error, for callers that word it in their own terms (the server).
+    assert (err.value.prompt_tokens, err.value.max_new_tokens, err.value.max_context) == (250, 10, 256)
     with pytest.raises(ContextTooLongError, match=r"260 tokens.*shorten the prompt to fewer than 256 tokens"):
         dec.generate([5, 6, 7, 8, 9] * 52, method="ar", max_new_tokens=1)  # no max_new_tokens would fit
     out = dec.generate([5, 6, 7, 8, 9] * 50, method="ar", max_new_tokens=6)

@@ -265,6 +265,19 @@ def test_bad_requests_get_400_naming_the_field(server):
         assert r.status_code == 400, (body, r.text)
         err = r.json()["error"]
         assert err["param"] == param and err["type"] == "invalid_request_error" and err["message"], (body, err)
+    # A context-length error names the request's own token-limit field, not the library's max_new_tokens.
+    for limit in ("max_tokens", "max_completion_tokens"):
+        r = httpx.post(server.url + "/v1/chat/completions", content=json.dumps({"messages": msgs, limit: POSITIONS}),
+                       headers=json_headers, timeout=30)
+        err = r.json()["error"]
+        assert r.status_code == 400 and err["code"] == "context_length_exceeded", r.text
+        assert f"{limit} is {POSITIONS}" in err["message"] and f"set {limit} to at most" in err["message"], err
+        assert "max_new_tokens" not in err["message"], err
+    r = httpx.post(server.url + "/v1/completions", content=json.dumps({"prompt": "x" * 5000}), headers=json_headers,
+                   timeout=30)  # no limit given: the prompt alone fills the context
+    err = r.json()["error"]
+    assert r.status_code == 400 and err["param"] == "prompt" and err["code"] == "context_length_exceeded", r.text
+    assert err["message"].startswith("the prompt takes") and "shorten the prompt to fewer than" in err["message"], err
     comp = [({"prompt": ["a", "b"]}, "prompt"), ({"prompt": ""}, "prompt"), ({"prompt": "a", "echo": True}, "echo"),
             ({"prompt": "\udcff"}, "prompt"), ({"prompt": [5, 10 ** 6]}, "prompt"), ({"prompt": [-1]}, "prompt"),
             ({"prompt": "a", "messages": msgs}, "messages")]

@@ -119,7 +119,8 @@ def create_app(engine: Engine, model_id: str, api_key: str | None = None):
             check_key(request)
             req = parse_request(await read_body(request), chat)
             job = Job(req.prompt, generation_settings(req), chat, asyncio.get_running_loop(), asyncio.Queue(),
-                      stream=req.stream, prompt_param="messages" if chat else "prompt")
+                      stream=req.stream, prompt_param="messages" if chat else "prompt",
+                      limit_param=req.max_tokens_param)
             engine.submit(job)
             kind, value = await next_event(request, job)  # "ok" once it passed the decoder's checks
             if kind == "error":

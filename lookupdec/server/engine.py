@@ -76,6 +76,8 @@ class Job:
         created: unix time of submission.
         cancelled: set by the handler when its client went away.
         prompt_param: "messages" or "prompt" (named by a context-length error).
+        limit_param: the request's field for the most tokens to generate (``max_tokens`` ...),
+            or None when it gave none (a context-length error names it).
         seq: the job's ``Sequence`` once checked.
         prediction_tokens: tokens of its predicted output (for the usage's rejected count).
     """
@@ -90,6 +92,7 @@ class Job:
     created: int = field(default_factory=lambda: int(time.time()))
     cancelled: bool = False
     prompt_param: str = "messages"  # the request field holding the prompt (errors name it)
+    limit_param: str | None = None
     seq: Any = None
     prediction_tokens: int = 0
 
@@ -365,7 +368,7 @@ def _user_error(job: Job, exc: Exception) -> APIError:
     from lookupdec.errors import ContextTooLongError, PromptError
 
     if isinstance(exc, ContextTooLongError):
-        return APIError(str(exc), 400, job.prompt_param, code="context_length_exceeded")
+        return APIError(_context_message(exc, job), 400, job.prompt_param, code="context_length_exceeded")
     if isinstance(exc, PromptError):  # e.g. a token id outside the vocabulary
         return APIError(str(exc), 400, job.prompt_param)
     if isinstance(exc, ConstraintError):
@@ -374,3 +377,18 @@ def _user_error(job: Job, exc: Exception) -> APIError:
     param = next((p for p in ("references", "prediction", "temperature", "top_p", "top_k", "seed", "stop")
                   if p in msg), None)
     return APIError(msg, 400, param)
+
+
+def _context_message(exc, job: Job) -> str:
+    """A context-length error in the request's own terms: its prompt field and its token-limit field
+    (the library's message names ``max_new_tokens``, which an OpenAI request does not use)."""
+    n, k, ctx = exc.prompt_tokens, exc.max_new_tokens, exc.max_context
+    if n is None or k is None or ctx is None:
+        return str(exc)
+    what = "the messages" if job.prompt_param == "messages" else "the prompt"
+    takes = f"{what} take" if job.prompt_param == "messages" else f"{what} takes"
+    if job.limit_param is None or n >= ctx:
+        return (f"{takes} {n} tokens, and the model's context holds {ctx}, the tokens to generate "
+                f"included; shorten {what} to fewer than {ctx} tokens")
+    return (f"{takes} {n} tokens and {job.limit_param} is {k}: {n + k} > the model's context of {ctx} "
+            f"tokens; shorten {what} or set {job.limit_param} to at most {ctx - n}")

@@ -88,6 +88,8 @@ class ParsedRequest:
         prompt: the chat messages (``[{"role", "content"}]``, content as text), the prompt
             text, or token ids (completions only).
         max_tokens: the most tokens to generate (None: what the context has room for).
+        max_tokens_param: the field that gave it (``max_tokens``, ``max_completion_tokens`` or
+            ``max_new_tokens``; None when none did): errors name it.
         temperature, top_p, top_k: sampling settings (temperature 0: greedy).
         seed: the sampling seed, or None.
         stop: stop strings.
@@ -102,6 +104,7 @@ class ParsedRequest:
     chat: bool
     prompt: Any
     max_tokens: int | None = None
+    max_tokens_param: str | None = None
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0
@@ -191,7 +194,8 @@ def _prompt(value):
     raise _bad("prompt", "prompt must be a non-empty string or a non-empty list of token ids")
 
 
-def _max_tokens(body: dict) -> int | None:
+def _max_tokens(body: dict) -> tuple[int | None, str | None]:
+    """The most tokens to generate and the field that gave it (``(None, None)``: none did)."""
     given = {k: body[k] for k in ("max_tokens", "max_completion_tokens", "max_new_tokens")
              if body.get(k) is not None}
     for k, v in given.items():
@@ -200,7 +204,7 @@ def _max_tokens(body: dict) -> int | None:
     if len(set(given.values())) > 1:
         names = sorted(given)
         raise _bad(names[1], f"{' and '.join(names)} disagree ({', '.join(str(given[k]) for k in names)}); give one")
-    return next(iter(given.values()), None)
+    return next(iter(given.values()), None), next(iter(given), None)
 
 
 def _stop(value) -> tuple[str, ...]:
@@ -331,8 +335,9 @@ def parse_request(body: Any, chat: bool) -> ParsedRequest:
             from_response_format(response_format)
         except ResponseFormatError as exc:
             raise _bad(getattr(exc, "param", "response_format"), str(exc)) from None
+    max_tokens, max_tokens_param = _max_tokens(body)
     return ParsedRequest(
-        chat=chat, prompt=prompt, max_tokens=_max_tokens(body), temperature=float(temperature), top_p=float(top_p),
+        chat=chat, prompt=prompt, max_tokens=max_tokens, max_tokens_param=max_tokens_param, temperature=float(temperature), top_p=float(top_p),
         top_k=int(top_k), seed=None if seed is None else int(seed), stop=_stop(body.get("stop")), stream=stream,
         include_usage=include_usage, prediction=_prediction(body.get("prediction")),
         references=_references(body.get("references")), response_format=response_format, model=model)

@@ -425,9 +425,11 @@ def generate_batch(decoder, prompts, batch_size, references, predictions, rememb
                 prompt, references=None if references is None else references[i],
                 prediction=None if predictions is None else predictions[i],
                 seed=None if seed is None else nth_seed(seed, i), grammar=grammar, **settings))
-        except Exception as exc:
-            if n > 1 and isinstance(exc, (ValueError, TypeError)):
-                raise type(exc)(f"prompt {i}: {exc}") from exc
+        except (ValueError, TypeError) as exc:
+            # The same error, its message naming the prompt: its type and fields stay (a
+            # ContextTooLongError keeps its lengths; not every error type is built from a message).
+            if n > 1 and exc.args and isinstance(exc.args[0], str):
+                exc.args = (f"prompt {i}: {exc.args[0]}",) + exc.args[1:]
             raise
     # Plain decoding drafts nothing, so only other methods need the curve that prices the batch.
     curve = None if settings.get("method", "auto") == "ar" else decoder.costs()

@@ -299,11 +299,5 @@ def checked_prompt(prompt_ids: list[int], vocab_size: int, max_context: int, max
         raise PromptError(f"prompt token id {bad[1]} (position {bad[0]}) is outside the model's vocabulary "
                          f"[0, {vocab_size}); token-id prompts must come from this model's tokenizer")
     if len(prompt_ids) + max_new_tokens > max_context:
-        room = max_context - len(prompt_ids)
-        fix = (f"shorten the prompt or set max_new_tokens to at most {room}" if room > 0 else
-               f"shorten the prompt to fewer than {max_context} tokens (it alone fills the context)")
-        raise ContextTooLongError(
-            f"the prompt has {len(prompt_ids)} tokens and max_new_tokens is {max_new_tokens}: "
-            f"{len(prompt_ids) + max_new_tokens} > the model's context of {max_context} tokens; {fix}",
-            prompt_tokens=len(prompt_ids), max_new_tokens=max_new_tokens, max_context=max_context)
+        raise ContextTooLongError(len(prompt_ids), max_new_tokens, max_context)
     return prompt_ids

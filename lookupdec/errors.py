@@ -28,16 +28,36 @@ class PromptError(LookupdecError, ValueError):
 class ContextTooLongError(PromptError):
     """A prompt (plus the tokens to generate) does not fit the model's context.
 
+    Its message names both lengths and the largest ``max_new_tokens`` that fits; ``worded``
+    names the limit as a caller's own interface does (the server: the request's field).
+
     Attributes:
-        prompt_tokens, max_new_tokens, max_context: the lengths that did not fit (None when not
-            given), so that a caller can word the error in its own terms (the server names the
-            request's own fields).
+        prompt_tokens, max_new_tokens, max_context: the lengths that did not fit.
+
+    Example:
+        >>> err = ContextTooLongError(250, 10, 256)
+        >>> str(err)
+        "the prompt takes 250 tokens and max_new_tokens is 10: 260 > the model's context of 256 tokens; ..."
+        >>> err.worded("max_tokens")[-30:]
+        'or set max_tokens to at most 6'
     """
 
-    def __init__(self, message: str, *, prompt_tokens: int | None = None, max_new_tokens: int | None = None,
-                 max_context: int | None = None) -> None:
-        super().__init__(message)
+    def __init__(self, prompt_tokens: int, max_new_tokens: int, max_context: int) -> None:
         self.prompt_tokens, self.max_new_tokens, self.max_context = prompt_tokens, max_new_tokens, max_context
+        super().__init__(self.worded("max_new_tokens"))
+
+    def __reduce__(self):  # pickles by its lengths (the message alone would not rebuild it)
+        return type(self), (self.prompt_tokens, self.max_new_tokens, self.max_context)
+
+    def worded(self, limit: str | None) -> str:
+        """The message with the token limit called ``limit`` (None: the caller set none, so only the
+        prompt can be shortened)."""
+        n, k, ctx = self.prompt_tokens, self.max_new_tokens, self.max_context
+        if limit is None or n >= ctx:
+            return (f"the prompt takes {n} tokens, and the model's context holds {ctx}, the tokens to generate "
+                    f"included; shorten the prompt to fewer than {ctx} tokens")
+        return (f"the prompt takes {n} tokens and {limit} is {k}: {n + k} > the model's context of {ctx} "
+                f"tokens; shorten the prompt or set {limit} to at most {ctx - n}")
 
 
 class ModelLoadError(LookupdecError):

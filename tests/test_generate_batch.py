@@ -15,6 +15,7 @@ from lookupdec.batch import price_batch, step_together
 from lookupdec.costs import CostCurve
 from lookupdec.decoder import Decoder
 from lookupdec.drafters.base import DraftRequest
+from lookupdec.errors import ContextTooLongError
 from lookupdec.sampling import SamplingParams
 from lookupdec.sequence import StepPlan
 from lookupdec.tree import DraftTree
@@ -78,8 +79,10 @@ def test_generate_batch_errors_name_the_prompt():
         dec.generate_batch([[5]], batch_size=0)
     with pytest.raises(ValueError, match="one entry per prompt"):
         dec.generate_batch([[5], [6]], references=[["a"]])
-    with pytest.raises(ValueError, match="prompt 1: .*context"):
+    with pytest.raises(ValueError, match="prompt 1: .*context") as err:
         dec.generate_batch([[5], [6] * 300], method="ar", max_new_tokens=4)
+    # Still the error it was, with its fields: only its message names the prompt.
+    assert isinstance(err.value, ContextTooLongError) and err.value.prompt_tokens == 300, err.value
     assert dec.generate_batch([], method="ar") == []
 
 

@@ -368,7 +368,7 @@ def _user_error(job: Job, exc: Exception) -> APIError:
     from lookupdec.errors import ContextTooLongError, PromptError
 
     if isinstance(exc, ContextTooLongError):
-        return APIError(_context_message(exc, job), 400, job.prompt_param, code="context_length_exceeded")
+        return APIError(exc.worded(job.limit_param), 400, job.prompt_param, code="context_length_exceeded")
     if isinstance(exc, PromptError):  # e.g. a token id outside the vocabulary
         return APIError(str(exc), 400, job.prompt_param)
     if isinstance(exc, ConstraintError):
@@ -378,17 +378,3 @@ def _user_error(job: Job, exc: Exception) -> APIError:
                   if p in msg), None)
     return APIError(msg, 400, param)
 
-
-def _context_message(exc, job: Job) -> str:
-    """A context-length error in the request's own terms: its prompt field and its token-limit field
-    (the library's message names ``max_new_tokens``, which an OpenAI request does not use)."""
-    n, k, ctx = exc.prompt_tokens, exc.max_new_tokens, exc.max_context
-    if n is None or k is None or ctx is None:
-        return str(exc)
-    what = "the messages" if job.prompt_param == "messages" else "the prompt"
-    takes = f"{what} take" if job.prompt_param == "messages" else f"{what} takes"
-    if job.limit_param is None or n >= ctx:
-        return (f"{takes} {n} tokens, and the model's context holds {ctx}, the tokens to generate "
-                f"included; shorten {what} to fewer than {ctx} tokens")
-    return (f"{takes} {n} tokens and {job.limit_param} is {k}: {n + k} > the model's context of {ctx} "
-            f"tokens; shorten {what} or set {job.limit_param} to at most {ctx - n}")

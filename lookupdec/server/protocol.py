@@ -337,7 +337,7 @@ def parse_request(body: Any, chat: bool) -> ParsedRequest:
             raise _bad(getattr(exc, "param", "response_format"), str(exc)) from None
     max_tokens, max_tokens_param = _max_tokens(body)
     return ParsedRequest(
-        chat=chat, prompt=prompt, max_tokens=max_tokens, max_tokens_param=max_tokens_param, temperature=float(temperature), top_p=float(top_p),
-        top_k=int(top_k), seed=None if seed is None else int(seed), stop=_stop(body.get("stop")), stream=stream,
-        include_usage=include_usage, prediction=_prediction(body.get("prediction")),
+        chat=chat, prompt=prompt, max_tokens=max_tokens, max_tokens_param=max_tokens_param,
+        temperature=float(temperature), top_p=float(top_p), top_k=int(top_k), seed=None if seed is None else int(seed),
+        stop=_stop(body.get("stop")), stream=stream, include_usage=include_usage, prediction=_prediction(body.get("prediction")),
         references=_references(body.get("references")), response_format=response_format, model=model)

@@ -35,6 +35,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from alternation import alternated_ms  # noqa: E402
 
 
 def _ints(text: str) -> list[int]:
@@ -106,19 +109,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def timed(fn):
         """Median ms of ``fn``; with a comparison {variant: ms}, the two taking turns call by call."""
-        if not variants:
-            return _median_ms(fn, args.repeats)
-        times = {k: [] for k in variants}
-        kinds = list(variants)
-        for i in range(2 * args.repeats + 2):
-            kind = kinds[i % 2]
-            variants[kind]()
-            t = time.perf_counter()
-            fn()
-            if i >= 2:  # one untimed call of each first
-                times[kind].append(time.perf_counter() - t)
-        variants[kinds[0]]()
-        return {k: round(statistics.median(v) * 1e3, 2) for k, v in times.items()}
+        return alternated_ms(fn, variants, args.repeats) if variants else _median_ms(fn, args.repeats)
     vocab = ff.vocab
     gen = torch.Generator().manual_seed(0)
 

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from alternation import alternated_ms  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     ff = FastForward(load_model(args.model).model, weights="quantized")
     products = [getattr(layer, name) for layer in ff.layers for name in ("qkv", "o", "gate_up", "down")]
     tall_rows = _native.qmatmul_tall_rows()
-    routes = {"tall": tall_rows, "scratch": 0}
+    routes = {"tall": lambda: _native.qmatmul_tall_rows(tall_rows), "scratch": lambda: _native.qmatmul_tall_rows(0)}
     gen = torch.Generator().manual_seed(0)
     out = {"device": device_description(torch.device("cpu")), "products_isa": _native.qmatmul_isa(),
            "threads": args.threads, "tall_rows": tall_rows, "products": len(products), "ms": {}}
@@ -67,17 +68,12 @@ def main(argv: list[str] | None = None) -> int:
             p(warm[:, :p.in_features])
     for n in rows:
         inputs = {p.in_features: torch.randn(n, p.in_features, generator=gen) for p in products}
-        times = {k: [] for k in routes}
-        for i in range(2 * args.repeats + 2):
-            kind = list(routes)[i % 2]
-            _native.qmatmul_tall_rows(routes[kind])
-            t = time.perf_counter()
+
+        def all_products(inputs=inputs):
             for p in products:
                 p(inputs[p.in_features])
-            if i >= 2:
-                times[kind].append(time.perf_counter() - t)
-        out["ms"][n] = {k: round(statistics.median(v) * 1e3, 2) for k, v in times.items()}
-    _native.qmatmul_tall_rows(tall_rows)
+
+        out["ms"][n] = alternated_ms(all_products, routes, args.repeats)  # leaves the tall route set
     text = json.dumps(out, indent=1)
     print(text)
     if args.out:

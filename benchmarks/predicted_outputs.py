@@ -187,7 +187,8 @@ def main(argv=None) -> int:
         torch.set_num_threads(args.threads)
     from specbench.methods import HFGenerate
 
-    dec = Decoder(args.model, weights=args.weights)
+    # Every configuration runs the same prompts: none may find another's rows (prefix reuse off).
+    dec = Decoder(args.model, weights=args.weights, prefix_cache_mb=0)
     peer = {}
     if any(m.startswith("hf") for m in args.methods):
         peer_loaded = load_model(args.model, dtype="float32")

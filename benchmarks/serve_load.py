@@ -5,6 +5,8 @@ For each server configuration (its own `lookupdec serve` process, all of them up
 - ``auto``: speculation on (method auto), requests batched (``--max-batch``);
 - ``ar``: plain decoding batched (method ar: speculation off);
 - ``one``: method auto one request at a time (``--max-batch 1``);
+- ``auto_noreuse``, ``ar_noreuse``: ``auto`` and ``ar`` with prefix reuse off (``--prefix-cache-mb 0``):
+  every prompt prefilled in full;
 - ``llama_cpp`` (peer, only when ``--llama-cpp-python`` names an interpreter with
   ``llama-cpp-python[server]``): llama.cpp's own OpenAI server on the same GGUF, same threads,
   plain decoding (it serves one request at a time; its stream carries no usage, so its tokens
@@ -62,7 +64,11 @@ from serve_report import markdown, percentile, plot  # noqa: E402
 from specbench.tasks import DEFAULT_QUESTIONS, load_questions  # noqa: E402
 
 # name -> (method, max batch: None = --max-batch)
-CONFIGS = {"auto": ("auto", None), "ar": ("ar", None), "one": ("auto", 1), "llama_cpp": (None, None)}
+# name: (method, --max-batch (None: the run's), extra server arguments)
+CONFIGS = {"auto": ("auto", None, ()), "ar": ("ar", None, ()), "one": ("auto", 1, ()), "llama_cpp": (None, None, ()),
+           # prefix reuse off: what reusing earlier requests' rows (lookupdec.prefix_cache) saves
+           "auto_noreuse": ("auto", None, ("--prefix-cache-mb", "0")),
+           "ar_noreuse": ("ar", None, ("--prefix-cache-mb", "0"))}
 
 
 @dataclass(frozen=True)
@@ -247,9 +253,12 @@ def served_device() -> str:
 
 def start(config: str, args, n_prompts: int) -> Server:
     """The server of one configuration."""
-    method, batch = CONFIGS[config]
+    method, batch, extra = CONFIGS[config]
     serve_args = ["--method", method, "--max-batch", str(batch or args.max_batch),
                   "--max-queue", str(max(n_prompts, 1))]
+    if args.prefix_cache_mb is not None and not extra:
+        serve_args += ["--prefix-cache-mb", str(args.prefix_cache_mb)]
+    serve_args += list(extra)
     if args.model:
         serve_args += ["--model", args.model]
     if args.weights:
@@ -298,6 +307,8 @@ def main(argv=None) -> int:
                          "figure depends on what earlier runs (perhaps on these very questions) taught them")
     ap.add_argument("--weights", default=None, help="the lookupdec servers' --weights (default: theirs, auto)")
     ap.add_argument("--max-batch", type=int, default=8, help="--max-batch of the batched configurations")
+    ap.add_argument("--prefix-cache-mb", type=float, default=None,
+                    help="the lookupdec servers' --prefix-cache-mb (default: theirs; the *_noreuse configurations: 0)")
     ap.add_argument("--threads", type=int, default=None, help="OMP_NUM_THREADS of the server (default: torch's choice)")
     ap.add_argument("--llama-cpp-python", type=Path, default=None, metavar="PYTHON",
                     help="an interpreter with llama-cpp-python[server]: adds the llama_cpp peer configuration")

@@ -50,7 +50,8 @@ def main(argv=None) -> int:
     print(f"{'K':>3} {'draft ms/tok':>12} {'c(1) ms':>8} {'ratio':>6} {'tau':>5} {'acc/drafted step':>16} "
           f"{'draft s':>8} {'ar s':>6} | forced depth {args.force_depth}: {'tau':>5} {'acc/step':>8} {'s':>6}")
     for k in [int(x) for x in args.layers.split(",")]:
-        dec = Decoder(target, draft_layers=k)
+        # Every configuration runs the same prompts: none may find another's rows (prefix reuse off).
+        dec = Decoder(target, draft_layers=k, prefix_cache_mb=0)
         codec = HFChatCodec(dec.tokenizer)
         c1 = dec.cost_curve().ms_at(1)
         steps = new = drafted_steps = drafted_acc = 0

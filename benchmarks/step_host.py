@@ -162,7 +162,8 @@ def main(argv=None) -> int:
     if args.compare_torch_glue and args.weights not in QUANTIZED_FORMATS:  # only their steps run natively
         ap.error(f"--compare-torch-glue needs a weight format with the one-call native step ({args.weights!r} has none)")
     torch.set_num_threads(args.threads)
-    decoder = Decoder(weights=args.weights)
+    # Every configuration runs the same prompts: none may find another's rows (prefix reuse off).
+    decoder = Decoder(weights=args.weights, prefix_cache_mb=0)
     if args.compare_torch_glue and getattr(decoder.verifier.fast, "native", None) is None:
         ap.error(f"--compare-torch-glue needs a weight format with the one-call native step ({args.weights!r} has none)")
     decoder.generate(prompts[0], method=methods[-1], max_new_tokens=8)  # warm-up: the cost curve, first-call work

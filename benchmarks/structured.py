@@ -140,7 +140,8 @@ def main(argv=None) -> int:
 
     from lookupdec.decoder import Decoder
 
-    dec = Decoder(args.model)
+    # Every configuration runs the same prompts: none may find another's rows (prefix reuse off).
+    dec = Decoder(args.model, prefix_cache_mb=0)
     dec.cost_curve()
     docs = [d[: args.max_doc_chars] for d in documents(args.data, args.per_category)]
     rows, mismatches = [], 0

@@ -25,6 +25,7 @@ from lookupdec.drafters.state import DrafterState
 from lookupdec.errors import ModelLoadError
 from lookupdec.methods import METHODS, make_drafter, method_inputs, method_prices  # noqa: F401  (METHODS: re-exported)
 from lookupdec.models import LoadedModel, load_model
+from lookupdec.prefix_cache import DEFAULT_MB as DEFAULT_PREFIX_MB, PrefixCache, check_prefix_cache_mb
 from lookupdec.prompts import encode_prompt
 from lookupdec.results import GenerationResult
 from lookupdec.sequence import Sequence as DecodeSequence  # typing's Sequence is used below
@@ -89,6 +90,12 @@ class Decoder:
             format that measured fastest on this machine (cached), else float32; see
             ``lookupdec.weights``. Greedy output
             equals ``ar`` in the same format. ``weights_choice`` says what was used and why.
+        prefix_cache_mb: MiB of KV rows kept from finished requests, reused by later prompts
+            that begin with the same tokens (``lookupdec.prefix_cache``; ``prefixes`` is the
+            store, None when off). None (default): ``prefix_cache.DEFAULT_MB`` in the quantized
+            formats, where a reused row is the prefill's own bit for bit, else off; 0: off;
+            a number turns it on in any format of the fast forward (in the float formats a
+            reused row may differ from the prefill's in the last bits, as a tree's rows do).
 
     Raises:
         IndexFormatError, TokenizerMismatchError: an index or history store that
@@ -106,7 +113,7 @@ class Decoder:
                  tree_masks: bool | None = None, draft_budget: int = DEFAULT_DRAFT_BUDGET, indexes=None,
                  cost_curve=None, history=None, history_budget: int | None = None, draft_model=None,
                  draft_layers: int | None = None, cost_refresh: str = "fit", weights: str = "auto",
-                 **renamed) -> None:
+                 prefix_cache_mb: float | None = None, **renamed) -> None:
         import torch
 
         from lookupdec.fast_kernels import fast_kernels_available, pack_linears
@@ -115,6 +122,7 @@ class Decoder:
         from lookupdec.weights import check_weights, decoder_verifier
 
         check_weights(weights)
+        prefix_cache_mb = check_prefix_cache_mb(prefix_cache_mb)
         self.draft_budget = checked_budget(draft_budget)
         check_cost_curve(cost_curve)
         check_cost_refresh(cost_refresh)
@@ -166,7 +174,19 @@ class Decoder:
             from lookupdec.drafters.small_lm import DraftModel
 
             self.draft = DraftModel(draft_loaded, fast=not hf_kernels and fast_kernels_available(draft_loaded.model))
+        self.prefixes = self._prefix_store(prefix_cache_mb)
         self.reset_state()  # what drafting learns across requests, handed to the drafters (drafters/state.py)
+
+    def _prefix_store(self, mb: float | None) -> PrefixCache | None:
+        fast = self.verifier.fast
+        if fast is None:
+            if mb:
+                raise ValueError("prefix_cache_mb needs the fast forward (a CPU and hf_kernels=False); "
+                                 "leave it unset or 0 here")
+            return None
+        if mb is None:
+            mb = DEFAULT_PREFIX_MB if fast.rows_independent else 0.0
+        return PrefixCache(mb) if mb else None
 
     @property
     def model(self):

@@ -24,14 +24,17 @@ computation from the loaded model's own weights with the fewest torch calls:
   squares in index order): torch's ``rms_norm`` took ~25 microseconds a call on one row, and
   the one-row forward of the embedded model fell from 12.9 to 11.5 ms with this;
 - grouped-query attention over a preallocated KV cache (``FlatKVCache``) written in place:
-  a prompt (causal, on an empty cache) through ``F.scaled_dot_product_attention``, every later
-  step (decode, tree verify, batches) through one native call a layer for all its sequences
+  in the float formats a prompt (causal, on an empty cache) through
+  ``F.scaled_dot_product_attention``, every other forward (a prompt in the quantized formats or
+  on top of a reused prefix, decode, tree verify, batches) through one native call a layer for all its sequences
   (``ext/csrc/attention.c``): torch's call cost ~58 microseconds per sequence and layer; a
   one-row forward took 10.4 ms and four one-row sequences 19.6 ms with it, 8.6 and 13.4 without
   (``benchmarks/forward_widths.py``, quantized weights, 2-core Xeon). The
   native routine treats each (row, head) alone in a fixed order, so with row-independent
-  products (the quantized format's) a tree node's logits are bit for bit those of decoding its
-  chain one token at a time;
+  products (the quantized formats') a tree node's logits are bit for bit those of decoding its
+  chain one token at a time, and a prompt's rows (``PREFILL_CHUNK`` at a time, under a causal
+  bias) are those of feeding it in any split: a prefix's rows reused from an earlier sequence
+  (``lookupdec.prefix_cache``) give the very bits of prefilling it again;
 - the final norm and ``lm_head`` only for the rows whose logits are needed
   (``logit_rows="hidden"`` defers ``lm_head`` so a verifier can compute only
   the rows its acceptance walk visits);
@@ -67,6 +70,11 @@ from lookupdec.blocks import concat_rows, embedding_rows
 from lookupdec.deferred import unread_error
 from lookupdec.products import QUANTIZED_FORMATS, Product, make_linear, weights_unavailable_reason
 from lookupdec.release import release_linear, return_freed_memory
+
+# Rows of a prompt per forward where it runs through the native attention: measured on the embedded
+# model (quantized, 2-core AMD EPYC with AVX-512), 128-row chunks prefilled 128-1024 tokens at
+# 0.94-1.06x the time of one SDPA forward, whole-prompt native forwards up to 1.2x.
+PREFILL_CHUNK = 128
 
 def _dense_linear(module) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Weight and bias of an ``nn.Linear`` or of a ``PackedLinear`` (packed by ``fast_kernels``)."""
@@ -155,6 +163,9 @@ class FastForward:
         if reason:
             raise ValueError(f"{reason}; use weights='float32'")
         self.weights = weights
+        # Whether a row's bits are independent of the forward that computes it (which rows share
+        # it, how a prompt is split): the quantized formats' products and the native attention.
+        self.rows_independent = weights in QUANTIZED_FORMATS
         if layers is not None and (release or not 1 <= layers):
             raise ValueError(f"layers must be >= 1 and is not for release=True, got {layers!r}")
         inner = model.model
@@ -273,19 +284,22 @@ class FastForward:
             logit_rows: which rows get logits (indices or a slice); None = none;
                 ``"hidden"``: no logits, return every row's final-normed hidden state
                 ``(W, hidden)`` instead (``logits`` turns rows of it into logits later).
-            causal: ordinary causal attention among the ``W`` rows (prefill on an empty cache).
+            causal: a prompt (or the rest of one): the rows attend to every cached row and
+                causally among themselves (``bias`` is not used).
         Returns:
             ``(len(logit_rows), vocab)`` float32 logits (an empty tensor when ``logit_rows`` is None),
             or ``(W, hidden)`` with ``logit_rows="hidden"``.
         """
-        if causal and cache.length:
-            raise ValueError("causal forwards run on an empty cache only (prefill)")
         h = x = None  # h: every row final-normed (the native body), x: residual rows (the general path)
-        if not causal and self.native is not None:
+        if causal:
+            if cache.length or self.rows_independent:
+                h = self._causal_chunks(cache, ids, positions)
+            else:
+                x = self._prefill(cache, ids, positions)
+        elif self.native is not None:
             h = self.native.hidden(cache, ids, positions, bias)
-        if h is None:
-            x = self._prefill(cache, ids, positions) if causal else self._layers([cache], ids, positions,
-                                                                                    [ids.shape[0]], [bias])
+        if h is None and x is None:
+            x = self._layers([cache], ids, positions, [ids.shape[0]], [bias])
         if logit_rows is None:
             return (h if x is None else x).new_empty((0, self.vocab))
         if isinstance(logit_rows, str):
@@ -361,6 +375,21 @@ class FastForward:
             self._mlp(x, layer)
         cache.length = w
         return x
+
+    def _causal_chunks(self, cache: FlatKVCache, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Prompt rows on top of the cache's, ``PREFILL_CHUNK`` at a time, each chunk a step's forward
+        (native attention) under a causal bias. Returns every row final-normed ``(W, hidden)``."""
+        w, past = ids.shape[0], cache.length
+        low = torch.finfo(torch.float32).min
+        out = []
+        for s in range(0, w, PREFILL_CHUNK):
+            n, p = min(PREFILL_CHUNK, w - s), past + s
+            bias = torch.zeros(n, p + n)
+            bias[:, p:] = torch.full((n, n), low).triu_(1)
+            chunk, pos = ids[s:s + n].contiguous(), positions[s:s + n].contiguous()
+            h = None if self.native is None else self.native.hidden(cache, chunk, pos, bias)
+            out.append(self.final_hidden(self._layers([cache], chunk, pos, [n], [bias])) if h is None else h)
+        return out[0] if len(out) == 1 else torch.cat(out)
 
     def _layers(self, caches: list[FlatKVCache], ids: torch.Tensor, positions: torch.Tensor, widths: list[int],
                 biases: list[torch.Tensor | None]) -> torch.Tensor:

@@ -46,6 +46,8 @@ class GenerationResult:
         incomplete: a ``grammar=`` constraint was given and the output is not a complete
             match of it (``max_new_tokens`` or a stop string ended generation first).
         constraint_s: seconds the constraint's engine took (masks, pruning, forced tokens).
+        cached_tokens: prompt tokens whose KV rows came from an earlier sequence
+            (``lookupdec.prefix_cache``) instead of the prefill.
     """
 
     text: str
@@ -62,3 +64,4 @@ class GenerationResult:
     accepted_by_source: dict[str, int] = field(default_factory=dict)
     incomplete: bool = False
     constraint_s: float = 0.0
+    cached_tokens: int = 0

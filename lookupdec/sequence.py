@@ -167,6 +167,10 @@ class Sequence:
         self.constraint = constraint
         self.stream = TextStream(decoder.tokenizer, list(stops), on_text)
         self.cache = None
+        # Rows reused across requests (``lookupdec.prefix_cache``; None: off): filled before the
+        # prefill, this sequence's rows kept when it finishes.
+        self.prefixes = getattr(decoder, "prefixes", None)
+        self.cached_tokens = 0
         self.past = len(self.prompt_ids)
         self.new: list[int] = []
         self.stats: list[StepStats] = []
@@ -194,6 +198,8 @@ class Sequence:
             t0 = time.perf_counter()
             self.drafter.begin(list(self.prompt_ids))
             t1 = time.perf_counter()
+            if self.prefixes is not None:
+                self.cached_tokens = self.prefixes.fill(self.cache, self.prompt_ids)
             logits = verifier.prefill(self.cache, list(self.prompt_ids))
             t2 = time.perf_counter()
             outcome = StepOutcome.plain([self._choose(logits)])
@@ -358,6 +364,7 @@ class Sequence:
             elapsed_s=elapsed,
             method=self.method_name,
             stop_reason=self.stop_reason,
+            cached_tokens=self.cached_tokens,
             step_stats=tuple(stats),
             accepted_by_source=dict(self.by_source),
             incomplete=self.constraint is not None and not self.constraint.is_complete,
@@ -414,6 +421,8 @@ class Sequence:
             self._finish_all()
 
     def _finish_all(self) -> None:
+        if self.prefixes is not None:  # rows 0..past-1 are the committed tokens': the prompt's, then the output's
+            self.prefixes.keep(self.prompt_ids + self.new, self.cache)
         self.stream.finish(self.new)
         self._elapsed = time.perf_counter() - self._t_start
         self.done = True

@@ -246,11 +246,19 @@ class TreeVerifier:
 
     @inference
     def prefill(self, cache, prompt_ids: list[int]) -> torch.Tensor:
-        """Run the prompt into an empty cache; return the last row's logits ``(vocab,)``."""
+        """Run the prompt into the cache; return the last row's logits ``(vocab,)``.
+
+        The cache is empty, or (the fast forward only) already holds the rows of the prompt's first
+        ``cache.length`` tokens (a prefix reused by ``lookupdec.prefix_cache``): then only the rest runs.
+        """
         if self.fast is not None:
-            n = len(prompt_ids)
-            ids = torch.tensor(prompt_ids, dtype=torch.long)
-            return self.fast.forward(cache, ids, torch.arange(n), None, [n - 1], causal=True)[0]
+            n, past = len(prompt_ids), cache.length
+            if not past < n:
+                raise ValueError(f"a prefill needs a prompt token beyond the cache's {past} rows, got {n} tokens")
+            ids = torch.tensor(prompt_ids[past:], dtype=torch.long)
+            return self.fast.forward(cache, ids, torch.arange(past, n), None, [n - past - 1], causal=True)[0]
+        if cache.get_seq_length():
+            raise ValueError("transformers' forward prefills an empty cache only")
         ids = torch.tensor([prompt_ids], dtype=torch.long, device=self.device)
         out = self.model(input_ids=ids, **with_cache(self.model, cache), use_cache=True, logits_to_keep=1)
         return out.logits[0, -1]

@@ -35,7 +35,10 @@ def model_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(model_dir):
-    srv = ServerProcess(["--model", model_dir, "--max-batch", "4", "--max-queue", "8", "--model-id", "tiny"], KEY)
+    # Prefix reuse on (float32 has it off by default): every comparison with the in-process oracle,
+    # which prefills every prompt in full, covers it too.
+    srv = ServerProcess(["--model", model_dir, "--max-batch", "4", "--max-queue", "8", "--model-id", "tiny",
+                         "--prefix-cache-mb", "64"], KEY)
     yield srv
     srv.kill()
 
@@ -143,6 +146,20 @@ def test_prediction_and_references_leave_the_output_unchanged(server, client, re
                                   extra_body={"references": [ref(text, 30, chat=False).text]})
     assert c.choices[0].text == ref(text, 30, chat=False).text
     assert server.metric('lookupdec_completion_tokens_total') == before + 2 * want.new_tokens + c.usage.completion_tokens
+
+
+def test_a_chats_next_turn_reuses_the_first_turns_rows_and_says_so(server, client, ref):
+    first = _msgs("count: one two three")
+    r1 = client.chat.completions.create(model="tiny", messages=first, max_tokens=30, temperature=0)
+    turn2 = first + [{"role": "assistant", "content": r1.choices[0].message.content},
+                     {"role": "user", "content": "again, the same"}]
+    before = server.metric("lookupdec_prompt_cached_tokens_total")
+    r2 = client.chat.completions.create(model="tiny", messages=turn2, max_tokens=30, temperature=0)
+    assert r2.choices[0].message.content == ref(turn2, 30).text
+    first_ids = ref.decoder.encode(first)
+    cached = r2.usage.prompt_tokens_details.cached_tokens
+    assert len(first_ids) <= cached < r2.usage.prompt_tokens  # at least the first turn's prompt, never the whole
+    assert server.metric("lookupdec_prompt_cached_tokens_total") - before == cached
 
 
 def test_token_id_prompt_and_response_format(client, ref):

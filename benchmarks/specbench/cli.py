@@ -79,6 +79,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--draft-layers", type=int, default=None, metavar="K",
                     help="cut the draft model (the target itself without --draft-model) to its first K layers")
     ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--prefix-cache-mb", type=float, default=0.0,
+                    help="the decoder's prefix reuse (Decoder(prefix_cache_mb=...)); default 0 (off): every method "
+                         "runs the same prompts, so with reuse on each method after the first would find its whole "
+                         "prompt already prefilled")
     ap.add_argument("--weights", choices=WEIGHTS_CHOICES, default="auto",
                     help="the fast forward's weight format for every lookupdec method (Decoder(weights=...)); "
                          "transformers' peers always run the float32 model")
@@ -207,7 +211,8 @@ def load_setup(args: argparse.Namespace, names: Sequence[str]) -> Setup:
         history = tempfile.mkdtemp(prefix="spec-bench-history-")
     decoder = Decoder(args.model, dtype="float32", indexes=list(args.index) or None, history=history,
                       draft_model=getattr(args, "draft_model", None), draft_layers=getattr(args, "draft_layers", None),
-                      cost_refresh=getattr(args, "cost_refresh", "fit"), weights=getattr(args, "weights", "auto"))
+                      cost_refresh=getattr(args, "cost_refresh", "fit"), weights=getattr(args, "weights", "auto"),
+                      prefix_cache_mb=getattr(args, "prefix_cache_mb", 0.0))
     scale = getattr(args, "cost_scale", None)
     if scale:
         from lookupdec.pricing import scaled_curve

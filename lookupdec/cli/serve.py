@@ -36,11 +36,15 @@ from lookupdec.methods import METHODS  # a plain dict; torch is imported lazily
               help="The fast forward's weight format, as for generate (auto: measured per machine).")
 @click.option("--draft-budget", type=click.IntRange(min=0, max=MAX_DRAFT_BUDGET), default=None,
               help="Most draft nodes verified per step and sequence [default: 64].")
+@click.option("--prefix-cache-mb", type=click.FloatRange(min=0), default=None,
+              help="MiB of KV rows kept from finished requests for later prompts that begin with the same tokens "
+                   "(a chat's next turn, a shared system prompt); 0: off [default: 256 in the quantized formats, "
+                   "where reuse is exact bit for bit; off in the float formats].")
 @click.option("--fresh-state", is_flag=True,
               help="Draft with nothing learned, and save nothing. Without it, the drafting state saved for this model "
                    "on this machine (see `lookupdec generate --help`) is read at start and saved after the drain.")
 def serve_cmd(model, indexes, history, host, port, max_batch, max_queue, api_key, method, model_id, device, dtype,
-              weights, draft_budget, fresh_state) -> None:
+              weights, draft_budget, prefix_cache_mb, fresh_state) -> None:
     """Serve the OpenAI API (chat, completions) with lossless speculative decoding.
 
     SIGTERM stops admission (503), finishes the requests in flight and exits 0.
@@ -74,7 +78,8 @@ def serve_cmd(model, indexes, history, host, port, max_batch, max_queue, api_key
 
             check_history_path(history)
         dec = Decoder(model, dtype=dtype, device=device, indexes=list(indexes) or None, history=history,
-                      weights=weights, draft_budget=DEFAULT_DRAFT_BUDGET if draft_budget is None else draft_budget)
+                      weights=weights, draft_budget=DEFAULT_DRAFT_BUDGET if draft_budget is None else draft_budget,
+                      prefix_cache_mb=prefix_cache_mb)
         from lookupdec.methods import method_prices
 
         if method_prices(method):

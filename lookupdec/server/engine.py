@@ -339,7 +339,7 @@ class Engine:
         except Exception:  # noqa: BLE001  (the answer is still right; the store is the operator's to fix)
             log.exception("could not add request %s to the history store", job.id)
         self._release(job)
-        self.metrics.finished(res.prompt_tokens, res.new_tokens)
+        self.metrics.finished(res.prompt_tokens, res.new_tokens, res.cached_tokens)
         job.post("done", Completion(res, job.prediction_tokens))
 
     def _fail(self, job: Job, exc: Exception) -> None:

@@ -23,6 +23,7 @@ class Metrics:
         self.requests: dict[tuple[str, int], int] = defaultdict(int)
         self.cancelled = 0
         self.prompt_tokens = 0
+        self.cached_tokens = 0  # prompt tokens whose rows were reused (lookupdec.prefix_cache)
         self.completion_tokens = 0
         self.accepted: dict[str, int] = defaultdict(int)
         self.seq_steps = 0  # sequence-steps: one per sequence per forward (tau's denominator)
@@ -42,10 +43,11 @@ class Metrics:
         with self._lock:
             self.cancelled += 1
 
-    def finished(self, prompt_tokens: int, completion_tokens: int) -> None:
+    def finished(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> None:
         """Count one completed generation's tokens."""
         with self._lock:
             self.prompt_tokens += prompt_tokens
+            self.cached_tokens += cached_tokens
             self.completion_tokens += completion_tokens
 
     def step(self, size: int, width: int, new_tokens: int, step_s: float, forward_s: float,
@@ -84,6 +86,9 @@ class Metrics:
                    [((), self.cancelled)])
             metric("lookupdec_prompt_tokens_total", "counter", "Prompt tokens of completed requests.",
                    [((), self.prompt_tokens)])
+            metric("lookupdec_prompt_cached_tokens_total", "counter",
+                   "Prompt tokens of completed requests whose KV rows an earlier request left (not prefilled).",
+                   [((), self.cached_tokens)])
             metric("lookupdec_completion_tokens_total", "counter", "Generated tokens of completed requests.",
                    [((), self.completion_tokens)])
             metric("lookupdec_accepted_tokens_total", "counter", "Draft tokens accepted, by drafting source.",

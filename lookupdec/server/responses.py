@@ -1,8 +1,10 @@
 """OpenAI response bodies and stream chunks built from a finished generation.
 
 Example:
-    >>> usage_of(type("R", (), {"prompt_tokens": 5, "new_tokens": 3, "accepted_by_source": {"prediction": 2}})(), 4)
-    {'prompt_tokens': 5, 'completion_tokens': 3, 'total_tokens': 8, 'completion_tokens_details': {'accepted_prediction_tokens': 2, 'rejected_prediction_tokens': 2}}
+    >>> usage_of(type("R", (), {"prompt_tokens": 5, "new_tokens": 3, "accepted_by_source": {"prediction": 2},
+    ...                         "cached_tokens": 4})(), 4)  # doctest: +NORMALIZE_WHITESPACE
+    {'prompt_tokens': 5, 'completion_tokens': 3, 'total_tokens': 8, 'prompt_tokens_details': {'cached_tokens': 4},
+     'completion_tokens_details': {'accepted_prediction_tokens': 2, 'rejected_prediction_tokens': 2}}
 """
 from __future__ import annotations
 
@@ -18,11 +20,13 @@ def usage_of(result, prediction_tokens: int) -> dict:
     """The ``usage`` object.
 
     ``accepted_prediction_tokens`` counts the draft tokens accepted from the prediction;
-    ``rejected_prediction_tokens`` the prediction's other tokens (its length minus the accepted).
+    ``rejected_prediction_tokens`` the prediction's other tokens (its length minus the accepted);
+    ``cached_tokens`` the prompt tokens whose rows an earlier request left (``lookupdec.prefix_cache``).
     """
     accepted = int(result.accepted_by_source.get("prediction", 0))
     return {"prompt_tokens": result.prompt_tokens, "completion_tokens": result.new_tokens,
             "total_tokens": result.prompt_tokens + result.new_tokens,
+            "prompt_tokens_details": {"cached_tokens": int(result.cached_tokens)},
             "completion_tokens_details": {"accepted_prediction_tokens": accepted,
                                           "rejected_prediction_tokens": max(prediction_tokens - accepted, 0)}}
 

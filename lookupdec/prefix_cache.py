@@ -1,0 +1,161 @@
+"""Reuse of KV rows across requests: a prompt that starts with tokens an earlier sequence ran
+(a chat's next turn, a shared system prompt, the same document asked about again) prefills
+only the tokens after them.
+
+A finished sequence's rows are kept with their tokens (its prompt and its output); a later
+prompt takes the rows of its longest common prefix with any kept sequence and runs the rest.
+The store holds at most ``max_mb`` MiB of rows, least recently used dropped first; a kept
+sequence whose tokens begin another's is dropped as the longer one arrives.
+
+Exact by construction where a row's bits do not depend on the forward that computed it
+(``FastForward.rows_independent``: the quantized formats): a reused row is the row a prefill
+of the whole prompt computes, bit for bit (tests/test_prefix_cache.py), so every output is
+unchanged. In the float formats a row's rounding depends slightly on its forward's width (the
+same caveat as a tree's rows: README, What is guaranteed), so the store is used there only when
+asked for.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import torch
+
+# Default size where reuse is exact (the quantized formats): a few thousand rows of a small model
+# (the embedded model's rows take 45 KiB a token: 5,800 tokens).
+DEFAULT_MB = 256.0
+
+
+@dataclass
+class _Kept:
+    ids: np.ndarray          # (n,) int64: the tokens whose rows are kept
+    kv: "torch.Tensor"       # (layers, 2, kv_heads, n, head_dim): their rows
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class PrefixStats:
+    """What the store did.
+
+    Attributes:
+        entries: sequences kept now.
+        bytes: their rows' bytes.
+        lookups: prompts looked up.
+        hits: prompts that reused rows.
+        reused_tokens: prompt tokens whose rows were reused (not prefilled).
+    """
+
+    entries: int
+    bytes: int
+    lookups: int
+    hits: int
+    reused_tokens: int
+
+
+def check_prefix_cache_mb(value, name: str = "prefix_cache_mb") -> float | None:
+    """``value`` as MiB (>= 0; 0 turns reuse off), or None (the default); ValueError otherwise."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0 or value == float("inf"):
+        raise ValueError(f"{name} must be a number of MiB >= 0 (0 turns prefix reuse off), got {value!r}")
+    return float(value)
+
+
+def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
+    """How many leading tokens ``a`` and ``b`` share."""
+    n = min(len(a), len(b))
+    diff = np.flatnonzero(a[:n] != b[:n])
+    return int(diff[0]) if len(diff) else n
+
+
+class PrefixCache:
+    """Rows of finished sequences for later prompts (see the module docstring).
+
+    Args:
+        max_mb: most MiB of rows kept (> 0).
+
+    Example:
+        >>> store = PrefixCache(64)                                    # doctest: +SKIP
+        >>> reused = store.fill(cache, prompt_ids)   # rows 0..reused-1 now in cache  # doctest: +SKIP
+        >>> store.keep(prompt_ids + output_ids, cache)                 # doctest: +SKIP
+    """
+
+    def __init__(self, max_mb: float) -> None:
+        if not check_prefix_cache_mb(max_mb, "max_mb"):
+            raise ValueError(f"max_mb must be > 0, got {max_mb!r}")
+        self.max_bytes = int(max_mb * 2**20)
+        self._kept: OrderedDict[int, _Kept] = OrderedDict()  # least recently used first
+        self._next = 0
+        self._bytes = 0
+        self._lookups = self._hits = self._reused = 0
+
+    def stats(self) -> PrefixStats:
+        return PrefixStats(len(self._kept), self._bytes, self._lookups, self._hits, self._reused)
+
+    def clear(self) -> None:
+        self._kept.clear()
+        self._bytes = 0
+
+    def fill(self, cache, prompt_ids: Sequence[int]) -> int:
+        """Copy the rows of the prompt's longest kept prefix into the empty ``cache``.
+
+        At least the prompt's last token is left to run (its row gives the first logits).
+
+        Returns:
+            the rows reused (``cache.length``; 0 when none).
+        """
+        self._lookups += 1
+        if cache.length:
+            raise ValueError("a prefix is filled into an empty cache only")
+        prompt = np.asarray(prompt_ids, dtype=np.int64)
+        best, best_n = None, 0
+        for key, kept in self._kept.items():
+            n = common_prefix(kept.ids, prompt)
+            if n > best_n:
+                best, best_n = key, n
+        best_n = min(best_n, len(prompt) - 1)
+        if best is None or best_n <= 0:
+            return 0
+        kept = self._kept[best]
+        self._kept.move_to_end(best)
+        cache.reserve(best_n)
+        cache.kv[:, :, :, :best_n].copy_(kept.kv[:, :, :, :best_n])
+        cache.length = best_n
+        self._hits += 1
+        self._reused += best_n
+        return best_n
+
+    def keep(self, token_ids: Sequence[int], cache) -> None:
+        """Keep the rows of ``cache`` (those of ``token_ids``' first ``cache.length`` tokens).
+
+        Nothing is copied when a kept sequence already begins with these tokens; kept sequences
+        that these tokens begin with are dropped; then the least recently used go until the
+        store fits ``max_mb``. A sequence larger than the whole store is not kept.
+        """
+        n = min(cache.length, len(token_ids))
+        if n <= 0:
+            return
+        ids = np.asarray(token_ids[:n], dtype=np.int64)
+        for key, kept in list(self._kept.items()):
+            shared = common_prefix(kept.ids, ids)
+            if shared == n:  # already kept (as a prefix of a longer sequence or the same one)
+                self._kept.move_to_end(key)
+                return
+            if shared == len(kept.ids):  # a prefix of these tokens: the new rows cover it
+                self._drop(key)
+        kv = cache.kv[:, :, :, :n].clone()
+        nbytes = kv.numel() * kv.element_size()
+        if nbytes > self.max_bytes:
+            return
+        while self._kept and self._bytes + nbytes > self.max_bytes:
+            self._drop(next(iter(self._kept)))
+        self._kept[self._next] = _Kept(ids, kv, nbytes)
+        self._next += 1
+        self._bytes += nbytes
+
+    def _drop(self, key: int) -> None:
+        self._bytes -= self._kept.pop(key).nbytes

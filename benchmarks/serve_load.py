@@ -25,7 +25,8 @@ The servers start with ``--fresh-state`` (nothing learnt by earlier runs on the 
 the run's wall time, p50/p99 time to first token, p50/p99 time per output token (after the first),
 tau (tokens committed per sequence per verify forward, from the server's /metrics), the server's
 batched steps (count, mean step and forward time, and the share of the wall time inside steps: the
-rest is prefill, admission and HTTP), and whether every output equals ``ar``'s first output for the
+rest is prefill, admission and HTTP), the share of prompt tokens whose rows an earlier request left
+(prefix reuse, not prefilled), and whether every output equals ``ar``'s first output for the
 same prompt (reported; a batch's wider forward carries the same float-rounding caveat as a tree, see
 README); then each configuration's tokens/s over ``ar``'s in the same pass.
 
@@ -105,6 +106,7 @@ class Row:
     step_ms: float = 0.0      # their mean wall time (plans, forward, acceptance)
     forward_ms: float = 0.0   # their mean forward time
     in_steps: float = 0.0     # share of the pass's wall time inside steps (the rest: prefill, admission, HTTP)
+    reused: float = 0.0       # share of the pass's prompt tokens whose rows an earlier request left (not prefilled)
 
 
 class Server:
@@ -217,7 +219,8 @@ def run_load(server: Server, prompts: list[list[str]], concurrency: int,
     steps = d["lookupdec_sequence_steps_total"]
     toks = d["lookupdec_decode_tokens_total"]
     counters = {"steps": d["lookupdec_step_seconds_count"], "step_s": d["lookupdec_step_seconds_sum"],
-                "forward_s": d["lookupdec_forward_seconds_sum"]}
+                "forward_s": d["lookupdec_forward_seconds_sum"],
+                "reused": d.get("lookupdec_prompt_cached_tokens_total", 0.0) / max(d["lookupdec_prompt_tokens_total"], 1)}
     return samples, wall, toks / steps if steps else 0.0, counters
 
 
@@ -233,7 +236,7 @@ def summarise(config: str, c: int, rnd: int, samples: list[Sample], wall: float,
                round(percentile(tpot, 50) * 1e3, 2), round(percentile(tpot, 99) * 1e3, 2), round(tau, 3), None,
                steps, round(counters["step_s"] / steps * 1e3, 2) if steps else 0.0,
                round(counters["forward_s"] / steps * 1e3, 2) if steps else 0.0,
-               round(counters["step_s"] / wall, 3) if steps and wall > 0 else 0.0)
+               round(counters["step_s"] / wall, 3) if steps and wall > 0 else 0.0, round(counters.get("reused", 0.0), 3))
 
 
 def embedded_gguf() -> Path:
@@ -377,7 +380,7 @@ def main(argv=None) -> int:
                 r = runs[-1][0]
                 print(f"[{config}] round {rnd} c={c}: {r.tokens_per_s:.1f} tok/s, TTFT p50 "
                       f"{r.ttft_p50_ms:.0f} ms, tau {r.tau:.2f}, {r.steps} steps of {r.step_ms:.1f} ms "
-                      f"({r.in_steps:.0%} of the wall time)", file=sys.stderr)
+                      f"({r.in_steps:.0%} of the wall time), {r.reused:.0%} of prompt tokens reused", file=sys.stderr)
     except _Stop as exc:
         stopped = f"{exc} during pass {len({(r.round, r.concurrency) for r, _ in runs}) + 1} of {len(passes)}"
     finally:

@@ -36,15 +36,15 @@ def markdown(rows: list[Row], meta: dict) -> str:
              f"{meta.get('device') or meta.get('cpu')}, {meta['threads']}; {meta['rounds']} round(s), the configurations interleaved."
              + (f" Stopped early: {meta['stopped']}." if meta.get("stopped") else ""), "",
              "| config | concurrency | round | tokens/s | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | TPOT p99 ms | tau "
-             "| steps | step ms | forward ms | in steps | exact |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "| steps | step ms | forward ms | in steps | reused | exact |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in sorted(rows, key=lambda r: (r.config, r.concurrency, r.round)):
         ours = r.config != "llama_cpp"
         lines.append(f"| {r.config} | {r.concurrency} | {r.round} | {r.tokens_per_s:.1f} | {r.ttft_p50_ms:.0f} "
                      f"| {r.ttft_p99_ms:.0f} | {r.tpot_p50_ms:.1f} | {r.tpot_p99_ms:.1f} | "
                      f"{f'{r.tau:.2f}' if ours else '-'} | {r.steps if ours else '-'} | "
                      f"{f'{r.step_ms:.1f}' if ours else '-'} | {f'{r.forward_ms:.1f}' if ours else '-'} | "
-                     f"{f'{r.in_steps:.0%}' if ours else '-'} | "
+                     f"{f'{r.in_steps:.0%}' if ours else '-'} | {f'{r.reused:.0%}' if ours else '-'} | "
                      f"{'-' if r.exact is None else ('yes' if r.exact else 'NO')} |")
     rat = ratios(rows)
     if rat:

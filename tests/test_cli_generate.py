@@ -29,6 +29,22 @@ def test_json_output_one_object_per_prompt(model_dir, tmp_path):
         assert row["new_tokens"] == len(row["token_ids"]) <= 12 and row["method"] == "ar"
 
 
+def test_prompts_of_an_input_reuse_an_earlier_prompts_rows_when_asked_and_say_so(model_dir, tmp_path):
+    inp = tmp_path / "in.jsonl"
+    inp.write_text('"a shared preamble, then one question"\n"a shared preamble, then another"\n')
+    rows = {}
+    for mb in ("0", "8"):
+        r = CliRunner().invoke(main, ["generate", "--model", model_dir, "--input", str(inp), "--method", "pld",
+                                      "--max-new-tokens", "12", "--json", "--prefix-cache-mb", mb])
+        assert r.exit_code == 0, r.output
+        rows[mb] = [json.loads(line) for line in r.stdout.strip().splitlines()]
+    assert [r["token_ids"] for r in rows["8"]] == [r["token_ids"] for r in rows["0"]]
+    assert [r["cached_tokens"] for r in rows["0"]] == [0, 0]
+    assert rows["8"][0]["cached_tokens"] == 0 and rows["8"][1]["cached_tokens"] >= len("a shared preamble, then ")
+    bad = CliRunner().invoke(main, ["generate", "--model", model_dir, "--prompt", "hi", "--prefix-cache-mb", "-1"])
+    assert bad.exit_code == 2 and "--prefix-cache-mb" in bad.output
+
+
 def test_streams_text_then_stats_line(model_dir):
     r = CliRunner().invoke(main, ["generate", "--model", model_dir, "--prompt", "hello", "--method", "ar",
                                   "--max-new-tokens", "10", "--no-chat-template", "--temperature", "0.7", "--seed", "1"])

@@ -154,3 +154,17 @@ def test_float32_reuse_when_asked_for_keeps_the_logits_within_rounding():
     assert dec.prefixes.fill(reused, second) >= len(first)
     full = verifier.new_cache(4)
     torch.testing.assert_close(verifier.prefill(reused, second), verifier.prefill(full, second), rtol=0, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_the_embedded_models_next_turn_with_reuse_equals_it_without(real_loaded):
+    """Quantized: the second turn of a chat (the first turn's prompt and output, then a new question)."""
+    dec = Decoder(real_loaded, weights="quantized")
+    plain = Decoder(real_loaded, weights="quantized", prefix_cache_mb=0)
+    first = [{"role": "user", "content": "List three primary colours, one per line."}]
+    answer = dec.generate(first, method="ar", max_new_tokens=32)
+    second = first + [{"role": "assistant", "content": answer.text}, {"role": "user", "content": "Now three more."}]
+    for method in ("ar", "pld", "auto"):
+        got = dec.generate(second, method=method, max_new_tokens=32)
+        assert got.token_ids == plain.generate(second, method=method, max_new_tokens=32).token_ids, method
+        assert got.cached_tokens >= len(dec.encode(first))

@@ -98,7 +98,8 @@ def _json_row(res) -> str:
         "text": res.text, "token_ids": list(res.token_ids), "new_tokens": res.new_tokens,
         "steps": res.steps, "mean_accepted": round(res.mean_accepted, 4),
         "tokens_per_s": round(res.tokens_per_s, 3), "elapsed_s": round(res.elapsed_s, 4),
-        "prompt_tokens": res.prompt_tokens, "method": res.method, "stop_reason": res.stop_reason,
+        "prompt_tokens": res.prompt_tokens, "cached_tokens": res.cached_tokens, "method": res.method,
+        "stop_reason": res.stop_reason,
         "accepted_per_step": [s.accepted for s in res.step_stats],
         "accepted_by_source": res.accepted_by_source, "incomplete": res.incomplete,
     }, ensure_ascii=False)
@@ -201,6 +202,10 @@ def state_file(dec, save: bool) -> None:
               help="Structured output: the output follows this Lark (or GBNF) grammar file's start rule.")
 @click.option("--choice", "choices", multiple=True,
               help="Structured output: the output is exactly one of the --choice strings (repeatable).")
+@click.option("--prefix-cache-mb", type=click.FloatRange(min=0), default=None, metavar="MIB",
+              help="MiB of KV rows kept from finished prompts of --input for later ones that begin with the same "
+                   "tokens (a shared system prompt or document); 0: off [default: 256 in the quantized formats, "
+                   "where reuse is exact bit for bit; off in the float formats].")
 @click.option("--fresh-state", is_flag=True,
               help="Draft with nothing learned, and save nothing. Without it, what earlier calls learned for this "
                    "model on this machine (acceptance rates, Token Recycling's tables, auto's source accounts) is "
@@ -209,7 +214,7 @@ def state_file(dec, save: bool) -> None:
 def generate_cmd(model, prompt, prompt_file, input_path, method, references, indexes, history, history_budget,
                  draft_model, draft_layers, max_new_tokens, temperature, top_p, top_k, seed, stop, draft_budget, device, hf_kernels,
                  no_chat_template, dtype, weights, as_json, batch_size, json_schema, regex, grammar_file, choices,
-                 fresh_state) -> None:
+                 prefix_cache_mb, fresh_state) -> None:
     """Generate text with lossless speculative decoding."""
     requests = read_requests(prompt, prompt_file, input_path)
     grammar = read_grammar(json_schema, regex, grammar_file, choices)
@@ -229,7 +234,7 @@ def generate_cmd(model, prompt, prompt_file, input_path, method, references, ind
         dec = Decoder(model, dtype=dtype, device=device, hf_kernels=hf_kernels, indexes=list(indexes) or None,
                       draft_budget=DEFAULT_DRAFT_BUDGET if draft_budget is None else draft_budget, history=history,
                       history_budget=history_budget, draft_model=draft_model, draft_layers=draft_layers,
-                      weights=weights)
+                      weights=weights, prefix_cache_mb=prefix_cache_mb)
         # Every prompt is checked before the first is generated: no partial output for a bad later one.
         for i, req in enumerate(requests):
             try:

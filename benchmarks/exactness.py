@@ -9,13 +9,16 @@ Prompts (``prompt_set``), in a fixed order from a seed:
   long and accepted often);
 - plain completions without the chat template (Spec-Bench text cut mid-sentence).
 
-Lengths cycle through ``LENGTHS`` (up to 512 new tokens). Every method the
+Lengths cycle through ``LENGTHS`` (up to 512 new tokens). With ``--second-turns`` each chat
+prompt also gets its next turn (the first turn, ``ar``'s answer, a follow-up). Every method the
 decoder registers runs on every prompt, with the inputs it needs: the
 prompt's references, a datastore (``--index``), a history store that fills as
 the audit runs. A method's output that differs from ``ar``'s is a mismatch;
 for each, the audit reports where, both tokens, and ``ar``'s top-1/top-2
 logit gap at the flip (computed by the decoder's own verifier: a tiny gap
-says rounding decided it).
+says rounding decided it). ``ar``, the reference, runs with the decoder's prefix store set aside
+(every prompt row prefilled afresh) and every method with it, so rows reused from earlier
+generations (a second turn's first turn, above all) are audited as well.
 
 It also measures how often the same tree node's logits row differs bitwise
 between verify forwards of different widths (1 to 32): the rounding that a
@@ -53,6 +56,8 @@ LENGTHS = (64, 128, 32, 256, 64, 128, 512, 64, 128, 32)
 # The question file is grouped by task (80 questions each); stepping through it by this stride
 # (coprime with 480) puts every task among the first dozen Spec-Bench prompts.
 QUESTION_STRIDE = 83
+# The user's next message of a second turn (--second-turns).
+FOLLOW_UP = "Thank you. Now say it again more briefly."
 REFRAINS = ["one two three four", "red, green, blue;", "the quick brown fox jumps over the lazy dog.",
             "1 1 2 3 5 8 13 21", "Monday Tuesday Wednesday Thursday Friday", "la la la, lo lo lo"]
 
@@ -133,42 +138,69 @@ def flip_gap(decoder, prompt_ids: list[int], ar_tokens: list[int], position: int
     return float(top[0] - top[1])
 
 
+def _without_reuse(decoder, ids: list[int], **kw):
+    """``ar`` with the decoder's prefix store set aside: every prompt row prefilled afresh (the
+    reference a reused row must reproduce); the store is left as it was."""
+    store = decoder.prefixes
+    decoder.prefixes = None
+    try:
+        return decoder.generate(ids, method="ar", **kw)
+    finally:
+        decoder.prefixes = store
+
+
+def second_turn(decoder, p: Prompt, answer: str) -> list[int]:
+    """A chat prompt's next turn: the first turn, ``answer`` as the assistant's, and a follow-up
+    (cut from the start to leave room for the new tokens)."""
+    ids = decoder.encode([{"role": "user", "content": p.text}, {"role": "assistant", "content": answer},
+                          {"role": "user", "content": FOLLOW_UP}])
+    room = decoder.loaded.max_context - p.max_new
+    return ids[-max(room, 1):]
+
+
 def audit(decoder, prompts: list[Prompt], methods: list[str], log=print, temperature: float = 0.0,
-          top_p: float = 1.0) -> dict[str, MethodTally]:
+          top_p: float = 1.0, second_turns: bool = False) -> dict[str, MethodTally]:
     """Every method on every prompt it can take, compared with ``ar``.
 
     With ``temperature`` > 0 every generation samples, prompt ``i`` with seed ``i``: each method
     with deterministic drafts must emit sampled ``ar``'s tokens (README "What is guaranteed").
+    ``ar`` runs with the decoder's prefix store (``decoder.prefixes``) set aside and every method
+    with it, so rows reused from earlier generations are audited too. With ``second_turns``, each
+    chat prompt also gets a next turn (its first turn, ``ar``'s answer, a follow-up), whose rows
+    the methods' first-turn generations left in the store.
     """
     from lookupdec.methods import method_inputs
 
     tally = {m: MethodTally() for m in methods}
     for pi, p in enumerate(prompts):
-        ids = _fitting(decoder, p)
         sampling = {"temperature": temperature, "top_p": top_p, "seed": pi} if temperature > 0 else {}
-        ref = decoder.generate(ids, method="ar", max_new_tokens=p.max_new, **sampling)
-        ar = list(ref.token_ids)
-        for m in methods:
-            inputs = method_inputs(m)
-            if "references" in inputs and m != "auto" and not p.references:
-                continue  # llma drafts from documents only; this prompt has none
-            if m in ("rest",) and not decoder.indexes:
-                continue
-            if m == "history" and decoder.history is None:
-                continue
-            refs = list(p.references) if p.references and "references" in inputs else None
-            out = list(decoder.generate(ids, method=m, max_new_tokens=p.max_new, references=refs,
-                                        **sampling).token_ids)
-            t = tally[m]
-            t.generations += 1
-            t.tokens += len(out)
-            if out != ar:
-                pos = next((k for k, (a, b) in enumerate(zip(ar, out)) if a != b), min(len(ar), len(out)))
-                a_tok = ar[pos] if pos < len(ar) else -1
-                b_tok = out[pos] if pos < len(out) else -1
-                gap = flip_gap(decoder, ids, ar, pos) if pos < len(ar) and not sampling else float("nan")
-                t.mismatches.append(Mismatch(m, pi, p.kind, pos, a_tok, b_tok, gap))
-                log(f"MISMATCH {m} prompt {pi} ({p.kind}) at token {pos}: ar {a_tok}, {m} {b_tok}, gap {gap:.3g}")
+        ids = _fitting(decoder, p)
+        for turn in range(2 if second_turns and p.chat else 1):
+            if turn:
+                ids = second_turn(decoder, p, ref.text)
+            ref = _without_reuse(decoder, ids, max_new_tokens=p.max_new, **sampling)
+            ar = list(ref.token_ids)
+            for m in methods:
+                inputs = method_inputs(m)
+                if "references" in inputs and m != "auto" and not p.references:
+                    continue  # llma drafts from documents only; this prompt has none
+                if m in ("rest",) and not decoder.indexes:
+                    continue
+                if m == "history" and decoder.history is None:
+                    continue
+                refs = list(p.references) if p.references and "references" in inputs else None
+                out = list(decoder.generate(ids, method=m, max_new_tokens=p.max_new, references=refs,
+                                            **sampling).token_ids)
+                t = tally[m]
+                t.generations += 1
+                t.tokens += len(out)
+                if out != ar:
+                    pos = next((k for k, (a, b) in enumerate(zip(ar, out)) if a != b), min(len(ar), len(out)))
+                    a_tok = ar[pos] if pos < len(ar) else -1
+                    b_tok = out[pos] if pos < len(out) else -1
+                    gap = flip_gap(decoder, ids, ar, pos) if pos < len(ar) and not sampling else float("nan")
+                    t.mismatches.append(Mismatch(m, pi, p.kind, pos, a_tok, b_tok, gap))
+                    log(f"MISMATCH {m} prompt {pi} ({p.kind}) at token {pos}: ar {a_tok}, {m} {b_tok}, gap {gap:.3g}")
         if (pi + 1) % 10 == 0 or pi + 1 == len(prompts):
             done = sum(t.generations for t in tally.values())
             bad = sum(len(t.mismatches) for t in tally.values())
@@ -247,6 +279,12 @@ def main(argv=None) -> int:
                     help="sample at this temperature (prompt i with seed i); 'draft' is left out (its sampled "
                          "drafts are not tied to the seed)")
     ap.add_argument("--top-p", type=float, default=1.0)
+    ap.add_argument("--second-turns", action="store_true",
+                    help="give each chat prompt a next turn too (its first turn, ar's answer, a follow-up): its "
+                         "first turn's rows come from the prefix store (Decoder(prefix_cache_mb=...))")
+    ap.add_argument("--prefix-cache-mb", type=float, default=None,
+                    help="the decoder's prefix store (default: the decoder's, on in the quantized formats); "
+                         "ar, the reference, always runs without it")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--part", default="0/1", metavar="I/K",
                     help="run only prompts I, I+K, I+2K, ... (K processes, one core each, split one audit)")
@@ -283,12 +321,13 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as history:
         dec = Decoder(args.model, dtype=args.dtype, hf_kernels=args.hf_kernels, weights=args.weights,
-                      indexes=list(args.index) or None, history=history, draft_layers=args.draft_layers)
+                      indexes=list(args.index) or None, history=history, draft_layers=args.draft_layers,
+                      prefix_cache_mb=args.prefix_cache_mb)
         print(f"{len(prompts)} prompts, methods {methods}, {args.dtype}, weights {dec.weights or '-'}, "
-              f"backend {dec.verifier.backend}, "
+              f"backend {dec.verifier.backend}, prefix reuse {'on' if dec.prefixes else 'off'}, "
               f"{torch.get_num_threads()} threads", file=sys.stderr)
         tally = audit(dec, prompts, methods, log=lambda s: print(s, file=sys.stderr, flush=True),
-                      temperature=args.temperature, top_p=args.top_p)
+                      temperature=args.temperature, top_p=args.top_p, second_turns=args.second_turns)
         widths = width_rows(dec, prompts[:args.width_prompts]) if args.width_prompts else {}
     seconds = time.perf_counter() - t0
     print(f"\n{'method':10} {'generations':>11} {'tokens':>8} {'mismatches':>10}  gaps at the flips")
@@ -306,7 +345,7 @@ def main(argv=None) -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({
             "config": {**{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-                       "backend": dec.verifier.backend, "weights_used": dec.weights, "machine": device_description(dec.verifier.device),
+                       "backend": dec.verifier.backend, "prefix_reuse": dec.prefixes is not None, "weights_used": dec.weights, "machine": device_description(dec.verifier.device),
                        "torch": torch.__version__, "seconds": seconds},
             "methods": {m: {"generations": t.generations, "tokens": t.tokens,
                             "mismatches": [asdict(x) for x in t.mismatches]} for m, t in tally.items()},

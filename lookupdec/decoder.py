@@ -181,8 +181,8 @@ class Decoder:
         fast = self.verifier.fast
         if fast is None:
             if mb:
-                raise ValueError("prefix_cache_mb needs the fast forward (a CPU and hf_kernels=False); "
-                                 "leave it unset or 0 here")
+                raise ValueError("prefix_cache_mb needs lookupdec's fast forward (a Llama-family model on a CPU, "
+                                 "hf_kernels=False); this decoder runs transformers' forward: leave it unset or 0")
             return None
         if mb is None:
             mb = DEFAULT_PREFIX_MB if fast.rows_independent else 0.0

@@ -71,9 +71,9 @@ from lookupdec.deferred import unread_error
 from lookupdec.products import QUANTIZED_FORMATS, Product, make_linear, weights_unavailable_reason
 from lookupdec.release import release_linear, return_freed_memory
 
-# Rows of a prompt per forward where it runs through the native attention: measured on the embedded
-# model (quantized, 2-core AMD EPYC with AVX-512), 128-row chunks prefilled 128-1024 tokens at
-# 0.94-1.06x the time of one SDPA forward, whole-prompt native forwards up to 1.2x.
+# Rows of a prompt per forward where it runs through the native attention: on the embedded model
+# (quantized, 2-core AMD EPYC with AVX-512; benchmarks/prefill.py) 128-row chunks prefilled 128-1024
+# tokens in 0.97-1.08x the time of one SDPA forward; 64- and 256-row chunks and whole prompts were no faster.
 PREFILL_CHUNK = 128
 
 def _dense_linear(module) -> tuple[torch.Tensor, torch.Tensor | None]:

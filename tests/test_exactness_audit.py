@@ -82,3 +82,29 @@ def test_draft_without_a_draft_model_is_a_usage_error(ex, model_dir):
     with pytest.raises(SystemExit) as e:
         ex.main(["--model", model_dir, "--n", "1", "--methods", "draft"])
     assert e.value.code == 2
+
+
+def test_second_turns_reuse_rows_the_methods_left_and_are_held_to_ar_without_reuse(ex):
+    """Quantized (reuse on by default): every turn's reference is ar with the store set aside."""
+    from lookupdec.decoder import Decoder
+    from tests.test_quantized import _blockified
+
+    dec = Decoder(_blockified(0), weights="quantized", draft_budget=24)
+    prompts = [p for p in ex.prompt_set(40, max_len=24) if p.chat and len(p.text) < 100][:3]
+    assert len(prompts) == 3
+    seen = []
+    real = dec.generate
+
+    def watched(prompt, method="auto", **kw):
+        res = real(prompt, method=method, **kw)
+        seen.append((method, dec.prefixes is not None, res.cached_tokens))
+        return res
+
+    dec.generate = watched
+    tally = ex.audit(dec, prompts, ["pld", "auto"], log=lambda s: None, second_turns=True)
+    assert tally["pld"].generations == tally["auto"].generations == 6  # two turns of each prompt
+    assert not any(t.mismatches for t in tally.values())
+    assert all(not on for m, on, _ in seen if m == "ar") and all(on for m, on, _ in seen if m != "ar")
+    # Each second turn found its first turn's prompt and answer kept (well beyond the system prompt).
+    second = [cached for m, on, cached in seen if m == "pld"][1::2]
+    assert min(second) > 24

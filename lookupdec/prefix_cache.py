@@ -2,8 +2,10 @@
 (a chat's next turn, a shared system prompt, the same document asked about again) prefills
 only the tokens after them.
 
-A finished sequence's rows are kept with their tokens (its prompt and its output); a later
-prompt takes the rows of its longest common prefix with any kept sequence and runs the rest.
+A sequence's prompt rows are kept as soon as it is prefilled (so requests decoding beside it,
+the same document asked about at once, reuse them too), and all its rows with their tokens (its
+prompt and its output) when it finishes; a later prompt takes the rows of its longest common
+prefix with any kept sequence and runs the rest.
 The store holds at most ``max_mb`` MiB of rows, least recently used dropped first; a kept
 sequence whose tokens begin another's is dropped as the longer one arrives.
 

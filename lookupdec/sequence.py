@@ -168,7 +168,7 @@ class Sequence:
         self.stream = TextStream(decoder.tokenizer, list(stops), on_text)
         self.cache = None
         # Rows reused across requests (``lookupdec.prefix_cache``; None: off): filled before the
-        # prefill, this sequence's rows kept when it finishes.
+        # prefill; the prompt's rows kept after it, all of this sequence's when it finishes.
         self.prefixes = getattr(decoder, "prefixes", None)
         self.cached_tokens = 0
         self.past = len(self.prompt_ids)
@@ -201,6 +201,8 @@ class Sequence:
             if self.prefixes is not None:
                 self.cached_tokens = self.prefixes.fill(self.cache, self.prompt_ids)
             logits = verifier.prefill(self.cache, list(self.prompt_ids))
+            if self.prefixes is not None:  # the prompt's rows at once: requests decoding beside it reuse them too
+                self.prefixes.keep(self.prompt_ids, self.cache)
             t2 = time.perf_counter()
             outcome = StepOutcome.plain([self._choose(logits)])
             k = topk_of(self.drafter)

@@ -141,6 +141,13 @@ def test_every_method_with_reuse_equals_itself_without_on_unscaled_weights(seed)
     want = plain.generate_batch([second, other], method="auto", max_new_tokens=32, batch_size=2)
     assert [r.token_ids for r in got] == [r.token_ids for r in want]
     assert got[0].cached_tokens > len(first) and got[1].cached_tokens == 20
+    # The same long prompt twice in one batch: the second reuses the first's prompt rows while
+    # the first is still decoding (kept at its prefill, not only when it finishes).
+    dec.prefixes.clear()
+    got = dec.generate_batch([second, second], method="pld", max_new_tokens=24, batch_size=2)
+    want = plain.generate(second, method="pld", max_new_tokens=24)
+    assert [r.token_ids for r in got] == [want.token_ids] * 2
+    assert got[0].cached_tokens == 0 and got[1].cached_tokens == len(second) - 1
 
 
 def test_float32_reuse_when_asked_for_keeps_the_logits_within_rounding():

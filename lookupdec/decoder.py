@@ -25,7 +25,7 @@ from lookupdec.drafters.state import DrafterState
 from lookupdec.errors import ModelLoadError
 from lookupdec.methods import METHODS, make_drafter, method_inputs, method_prices  # noqa: F401  (METHODS: re-exported)
 from lookupdec.models import LoadedModel, load_model
-from lookupdec.prefix_cache import DEFAULT_MB as DEFAULT_PREFIX_MB, PrefixCache, check_prefix_cache_mb
+from lookupdec.prefix_cache import check_prefix_cache_mb, prefix_store
 from lookupdec.prompts import encode_prompt
 from lookupdec.results import GenerationResult
 from lookupdec.sequence import Sequence as DecodeSequence  # typing's Sequence is used below
@@ -174,19 +174,8 @@ class Decoder:
             from lookupdec.drafters.small_lm import DraftModel
 
             self.draft = DraftModel(draft_loaded, fast=not hf_kernels and fast_kernels_available(draft_loaded.model))
-        self.prefixes = self._prefix_store(prefix_cache_mb)
+        self.prefixes = prefix_store(self.verifier.fast, prefix_cache_mb)
         self.reset_state()  # what drafting learns across requests, handed to the drafters (drafters/state.py)
-
-    def _prefix_store(self, mb: float | None) -> PrefixCache | None:
-        fast = self.verifier.fast
-        if fast is None:
-            if mb:
-                raise ValueError("prefix_cache_mb needs lookupdec's fast forward (a Llama-family model on a CPU, "
-                                 "hf_kernels=False); this decoder runs transformers' forward: leave it unset or 0")
-            return None
-        if mb is None:
-            mb = DEFAULT_PREFIX_MB if fast.rows_independent else 0.0
-        return PrefixCache(mb) if mb else None
 
     @property
     def model(self):

@@ -32,8 +32,8 @@ computation from the loaded model's own weights with the fewest torch calls:
   (``benchmarks/forward_widths.py``, quantized weights, 2-core Xeon). The
   native routine treats each (row, head) alone in a fixed order, so with row-independent
   products (the quantized formats') a tree node's logits are bit for bit those of decoding its
-  chain one token at a time, and a prompt's rows (``PREFILL_CHUNK`` at a time, under a causal
-  bias) are those of feeding it in any split: a prefix's rows reused from an earlier sequence
+  chain one token at a time, and a prompt's rows (``lookupdec.prefill``: 128 at a time, under a
+  causal bias) are those of feeding it in any split: a prefix's rows reused from an earlier sequence
   (``lookupdec.prefix_cache``) give the very bits of prefilling it again;
 - the final norm and ``lm_head`` only for the rows whose logits are needed
   (``logit_rows="hidden"`` defers ``lm_head`` so a verifier can compute only
@@ -66,15 +66,11 @@ from lookupdec.kvcache import FlatKVCache
 from lookupdec.inference import inference
 from lookupdec._native import attend_ptr, rms_norm_ptr
 from lookupdec.native_layers import layer_table, native_steps, run_layers
+from lookupdec.prefill import chunked_prefill, sdpa_prefill
 from lookupdec.blocks import concat_rows, embedding_rows
 from lookupdec.deferred import unread_error
 from lookupdec.products import QUANTIZED_FORMATS, Product, make_linear, weights_unavailable_reason
 from lookupdec.release import release_linear, return_freed_memory
-
-# Rows of a prompt per forward where it runs through the native attention: on the embedded model
-# (quantized, 2-core AMD EPYC with AVX-512; benchmarks/prefill.py) 128-row chunks prefilled 128-1024
-# tokens in 0.97-1.08x the time of one SDPA forward; 64- and 256-row chunks and whole prompts were no faster.
-PREFILL_CHUNK = 128
 
 def _dense_linear(module) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Weight and bias of an ``nn.Linear`` or of a ``PackedLinear`` (packed by ``fast_kernels``)."""
@@ -293,9 +289,9 @@ class FastForward:
         h = x = None  # h: every row final-normed (the native body), x: residual rows (the general path)
         if causal:
             if cache.length or self.rows_independent:
-                h = self._causal_chunks(cache, ids, positions)
+                h = chunked_prefill(self, cache, ids, positions)
             else:
-                x = self._prefill(cache, ids, positions)
+                x = sdpa_prefill(self, cache, ids, positions)
         elif self.native is not None:
             h = self.native.hidden(cache, ids, positions, bias)
         if h is None and x is None:
@@ -351,45 +347,6 @@ class FastForward:
             offs.append(offs[-1] + w)
         hidden = self.final_hidden(x)
         return [hidden[offs[s]:offs[s + 1]] for s in range(n)]
-
-    def _prefill(self, cache: FlatKVCache, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """Causal forward of ``ids`` on an empty cache (a prompt): attention by torch's SDPA, whose
-        blocked products suit many rows over many keys. Returns the residual rows."""
-        w = ids.shape[0]
-        cache.reserve(w)
-        H, Hk, D = self.n_heads, self.n_kv_heads, self.head_dim
-        q_size, kv_size = H * D, Hk * D
-        x, cos, sin = self._start(ids, positions)
-        kv = cache.kv
-        for li, layer in enumerate(self.layers):
-            qkv = layer.qkv(self._rms(x, layer.in_norm, self.eps))       # (W, (H + 2 Hk) D)
-            qk = self._rope(qkv, cos, sin)
-            # Keys and values go straight into the cache rows 0..w (layout: head, row, dim).
-            kv[li, 0, :, :w] = qk[:, H:].transpose(0, 1)
-            kv[li, 1, :, :w] = qkv[:, q_size + kv_size:].view(w, Hk, D).transpose(0, 1)
-            q = qk[:, :H].transpose(0, 1).unsqueeze(0)                   # (1, H, W, D)
-            k = kv[li, 0, :, :w].unsqueeze(0)                            # (1, Hk, W, D)
-            v = kv[li, 1, :, :w].unsqueeze(0)
-            o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scaling, enable_gqa=H != Hk)
-            x.add_(layer.o(o[0].transpose(0, 1).reshape(w, q_size)))
-            self._mlp(x, layer)
-        cache.length = w
-        return x
-
-    def _causal_chunks(self, cache: FlatKVCache, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """Prompt rows on top of the cache's, ``PREFILL_CHUNK`` at a time, each chunk a step's forward
-        (native attention) under a causal bias. Returns every row final-normed ``(W, hidden)``."""
-        w, past = ids.shape[0], cache.length
-        low = torch.finfo(torch.float32).min
-        out = []
-        for s in range(0, w, PREFILL_CHUNK):
-            n, p = min(PREFILL_CHUNK, w - s), past + s
-            bias = torch.zeros(n, p + n)
-            bias[:, p:] = torch.full((n, n), low).triu_(1)
-            chunk, pos = ids[s:s + n].contiguous(), positions[s:s + n].contiguous()
-            h = None if self.native is None else self.native.hidden(cache, chunk, pos, bias)
-            out.append(self.final_hidden(self._layers([cache], chunk, pos, [n], [bias])) if h is None else h)
-        return out[0] if len(out) == 1 else torch.cat(out)
 
     def _layers(self, caches: list[FlatKVCache], ids: torch.Tensor, positions: torch.Tensor, widths: list[int],
                 biases: list[torch.Tensor | None]) -> torch.Tensor:

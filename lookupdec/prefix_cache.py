@@ -67,6 +67,20 @@ def check_prefix_cache_mb(value, name: str = "prefix_cache_mb") -> float | None:
     return float(value)
 
 
+def prefix_store(fast, mb: float | None) -> "PrefixCache | None":
+    """A decoder's store: ``mb`` MiB (checked), or for None ``DEFAULT_MB`` where rows do not depend on
+    their forward (``fast.rows_independent``) and none elsewhere; ``fast`` is the verifier's
+    ``FastForward`` (None on transformers' forward, which cannot reuse rows: ValueError if asked)."""
+    if fast is None:
+        if mb:
+            raise ValueError("prefix_cache_mb needs lookupdec's fast forward (a Llama-family model on a CPU, "
+                             "hf_kernels=False); this decoder runs transformers' forward: leave it unset or 0")
+        return None
+    if mb is None:
+        mb = DEFAULT_MB if fast.rows_independent else 0.0
+    return PrefixCache(mb) if mb else None
+
+
 def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
     """How many leading tokens ``a`` and ``b`` share."""
     n = min(len(a), len(b))

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-import lookupdec.fast_forward as fast_forward
+import lookupdec.prefill as prefill
 from lookupdec.decoder import Decoder
 from lookupdec.kvcache import FlatKVCache
 from lookupdec.prefix_cache import PrefixCache, common_prefix
@@ -98,7 +98,7 @@ def test_a_prompts_rows_are_the_same_bits_however_it_is_split(weights, monkeypat
     import lookupdec.products as products
 
     monkeypatch.setattr(products, "qmatmul_bf16_native", lambda: True)
-    monkeypatch.setattr(fast_forward, "PREFILL_CHUNK", 7)  # chunk edges inside a short prompt
+    monkeypatch.setattr(prefill, "PREFILL_CHUNK", 7)  # chunk edges inside a short prompt
     dec = Decoder(_blockified(2), weights=weights, prefix_cache_mb=0)
     verifier = dec.verifier
     prompt = np.random.default_rng(2).integers(3, TINY_VOCAB, 40).tolist()

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 # Rows of a prompt per forward on the chunked path: on the embedded model (quantized, 2-core AMD EPYC
 # with AVX-512; benchmarks/prefill.py) 128-row chunks prefilled 128-1024 tokens in 0.97-1.08x the
-# time of one SDPA forward; 64- and 256-row chunks and whole prompts were no faster.
+# time of one SDPA forward.
 PREFILL_CHUNK = 128
 
 

@@ -1,10 +1,11 @@
 """Prompt prefill on the embedded model: its two paths, and what prefix reuse saves.
 
 - ``paths``: for each weight format in ``--weights`` and prompt length in ``--lengths`` (random
-  tokens), one prefill (``FastForward.forward(..., causal=True)`` on an empty cache) through torch's
-  SDPA and through the native attention 128 rows at a time (``PREFILL_CHUNK``), the two
-  alternating call by call (``alternation.alternated_ms``). The quantized formats use the chunks
-  (their rows are then the same bits however a prompt is split), the float formats SDPA.
+  tokens), one prefill on an empty cache through each of ``lookupdec.prefill``'s paths, torch's
+  SDPA and the native attention 128 rows at a time, the two alternating call by call
+  (``alternation.alternated_ms``). ``FastForward.forward(..., causal=True)`` takes the chunks in the
+  quantized formats (their rows are then the same bits however a prompt is split), SDPA in the float
+  formats.
 - ``reuse``: ``Decoder.generate(prompt, method="ar", max_new_tokens=1)`` (the public call: a
   prompt's prefill and its first token) in the quantized format, with prefix reuse and without,
   alternating call by call. With reuse, the store holds only what an earlier, different request
@@ -44,21 +45,23 @@ def _ints(text: str, name: str, ap) -> list[int]:
 
 
 def time_paths(ff, lengths: list[int], repeats: int) -> dict:
-    """Median ms of one prefill of ``ff`` (a ``FastForward``) through each path, per prompt length."""
+    """Median ms of one prefill of ``ff`` (a ``FastForward``) through each path, per prompt length, and
+    the path its ``forward`` takes for a prompt on an empty cache."""
     import torch
 
-    own = ff.rows_independent
+    from lookupdec.prefill import chunked_prefill, sdpa_prefill
+
     out = {}
     for n in lengths:
-        ids = torch.randint(100, ff.vocab - 1, (n,))
+        ids, positions = torch.randint(100, ff.vocab - 1, (n,)), torch.arange(n)
+        path = {}
 
         def prefill():
-            ff.forward(ff.new_cache(n + 8), ids, torch.arange(n), None, [n - 1], causal=True)
+            path["run"](ff, ff.new_cache(n + 8), ids, positions)
 
-        out[str(n)] = alternated_ms(prefill, {"sdpa": lambda: setattr(ff, "rows_independent", False),
-                                              "chunks": lambda: setattr(ff, "rows_independent", True)}, repeats)
-    ff.rows_independent = own
-    return {"default": "chunks" if own else "sdpa", "ms": out}
+        out[str(n)] = alternated_ms(prefill, {"sdpa": lambda: path.update(run=sdpa_prefill),
+                                              "chunks": lambda: path.update(run=chunked_prefill)}, repeats)
+    return {"default": "chunks" if ff.rows_independent else "sdpa", "ms": out}
 
 
 def time_reuse(dec, questions: list[dict], repeats: int, answer_tokens: int) -> list[dict]:
@@ -86,8 +89,7 @@ def time_reuse(dec, questions: list[dict], repeats: int, answer_tokens: int) -> 
                 dec.generate(before, method="ar", max_new_tokens=answer_tokens if kind == "second turn" else 1)
 
             ms = alternated_ms(call, {"reuse": with_reuse, "none": lambda: setattr(dec, "prefixes", None)}, repeats)
-            with_reuse()
-            call()
+            call()  # alternated_ms leaves the first variant set: the reuse this prompt gets
             rows.append({"question": q["question_id"], "category": q["category"], "case": kind,
                          "prompt_tokens": len(ids), "reused_tokens": seen["cached"], "ms": ms})
     dec.prefixes = store

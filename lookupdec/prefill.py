@@ -1,7 +1,7 @@
 """A prompt's rows through ``lookupdec.fast_forward.FastForward``: the two paths of a prefill.
 
 - ``sdpa_prefill``: a whole prompt on an empty cache, attention by torch's SDPA, whose blocked
-  products suit many rows over many keys (the float formats: 3-13% faster than the chunks from
+  products suit many rows over many keys (the float formats: 3-18% faster than the chunks from
   512 tokens on, ``benchmarks/prefill.py``);
 - ``chunked_prefill``: the rows on top of the cache's (empty, or a reused prefix's),
   ``PREFILL_CHUNK`` at a time, each chunk a step's forward (the native attention) under a causal
@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 
 # Rows of a prompt per forward on the chunked path: on the embedded model (quantized, 2-core AMD EPYC
-# with AVX-512; benchmarks/prefill.py) 128-row chunks prefilled 128-1024 tokens in 0.97-1.08x the
-# time of one SDPA forward.
+# with AVX-512; benchmarks/prefill.py) 128-row chunks prefilled 128-1024 tokens in 0.93-1.08x the
+# time of one SDPA forward (two runs).
 PREFILL_CHUNK = 128
 
 

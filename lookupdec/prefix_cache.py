@@ -36,7 +36,6 @@ DEFAULT_MB = 256.0
 class _Kept:
     ids: np.ndarray          # (n,) int64: the tokens whose rows are kept
     kv: "torch.Tensor"       # (layers, 2, kv_heads, n, head_dim): their rows
-    nbytes: int
 
 
 @dataclass(frozen=True)
@@ -164,14 +163,13 @@ class PrefixCache:
             if shared == len(kept.ids):  # a prefix of these tokens: the new rows cover it
                 self._drop(key)
         kv = cache.kv[:, :, :, :n].clone()
-        nbytes = kv.numel() * kv.element_size()
-        if nbytes > self.max_bytes:
+        if kv.nbytes > self.max_bytes:
             return
-        while self._kept and self._bytes + nbytes > self.max_bytes:
+        while self._kept and self._bytes + kv.nbytes > self.max_bytes:
             self._drop(next(iter(self._kept)))
-        self._kept[self._next] = _Kept(ids, kv, nbytes)
+        self._kept[self._next] = _Kept(ids, kv)
         self._next += 1
-        self._bytes += nbytes
+        self._bytes += kv.nbytes
 
     def _drop(self, key: int) -> None:
-        self._bytes -= self._kept.pop(key).nbytes
+        self._bytes -= self._kept.pop(key).kv.nbytes

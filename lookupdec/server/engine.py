@@ -377,4 +377,3 @@ def _user_error(job: Job, exc: Exception) -> APIError:
     param = next((p for p in ("references", "prediction", "temperature", "top_p", "top_k", "seed", "stop")
                   if p in msg), None)
     return APIError(msg, 400, param)
-

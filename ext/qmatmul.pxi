@@ -11,6 +11,11 @@ cdef extern from "qmatmul.h" nogil:
     int LK_Q4_1
     int LK_Q8_0
     int LK_BF16
+    int LK_I8
+    int64_t lk_qpack_i8_bytes(int fmt, int64_t n, int64_t k)
+    int64_t lk_qpack_i8_floats(int fmt, int64_t n, int64_t k)
+    void lk_qpack_i8(int fmt, const uint8_t *qs, const float *dm, int64_t n, int64_t k, uint8_t *pq, float *pdm)
+    int lk_qmatmul_i8_native()
     int lk_qmatmul(int fmt, const float *x, int64_t rows, int64_t k, const uint8_t *qs, const float *dm,
                    int64_t n, float *y, int threads)
     const char *lk_qmatmul_isa()
@@ -62,6 +67,7 @@ cdef extern from "qpool.h" nogil:
 
 QMATMUL_FORMATS = {"q4_1": 0, "q8_0": 1}
 QMATMUL_BF16 = LK_BF16  # or'ed into a format: bfloat16 products (qmatmul.h)
+QMATMUL_I8 = LK_I8  # or'ed into a format: 8-bit activations, on weights repacked by qpack_i8 (qmatmul.h)
 
 
 def qmatmul_ptr(int fmt, size_t x, int64_t rows, int64_t k, size_t qs, size_t dm, int64_t n, size_t y,
@@ -69,11 +75,12 @@ def qmatmul_ptr(int fmt, size_t x, int64_t rows, int64_t k, size_t qs, size_t dm
     """``y = x @ W.T`` over raw addresses; the caller (lookupdec.products) owns the checks.
 
     ``x``: rows x k float32, ``y``: rows x n float32, both C-contiguous; ``qs`` and ``dm``:
-    the blocks of ``fmt`` (0 Q4_1, 1 Q8_0; or'ed with ``QMATMUL_BF16``: bfloat16 products) as
+    the blocks of ``fmt`` (0 Q4_1, 1 Q8_0; or'ed with ``QMATMUL_BF16``: bfloat16 products; or with
+    ``QMATMUL_I8``: 8-bit activations, ``qs`` and ``dm`` then repacked by ``qpack_i8``) as
     qmatmul.h lays them out; k a multiple of 32.
     Every address must stay valid for the call (the GIL is released during it).
     """
-    if fmt & ~LK_BF16 not in (0, 1) or rows < 0 or n < 0 or k % 32:
+    if fmt & ~(LK_BF16 | LK_I8) not in (0, 1) or rows < 0 or n < 0 or k % 32:
         raise ValueError("qmatmul: bad format or shape")
     cdef int rc
     with nogil:
@@ -91,6 +98,31 @@ def qmatmul_isa():
 def qmatmul_bf16_native():
     """Whether this CPU runs the bfloat16 products (``QMATMUL_BF16``) natively (AVX-512 BF16); else they run in C."""
     return bool(lk_qmatmul_bf16_native())
+
+
+def qmatmul_i8_native():
+    """Whether this CPU runs the 8-bit products (``QMATMUL_I8``) natively (AVX-512 VNNI); else they run in C."""
+    return bool(lk_qmatmul_i8_native())
+
+
+def qpack_i8(int fmt, const uint8_t[:, ::1] qs, const float[:, ::1] dm, int64_t n, int64_t k):
+    """The blocks of an ``n`` x ``k`` matrix in format ``fmt`` (0 Q4_1, 1 Q8_0; ``qs`` and ``dm`` as
+    qmatmul.h lays them out, one row of blocks per output) repacked for ``QMATMUL_I8`` products:
+    ``(bytes, floats)`` as numpy arrays (outputs padded to a multiple of 16)."""
+    if fmt not in (0, 1) or n < 0 or k % 32:
+        raise ValueError("qpack_i8: bad format or shape")
+    nblk = k // 32
+    if qs.shape[0] != n or qs.shape[1] != nblk * (16 if fmt == 0 else 32) or dm.shape[0] != n \
+            or dm.shape[1] != nblk * (2 if fmt == 0 else 1):
+        raise ValueError("qpack_i8: blocks of the wrong shape for the matrix")
+    pq = np.empty(lk_qpack_i8_bytes(fmt, n, k), dtype=np.uint8)
+    pdm = np.empty(lk_qpack_i8_floats(fmt, n, k), dtype=np.float32)
+    cdef uint8_t[::1] pqv = pq
+    cdef float[::1] pdmv = pdm
+    if n and nblk:
+        with nogil:
+            lk_qpack_i8(fmt, &qs[0, 0], &dm[0, 0], n, k, &pqv[0], &pdmv[0])
+    return pq, pdm
 
 
 def qmatmul_bf16_isa():

@@ -85,7 +85,10 @@ class Decoder:
             half the bytes per forward), "quantized" (a GGUF's own Q4_1 / Q8_0 blocks,
             the same values as float32 at 6-9 bits each; native kernels), "quantized-bf16"
             (those blocks with the layers' products in bfloat16: cheaper wide forwards on
-            CPUs with AVX-512 BF16, a slightly different model; never picked by auto), or "auto"
+            CPUs with AVX-512 BF16, a slightly different model; never picked by auto),
+            "quantized-int8" (those blocks against activations rounded to 8 bits per block of 32,
+            the block sums in integers, as llama.cpp computes them: much cheaper wide forwards on
+            CPUs with AVX-512 VNNI, a slightly different model; never picked by auto), or "auto"
             (default): for a GGUF file whose matrices are quantized or float16, the
             format that measured fastest on this machine (cached), else float32; see
             ``lookupdec.weights``. Greedy output

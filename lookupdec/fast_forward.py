@@ -3,9 +3,10 @@
 Its linear weights are stored in one of ``lookupdec.products.WEIGHT_FORMATS``: "float32" (the
 model's own values), "float16" (rounded once; half the bytes read per forward,
 which is what bounds a CPU forward), "quantized" (the Q4_1 / Q8_0 blocks a GGUF
-model was dequantized from: float32's values from 6-9 bits each) or "quantized-bf16"
-(those blocks, the layers' products rounded to bfloat16 and summed in float32);
-accumulation, norms, attention and the KV cache are float32 in all four.
+model was dequantized from: float32's values from 6-9 bits each), "quantized-bf16"
+(those blocks, the layers' products rounded to bfloat16 and summed in float32) or
+"quantized-int8" (those blocks against the activations rounded to 8 bits per block of 32,
+summed in integers a block at a time); norms, attention and the KV cache are float32 in all.
 
 transformers' forward spends as much time in per-module Python, mask
 building and layout conversions as in the matrix products on a small model
@@ -124,9 +125,11 @@ class FastForward:
             activations and accumulation stay float32) or "quantized" (the GGML blocks
             the float32 values were dequantized from, lookupdec's native products;
             ``lookupdec.blocks``) or "quantized-bf16" (those blocks, each weight and input
-            rounded to bfloat16 in the products, float32 sums). Every product is in this
-            format: q/k/v, o, gate/up, down and ``lm_head`` (which "quantized-bf16" keeps in
-            "quantized": a step computes few of its rows). Norms, the embedding
+            rounded to bfloat16 in the products, float32 sums) or "quantized-int8" (those
+            blocks, each input rounded to 8 bits per block of 32, integer block sums). Every
+            product is in this format: q/k/v, o, gate/up, down and ``lm_head`` (which
+            "quantized-bf16" and "quantized-int8" keep in "quantized": a step computes few of
+            its rows). Norms, the embedding
             table, rotary tables and the KV cache stay float32.
         layers: build only the first ``layers`` decoder layers and no ``lm_head`` (for timing
             a format without a second full copy of the weights, ``lookupdec.weights``: such a
@@ -186,9 +189,9 @@ class FastForward:
             raise unread_error("the embedding")
         self.final_norm = inner.norm.weight.detach().float().contiguous()
         w, b = _dense_linear(model.lm_head)
-        # lm_head keeps float32 products in the bfloat16 format: a step computes few of its rows
-        # (the acceptance walk's), where bfloat16 saves nothing and its rounding would touch the logits.
-        head = "quantized" if weights == "quantized-bf16" else weights
+        # lm_head keeps float32 products in the bfloat16 and 8-bit formats: a step computes few of its
+        # rows (the acceptance walk's), where they save little and their rounding would touch the logits.
+        head = "quantized" if weights in ("quantized-bf16", "quantized-int8") else weights
         tied = model.lm_head.weight is inner.embed_tokens.weight
         if layers is not None:
             self.lm_head = None

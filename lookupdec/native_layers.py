@@ -8,7 +8,7 @@ output still depends only on its own input, its sequence's cache and the instruc
 tree node's logits stay bit for bit those of decoding its path one token at a time, alone or
 in a batch (tests/test_native_layers.py).
 
-It serves the "quantized" and "quantized-bf16" formats' products (``lookupdec.products._LinearQuant``) without
+It serves the quantized formats' products (``lookupdec.products._LinearQuant``) without
 biases; other formats and biased products keep the Python loop of ``FastForward._layers``.
 The prompt's prefill keeps the Python loop too (torch's attention suits many rows).
 """

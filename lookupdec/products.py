@@ -7,7 +7,9 @@ to float16 once for fbgemm, activations and accumulation staying float32
 (``_LinearF16``); "quantized" keeps the GGML blocks the values were
 dequantized from and multiplies with lookupdec's native kernel
 (``_LinearQuant``, ext/csrc/qmatmul.c); "quantized-bf16" rounds those weights and the
-inputs to bfloat16 in the product (``_LinearQuantBF16``). ``WEIGHT_FORMATS`` lists the formats;
+inputs to bfloat16 in the product (``_LinearQuantBF16``); "quantized-int8" rounds the inputs to 8 bits
+per block of 32 and sums each block in integers, as llama.cpp does (``_LinearQuantI8``).
+``WEIGHT_FORMATS`` lists the formats;
 ``weights_unavailable_reason`` says why this torch or CPU cannot run one.
 """
 from __future__ import annotations
@@ -17,7 +19,8 @@ from typing import Union
 import torch
 
 from lookupdec.deferred import unread_error
-from lookupdec._native import QMATMUL_BF16, QMATMUL_FORMATS, qmatmul_bf16_native, qmatmul_ptr
+from lookupdec._native import (QMATMUL_BF16, QMATMUL_FORMATS, QMATMUL_I8, qmatmul_bf16_native, qmatmul_i8_native,
+                               qmatmul_ptr, qpack_i8)
 
 # Products with fewer rows are padded to this many (see _Linear.__call__).
 MIN_PRODUCT_ROWS = 4
@@ -146,6 +149,27 @@ class _LinearQuantBF16(_LinearQuant):
         self.fmt |= QMATMUL_BF16
 
 
+class _LinearQuantI8(_LinearQuant):
+    """``_LinearQuant`` with 8-bit activations: each input row rounded to 8 bits per block of 32
+    (its own scale, the block's largest magnitude over 127), each block's sum taken in integers
+    against the weights' own 4- or 8-bit integers (AVX-512 VNNI: 64 multiply-adds an instruction,
+    against float32's 16), then scaled by the two blocks' scales. This is how llama.cpp multiplies
+    these blocks. The weights are repacked for it once (16 outputs in a vector's lanes; same
+    bytes). Still one fixed order per output, row-independent bit for bit, so a row of a wide
+    verify forward is the row a one-row step computes. The rounding changes the model (the inputs
+    to 8 bits a block): the format is offered, never chosen by ``auto``.
+    """
+
+    __slots__ = ()
+    weights = "quantized-int8"
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, blocks=None) -> None:
+        super().__init__(weight, bias, blocks)
+        pq, pdm = qpack_i8(self.fmt, self.qs.numpy(), self.dm.numpy(), self.out_features, self.in_features)
+        self.qs, self.dm = torch.from_numpy(pq), torch.from_numpy(pdm)
+        self.fmt |= QMATMUL_I8
+
+
 def _padded(x: torch.Tensor) -> torch.Tensor:
     """``x`` (fewer than ``MIN_PRODUCT_ROWS`` rows) with zero rows below it up to that many."""
     xp = x.new_zeros((MIN_PRODUCT_ROWS, x.shape[1]))
@@ -169,7 +193,8 @@ def _small_products_round_alike(packed, in_features: int) -> bool:
 
 
 # The weight formats of the fast forward, and the product class of each.
-_LINEARS = {"float32": _Linear, "float16": _LinearF16, "quantized": _LinearQuant, "quantized-bf16": _LinearQuantBF16}
+_LINEARS = {"float32": _Linear, "float16": _LinearF16, "quantized": _LinearQuant, "quantized-bf16": _LinearQuantBF16,
+            "quantized-int8": _LinearQuantI8}
 WEIGHT_FORMATS = tuple(_LINEARS)
 # The weight formats that keep a GGUF's blocks (``lookupdec.blocks.BLOCK_FORMATS``: Q4_1, Q8_0) and read them
 # from its file: they never need the float32 matrices.
@@ -192,6 +217,8 @@ def weights_unavailable_reason(weights: str) -> str:
         return "float16 weights need torch's fbgemm kernels (x86 CPUs), which this torch lacks"
     if weights == "quantized-bf16" and not qmatmul_bf16_native():
         return "quantized-bf16 weights need a CPU with AVX-512 BF16 instructions, which this one lacks"
+    if weights == "quantized-int8" and not qmatmul_i8_native():
+        return "quantized-int8 weights need a CPU with AVX-512 VNNI instructions, which this one lacks"
     return ""
 
 
@@ -224,4 +251,4 @@ def make_linear(weight: torch.Tensor, bias: torch.Tensor | None, weights: str = 
     return _LINEARS[weights](weight, bias, blocks)
 
 
-Product = Union[_Linear, _LinearF16, _LinearQuant, _LinearQuantBF16]  # what make_linear returns
+Product = Union[_Linear, _LinearF16, _LinearQuant, _LinearQuantBF16, _LinearQuantI8]  # what make_linear returns

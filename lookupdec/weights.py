@@ -19,11 +19,13 @@ with:
 
 "quantized-bf16" (those blocks, the layers' products rounded to bfloat16) changes the
 model as float16 does a float32 one: offered (``--weights quantized-bf16``, CPUs with
-AVX-512 BF16), never timed or chosen by ``auto``.
+AVX-512 BF16), never timed or chosen by ``auto``. So is "quantized-int8" (those blocks against
+the activations rounded to 8 bits per block of 32, the block sums in integers, as llama.cpp
+computes them; CPUs with AVX-512 VNNI).
 
 Models that run transformers' forward (not Llama-family, not float32 on a CPU,
 ``hf_kernels=True``) have no weight format: ``auto`` leaves them alone, and an
-explicit "float16", "quantized" or "quantized-bf16" is an error that says why.
+explicit "float16" or a quantized format is an error that says why.
 
 Exactness is per format: every method equals ``ar`` run in the same format.
 """
@@ -215,7 +217,7 @@ def build_verifier(build: Callable, model, *, weights: str, stored: str, fast: b
                              f"model cannot use: {unsupported}; use --weights float32 (or auto)")
         reason = weights_unavailable_reason(weights)
         if reason:
-            instead = "quantized" if weights == "quantized-bf16" else "float32"
+            instead = "quantized" if weights in ("quantized-bf16", "quantized-int8") else "float32"
             raise ValueError(f"weights={weights!r} (--weights {weights}) cannot run here: {reason}; "
                              f"use --weights {instead} (or auto)")
         return build(weights), WeightsChoice(weights, "asked for")

@@ -91,13 +91,14 @@ def test_the_default_is_on_where_reuse_is_exact_and_off_in_float32():
         Decoder(tiny_loaded(0), hf_kernels=True, prefix_cache_mb=8)
 
 
-@pytest.mark.parametrize("weights", ["quantized", "quantized-bf16"])
+@pytest.mark.parametrize("weights", ["quantized", "quantized-bf16", "quantized-int8"])
 def test_a_prompts_rows_are_the_same_bits_however_it_is_split(weights, monkeypatch):
     """Prefilled whole, in two parts, after a part fed one token at a time, and across chunk
     boundaries: the same cache rows and the same last logits, bit for bit."""
     import lookupdec.products as products
 
     monkeypatch.setattr(products, "qmatmul_bf16_native", lambda: True)
+    monkeypatch.setattr(products, "qmatmul_i8_native", lambda: True)
     monkeypatch.setattr(prefill, "PREFILL_CHUNK", 7)  # chunk edges inside a short prompt
     dec = Decoder(_blockified(2), weights=weights, prefix_cache_mb=0)
     verifier = dec.verifier

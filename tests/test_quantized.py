@@ -189,15 +189,15 @@ def _blockified(seed, scale=1.0, stored="quantized"):
     return LoadedModel(blockified_model(lm.model), lm.tokenizer, lm.name, lm.eos_ids, lm.max_context, stored)
 
 
-@pytest.mark.parametrize("weights", ["quantized", "quantized-bf16"])
+@pytest.mark.parametrize("weights", ["quantized", "quantized-bf16", "quantized-int8"])
 @pytest.mark.parametrize("seed", [0, 1])
 def test_quantized_trees_equal_quantized_ar_on_unscaled_weights_with_near_ties(seed, weights, monkeypatch):
-    """In both formats on the GGUF's blocks (quantized-bf16 on its plain-C route where the CPU lacks
-    AVX-512 BF16), every method, alone and batched, equals ``ar`` in the same format."""
-    if weights == "quantized-bf16":
-        import lookupdec.products as products
+    """In every format on the GGUF's blocks (quantized-bf16 and quantized-int8 on their plain-C routes where
+    the CPU lacks AVX-512 BF16 or VNNI), every method, alone and batched, equals ``ar`` in the same format."""
+    import lookupdec.products as products
 
-        monkeypatch.setattr(products, "qmatmul_bf16_native", lambda: True)
+    monkeypatch.setattr(products, "qmatmul_bf16_native", lambda: True)
+    monkeypatch.setattr(products, "qmatmul_i8_native", lambda: True)
     lm = _blockified(seed)
     dec = Decoder(lm, weights=weights, draft_budget=24)
     assert dec.weights == weights and dec.verifier.fast.weights == weights
@@ -255,9 +255,9 @@ def test_embedded_model_quantized_equals_its_float32_weights_and_methods_equal_a
             assert dec.generate(ids, method=method, max_new_tokens=40).token_ids == ar.token_ids, method
 
 
-@pytest.mark.parametrize("weights", ["quantized", "quantized-bf16"])
+@pytest.mark.parametrize("weights", ["quantized", "quantized-bf16", "quantized-int8"])
 def test_every_tree_row_is_the_bits_of_one_token_at_a_time_decoding(isa, weights, monkeypatch):
-    """With quantized weights (either format) every step of the fast forward treats rows alone (the products,
+    """With quantized weights (any of the formats) every step of the fast forward treats rows alone (the products,
     the norms and the native attention), so a verified tree node's logits are exactly those of feeding its
     root-to-node chain one token per forward, as ``ar`` does: not merely close."""
     import lookupdec.products as products
@@ -265,6 +265,7 @@ def test_every_tree_row_is_the_bits_of_one_token_at_a_time_decoding(isa, weights
     from tests.test_fast_forward import verified_trees
 
     monkeypatch.setattr(products, "qmatmul_bf16_native", lambda: True)  # quantized-bf16: the C route where needed
+    monkeypatch.setattr(products, "qmatmul_i8_native", lambda: True)  # quantized-int8: likewise
     verifier = TreeVerifier(_blockified(0).model, fast=True, weights=weights)
     for prompt, root, tree, res in verified_trees(verifier, sizes=(2, 9, 20, 40)):
         for i in range(len(tree)):

@@ -349,6 +349,7 @@ static void run_part(void *ctx, int part, int parts) {
 int lk_qmatmul(int fmt, const float *x, int64_t rows, int64_t k, const uint8_t *qs, const float *dm, int64_t n,
                float *y, int threads) {
     pick_isa();
+    if (fmt & LK_I8) return lk_qmatmul_i8(fmt & ~LK_I8, tile == tile512, x, rows, k, qs, dm, n, y, threads);
     job j = {fmt & ~LK_BF16, x, rows, k, n, qs, dm, y, NULL};
     if (rows <= 0 || n <= 0) return LK_OK;
     uint16_t small[SMALL_ROWS_BF16], *xb = NULL;

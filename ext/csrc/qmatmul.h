@@ -28,11 +28,27 @@
  * summed in float32 (AVX-512 BF16's dot products of pairs where the CPU has them). A row's
  * output is still independent of the other rows. */
 #define LK_BF16 16
+/* Or'ed into the format: 8-bit activations (qmatmul_i8.c). Each input row is rounded to 8 bits
+ * per block of 32 (its own scale per block: a / 127, a the block's largest magnitude), each
+ * block's sum is taken in integers against the weights' own integers, then scaled: y = sum over
+ * blocks, in order, of fma(float(sum q p), d * s, y) (+ fma(m, s * sum p, y) for Q4_1). The
+ * weights must be repacked first (lk_qpack_i8): qs and dm are then the packed bytes and floats.
+ * A row's output is still independent of the other rows, bit for bit, on every route. */
+#define LK_I8 32
 
 /* Returns LK_OK (also when some threads could not start: the product is still complete), or LK_ENOMEM
  * when the bfloat16 rows could not be allocated (y is then undefined). */
 int lk_qmatmul(int fmt, const float *x, int64_t rows, int64_t k, const uint8_t *qs, const float *dm,
                int64_t n, float *y, int threads);
+
+/* The repacked weights of LK_I8 products: their bytes and floats, and the packing itself
+ * (qmatmul_i8.c; outputs padded to a multiple of 16). */
+int64_t lk_qpack_i8_bytes(int fmt, int64_t n, int64_t k);
+int64_t lk_qpack_i8_floats(int fmt, int64_t n, int64_t k);
+void lk_qpack_i8(int fmt, const uint8_t *qs, const float *dm, int64_t n, int64_t k, uint8_t *pq, float *pdm);
+
+/* Whether this CPU runs the 8-bit products natively (AVX-512 VNNI); else they run in plain C. */
+int lk_qmatmul_i8_native(void);
 
 /* The instruction set in use: "avx512", "avx2" or "c". */
 const char *lk_qmatmul_isa(void);

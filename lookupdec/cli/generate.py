@@ -12,7 +12,7 @@ from lookupdec.methods import METHODS  # a plain dict; torch is imported lazily
 
 # --weights of generate, cost-curve and serve: lookupdec.weights.WEIGHTS_CHOICES, spelled out so the
 # CLI imports no torch (tests/test_cli_generate.py keeps the two equal).
-WEIGHTS = ["auto", "float32", "float16", "quantized", "quantized-bf16"]
+WEIGHTS = ["auto", "float32", "float16", "quantized", "quantized-bf16", "quantized-int8"]
 
 
 @dataclass(frozen=True)
@@ -190,7 +190,10 @@ def state_file(dec, save: bool) -> None:
                    "auto times them and picks, float16 only for quantized/float16 GGUF files (README: Weight "
                    "formats). quantized-bf16 (CPUs with AVX-512 BF16) rounds the blocks' values and the activations "
                    "to bfloat16 in the layers' products: faster verify steps and prompts, a slightly different "
-                   "model; never picked by auto. Greedy output equals ar in the same format.")
+                   "model; never picked by auto. quantized-int8 (CPUs with AVX-512 VNNI) rounds the activations to 8 "
+                   "bits per block of 32 and sums the blocks in integers, as llama.cpp does: much cheaper wide "
+                   "forwards, a slightly different model; never picked by auto. Greedy output equals ar in the "
+                   "same format.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per prompt instead of streaming text.")
 @click.option("--batch", "batch_size", type=click.IntRange(min=1), default=1, show_default=True, metavar="N",
               help="Decode up to N prompts of --input together, their drafts verified in one forward per step "

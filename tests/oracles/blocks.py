@@ -78,3 +78,16 @@ def bf16_reference(a: np.ndarray) -> np.ndarray:
             rounded = upper << 16
         out[i] = np.array([rounded], np.uint32).view(np.float32)[0]
     return out.reshape(np.shape(a))
+
+
+def int8_rows_reference(x: np.ndarray) -> np.ndarray:
+    """``x`` (R, K) as the 8-bit products see it (returned as float32 values ``p * s``): per row and
+    block of 32, ``a = max |x|``, ``p = rint(x * (127 / a))`` (ties to even; 0 where ``a`` is 0),
+    ``s = a / 127``, every step in float32 as the kernel does it."""
+    rows, k = x.shape
+    blocks = np.ascontiguousarray(x, np.float32).reshape(rows, k // 32, 32)
+    a = np.abs(blocks).max(axis=2, keepdims=True)
+    inv = np.where(a > 0, np.float32(127) / np.where(a > 0, a, np.float32(1)), np.float32(0)).astype(np.float32)
+    p = np.clip(np.rint((blocks * inv).astype(np.float32)), -127, 127)
+    s = (a / np.float32(127)).astype(np.float32)
+    return (p.astype(np.float64) * s).astype(np.float32).reshape(rows, k)

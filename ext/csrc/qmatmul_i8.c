@@ -1,0 +1,347 @@
+/* See qmatmul.h (LK_I8). The products with 8-bit activations: GGML's blocks against each input
+ * row rounded to 8 bits per block of 32, the block sums taken in integers.
+ *
+ * Why another layout: the float32 tiles (qmatmul.c) hold k in a vector's lanes, so any integer
+ * sum would cover only a few elements before it needs its block's scales. Here the lanes hold 16
+ * outputs, and one AVX-512 VNNI instruction adds 4 elements of k for each of them; a block (32
+ * elements) is 8 such instructions per (row, 16 outputs), then one conversion, one multiply and
+ * one or two fused multiply-adds apply the scales: 12 instructions for 512 multiply-adds, against
+ * 32 fused multiply-adds in float32.
+ *
+ * Packed weights (lk_qpack_i8), per group of 16 outputs g and block b, groups padded with zero
+ * outputs to a multiple of 16:
+ *   Q4_1: 256 bytes: for s in 0..3, 64 bytes where byte 4 i + t holds output i's element
+ *         4 s + t in its low nibble and element 16 + 4 s + t in its high nibble; then 32 floats,
+ *         d of the 16 outputs and m of the 16 outputs.
+ *   Q8_0: 512 bytes: for s in 0..7, byte 4 i + t is output i's element 4 s + t plus 128 (so it
+ *         reads as unsigned); then 16 floats, d of the 16 outputs.
+ * The rows (quant_rows): per row and block, a = max |x|, s = a / 127, p = rint(x * (127 / a))
+ * (0 where a is 0), and the block's sum of p. Then, block by block in order,
+ *   y = fma(float(sum q p), d * s, y), and for Q4_1 y = fma(m, s * sum p, y):
+ * one order for every route (the plain C below, AVX-512 VNNI), every tile and every batch: a
+ * row's output is independent of the other rows, bit for bit. */
+#include "qmatmul_tile.h"
+
+#include <stdlib.h>
+
+#include "lk_common.h"
+#include "qpool.h"
+
+#define G 16 /* outputs per group */
+
+static int64_t groups(int64_t n) { return (n + G - 1) / G; }
+static int64_t packed_q_per_block(int fmt) { return fmt == LK_Q4_1 ? 256 : 512; }
+static int64_t packed_d_per_block(int fmt) { return fmt == LK_Q4_1 ? 32 : 16; }
+
+int64_t lk_qpack_i8_bytes(int fmt, int64_t n, int64_t k) { return groups(n) * (k / LK_QK) * packed_q_per_block(fmt); }
+int64_t lk_qpack_i8_floats(int fmt, int64_t n, int64_t k) { return groups(n) * (k / LK_QK) * packed_d_per_block(fmt); }
+
+void lk_qpack_i8(int fmt, const uint8_t *qs, const float *dm, int64_t n, int64_t k, uint8_t *pq, float *pdm) {
+    int64_t nblk = k / LK_QK, qb = packed_q_per_block(fmt), db = packed_d_per_block(fmt);
+    for (int64_t g = 0; g < groups(n); g++)
+        for (int64_t b = 0; b < nblk; b++) {
+            uint8_t *o = pq + (g * nblk + b) * qb;
+            float *od = pdm + (g * nblk + b) * db;
+            for (int i = 0; i < G; i++) {
+                int64_t out = g * G + i;
+                uint8_t w[LK_QK];
+                if (out >= n) { /* padding: zero weights and scales */
+                    for (int e = 0; e < LK_QK; e++) w[e] = fmt == LK_Q4_1 ? 0 : 128;
+                    od[i] = 0.0f;
+                    if (fmt == LK_Q4_1) od[G + i] = 0.0f;
+                } else if (fmt == LK_Q4_1) {
+                    const uint8_t *q = qs + (out * nblk + b) * 16;
+                    for (int e = 0; e < 16; e++) {
+                        w[e] = q[e] & 15;
+                        w[e + 16] = q[e] >> 4;
+                    }
+                    od[i] = dm[(out * nblk + b) * 2];
+                    od[G + i] = dm[(out * nblk + b) * 2 + 1];
+                } else {
+                    const uint8_t *q = qs + (out * nblk + b) * 32;
+                    for (int e = 0; e < LK_QK; e++) w[e] = (uint8_t)(q[e] ^ 0x80);
+                    od[i] = dm[out * nblk + b];
+                }
+                if (fmt == LK_Q4_1) {
+                    for (int s = 0; s < 4; s++)
+                        for (int t = 0; t < 4; t++)
+                            o[s * 64 + 4 * i + t] = (uint8_t)(w[4 * s + t] | (w[16 + 4 * s + t] << 4));
+                } else {
+                    for (int s = 0; s < 8; s++)
+                        for (int t = 0; t < 4; t++) o[s * 64 + 4 * i + t] = w[4 * s + t];
+                }
+            }
+        }
+}
+
+/* ---- the rows, rounded to 8 bits per block ---- */
+
+typedef struct {
+    int8_t *p;       /* rows x k */
+    float *s;        /* rows x nblk: the block's scale */
+    float *ssum;     /* rows x nblk: s * sum p (Q4_1's m term) */
+    int32_t *psum;   /* rows x nblk: 128 * sum p (Q8_0's offset) */
+} qrows;
+
+void lk_quant_rows_c(const float *x, int64_t rows, int64_t k, int8_t *p, float *s, float *ssum, int32_t *psum) {
+    int64_t nblk = k / LK_QK;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t b = 0; b < nblk; b++) {
+            const float *v = x + r * k + b * LK_QK;
+            float a = 0.0f;
+            for (int e = 0; e < LK_QK; e++) a = fabsf(v[e]) > a ? fabsf(v[e]) : a;
+            float inv = a > 0.0f ? 127.0f / a : 0.0f;
+            int32_t sum = 0;
+            for (int e = 0; e < LK_QK; e++) {
+                float f = rintf(v[e] * inv);
+                int32_t q = !(f <= 127.0f) ? 127 : f < -127.0f ? -127 : (int32_t)f; /* NaN: 127, as the vector route */
+                p[r * k + b * LK_QK + e] = (int8_t)q;
+                sum += q;
+            }
+            s[r * nblk + b] = a / 127.0f;
+            ssum[r * nblk + b] = s[r * nblk + b] * (float)sum;
+            psum[r * nblk + b] = 128 * sum;
+        }
+}
+
+typedef struct {
+    int fmt;
+    qrows x;
+    int64_t rows, k, n;
+    const uint8_t *pq;
+    const float *pdm;
+    float *y;
+} job8;
+
+/* Rows r0 .. r0 + nr - 1 against group g, plain C. */
+static void group_c(const job8 *j, int64_t r0, int64_t nr, int64_t g) {
+    int64_t nblk = j->k / LK_QK, qb = packed_q_per_block(j->fmt), db = packed_d_per_block(j->fmt);
+    for (int64_t r = r0; r < r0 + nr; r++)
+        for (int i = 0; i < G && g * G + i < j->n; i++) {
+            float acc = 0.0f;
+            for (int64_t b = 0; b < nblk; b++) {
+                const uint8_t *o = j->pq + (g * nblk + b) * qb;
+                const float *od = j->pdm + (g * nblk + b) * db;
+                const int8_t *p = j->x.p + r * j->k + b * LK_QK;
+                int32_t sum = 0;
+                for (int e = 0; e < LK_QK; e++) {
+                    int s = (e % 16) / 4, t = e % 4;
+                    int w = j->fmt == LK_Q4_1 ? (e < 16 ? o[s * 64 + 4 * i + t] & 15 : o[s * 64 + 4 * i + t] >> 4)
+                                              : o[(e / 4) * 64 + 4 * i + t];
+                    sum += w * p[e];
+                }
+                if (j->fmt == LK_Q8_0) sum -= j->x.psum[r * nblk + b];
+                acc = fmaf((float)sum, od[i] * j->x.s[r * nblk + b], acc);
+                if (j->fmt == LK_Q4_1) acc = fmaf(od[G + i], j->x.ssum[r * nblk + b], acc);
+            }
+            j->y[r * j->n + g * G + i] = acc;
+        }
+}
+
+typedef void (*group_fn)(const job8 *, int64_t, int64_t, int64_t, int64_t);
+static void groups_c(const job8 *j, int64_t r0, int64_t nr, int64_t g0, int64_t g1) {
+    for (int64_t g = g0; g < g1; g++) group_c(j, r0, nr, g);
+}
+static void quant_rows_c(const float *x, int64_t rows, int64_t k, qrows *q) {
+    lk_quant_rows_c(x, rows, k, q->p, q->s, q->ssum, q->psum);
+}
+typedef void (*quant_fn)(const float *, int64_t, int64_t, qrows *);
+
+#ifdef LK_X86
+
+#define VNNI __attribute__((target("avx512f,avx512bw,avx512vnni,fma")))
+#define INLINEVNNI __attribute__((target("avx512f,avx512bw,avx512vnni,fma"), always_inline)) static inline
+
+/* R rows x C groups (C x 16 outputs): per block, 8 integer dot products of 4 elements per (row,
+ * group), then the scales. FMT a constant: each format's loop compiled on its own. */
+INLINEVNNI void tile_vnni(const job8 *j, int FMT, int R, int C, int64_t r0, int64_t g0) {
+    int64_t nblk = j->k / LK_QK, qb = packed_q_per_block(FMT), db = packed_d_per_block(FMT), k = j->k;
+    __m512 accf[8][4];
+    const __m512i low = _mm512_set1_epi8(15);
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++) accf[r][c] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nblk; b++) {
+        __m512i acci[8][4];
+        for (int r = 0; r < R; r++)
+            for (int c = 0; c < C; c++) acci[r][c] = _mm512_setzero_si512();
+        const int8_t *p = j->x.p + r0 * k + b * LK_QK;
+        if (FMT == LK_Q4_1) {
+            for (int s = 0; s < 4; s++) {
+                __m512i wl[4], wh[4];
+                for (int c = 0; c < C; c++) {
+                    __m512i v = _mm512_loadu_si512(j->pq + ((g0 + c) * nblk + b) * qb + 64 * s);
+                    wl[c] = _mm512_and_si512(v, low);
+                    wh[c] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+                }
+                for (int r = 0; r < R; r++) {
+                    __m512i a = _mm512_set1_epi32(*(const int32_t *)(p + r * k + 4 * s));
+                    __m512i h = _mm512_set1_epi32(*(const int32_t *)(p + r * k + 16 + 4 * s));
+                    for (int c = 0; c < C; c++) {
+                        acci[r][c] = _mm512_dpbusd_epi32(acci[r][c], wl[c], a);
+                        acci[r][c] = _mm512_dpbusd_epi32(acci[r][c], wh[c], h);
+                    }
+                }
+            }
+        } else {
+            for (int s = 0; s < 8; s++) {
+                __m512i w[4];
+                for (int c = 0; c < C; c++) w[c] = _mm512_loadu_si512(j->pq + ((g0 + c) * nblk + b) * qb + 64 * s);
+                for (int r = 0; r < R; r++) {
+                    __m512i a = _mm512_set1_epi32(*(const int32_t *)(p + r * k + 4 * s));
+                    for (int c = 0; c < C; c++) acci[r][c] = _mm512_dpbusd_epi32(acci[r][c], w[c], a);
+                }
+            }
+        }
+        for (int c = 0; c < C; c++) {
+            const float *od = j->pdm + ((g0 + c) * nblk + b) * db;
+            __m512 d = _mm512_loadu_ps(od);
+            for (int r = 0; r < R; r++) {
+                int64_t i = (r0 + r) * nblk + b;
+                __m512i sum = acci[r][c];
+                if (FMT == LK_Q8_0) sum = _mm512_sub_epi32(sum, _mm512_set1_epi32(j->x.psum[i]));
+                __m512 ds = _mm512_mul_ps(d, _mm512_set1_ps(j->x.s[i]));
+                accf[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), ds, accf[r][c]);
+                if (FMT == LK_Q4_1)
+                    accf[r][c] = _mm512_fmadd_ps(_mm512_loadu_ps(od + G), _mm512_set1_ps(j->x.ssum[i]), accf[r][c]);
+            }
+        }
+    }
+    for (int c = 0; c < C; c++) {
+        int64_t out = (g0 + c) * G;
+        __mmask16 m = out + G <= j->n ? 0xffff : (__mmask16)((1u << (j->n - out)) - 1);
+        for (int r = 0; r < R; r++) _mm512_mask_storeu_ps(j->y + (r0 + r) * j->n + out, m, accf[r][c]);
+    }
+}
+
+/* Tiles for every (rows, groups): 8-row tiles of one group, then 4 x 3, 2 x 4 and 1 x 4 (each with a
+ * one-group tail). Single-thread timings of the embedded model's layer products (2-core AMD EPYC
+ * with AVX-512): 8 x 1 led from 8 rows, 4 x 3 and 2 x 4 at 4, 1 x 4 at one row. */
+#define TILE_FN(FMT, R, C)                                                        \
+    VNNI static void t_##FMT##_##R##_##C(const job8 *j, int64_t r0, int64_t g0) { \
+        tile_vnni(j, FMT, R, C, r0, g0);                                          \
+    }
+#define TILES(FMT) \
+    TILE_FN(FMT, 8, 1) TILE_FN(FMT, 4, 3) TILE_FN(FMT, 4, 1) TILE_FN(FMT, 2, 4) TILE_FN(FMT, 2, 1) TILE_FN(FMT, 1, 4) TILE_FN(FMT, 1, 1)
+TILES(0)
+TILES(1)
+
+typedef void (*tile8_fn)(const job8 *, int64_t, int64_t);
+static const struct {
+    int rows, wide;
+    tile8_fn f[2][2]; /* [fmt][one group, wide] */
+} tiles8[] = {
+    {8, 1, {{t_0_8_1, t_0_8_1}, {t_1_8_1, t_1_8_1}}},
+    {4, 3, {{t_0_4_1, t_0_4_3}, {t_1_4_1, t_1_4_3}}},
+    {2, 4, {{t_0_2_1, t_0_2_4}, {t_1_2_1, t_1_2_4}}},
+    {1, 4, {{t_0_1_1, t_0_1_4}, {t_1_1_1, t_1_1_4}}},
+};
+
+/* Groups g0 .. g1 - 1 outer, the rows r0 .. r0 + nr - 1 inner: a group's weights stay in L1 while
+ * every row tile reads them. The widest row tile that fits sets how many groups a step takes; the
+ * narrower row tiles after it take those groups one at a time. */
+VNNI static void groups_vnni(const job8 *j, int64_t r0, int64_t nr, int64_t g0, int64_t g1) {
+    int64_t wide = 1;
+    for (int t = 0; t < 4; t++)
+        if (nr >= tiles8[t].rows) {
+            wide = tiles8[t].wide;
+            break;
+        }
+    for (int64_t g = g0; g < g1;) {
+        int64_t step = g + wide <= g1 ? wide : 1;
+        int64_t r = r0;
+        for (int t = 0; t < 4; t++)
+            for (; r + tiles8[t].rows <= r0 + nr; r += tiles8[t].rows) {
+                if (step > 1 && tiles8[t].wide == step) {
+                    tiles8[t].f[j->fmt][1](j, r, g);
+                } else {
+                    for (int64_t c = 0; c < step; c++) tiles8[t].f[j->fmt][0](j, r, g + c);
+                }
+            }
+        g += step;
+    }
+}
+
+VNNI static void quant_rows_vnni(const float *x, int64_t rows, int64_t k, qrows *q) {
+    int64_t nblk = k / LK_QK;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t b = 0; b < nblk; b++) {
+            const float *v = x + r * k + b * LK_QK;
+            __m512 lo = _mm512_loadu_ps(v), hi = _mm512_loadu_ps(v + 16);
+            float a = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(lo), _mm512_abs_ps(hi)));
+            float inv = a > 0.0f ? 127.0f / a : 0.0f;
+            __m512 vi = _mm512_set1_ps(inv), lim = _mm512_set1_ps(127.0f);
+            /* rint, then clamped as the C route does (min / max of integral values) */
+            __m512 fl = _mm512_roundscale_ps(_mm512_mul_ps(lo, vi), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            __m512 fh = _mm512_roundscale_ps(_mm512_mul_ps(hi, vi), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            fl = _mm512_max_ps(_mm512_min_ps(fl, lim), _mm512_sub_ps(_mm512_setzero_ps(), lim));
+            fh = _mm512_max_ps(_mm512_min_ps(fh, lim), _mm512_sub_ps(_mm512_setzero_ps(), lim));
+            __m512i il = _mm512_cvttps_epi32(fl), ih = _mm512_cvttps_epi32(fh);
+            _mm_storeu_si128((__m128i *)(q->p + r * k + b * LK_QK), _mm512_cvtepi32_epi8(il));
+            _mm_storeu_si128((__m128i *)(q->p + r * k + b * LK_QK + 16), _mm512_cvtepi32_epi8(ih));
+            int32_t sum = _mm512_reduce_add_epi32(_mm512_add_epi32(il, ih));
+            q->s[r * nblk + b] = a / 127.0f;
+            q->ssum[r * nblk + b] = q->s[r * nblk + b] * (float)sum;
+            q->psum[r * nblk + b] = 128 * sum;
+        }
+}
+
+static int has_vnni(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("fma");
+}
+#else
+static int has_vnni(void) { return 0; }
+#define groups_vnni groups_c
+#define quant_rows_vnni quant_rows_c
+#endif
+
+int lk_qmatmul_i8_native(void) { return has_vnni(); }
+
+/* Rows per pass over a part's groups (as qmatmul.c's ROW_CHUNK): their 8-bit rows stay in L1 / L2. */
+#define ROW_CHUNK8 64
+
+typedef struct {
+    const job8 *j;
+    group_fn groups;
+} part8;
+
+static void run_part8(void *ctx, int part, int parts) {
+    const part8 *pc = ctx;
+    const job8 *j = pc->j;
+    int64_t ng = groups(j->n), g0 = ng * part / parts, g1 = ng * (part + 1) / parts;
+    for (int64_t r0 = 0; r0 < j->rows; r0 += ROW_CHUNK8)
+        pc->groups(j, r0, j->rows - r0 < ROW_CHUNK8 ? j->rows - r0 : ROW_CHUNK8, g0, g1);
+}
+
+/* 8-bit rows up to this many elements live on the stack (a decode step's: no allocation a product). */
+#define SMALL_ROWS_I8 8192
+
+int lk_qmatmul_i8(int fmt, int vector, const float *x, int64_t rows, int64_t k, const uint8_t *pq, const float *pdm,
+                  int64_t n, float *y, int threads) {
+    if (rows <= 0 || n <= 0) return LK_OK;
+    int64_t nblk = k / LK_QK;
+    int8_t small_p[SMALL_ROWS_I8];
+    float small_f[2 * SMALL_ROWS_I8 / LK_QK];
+    int32_t small_i[SMALL_ROWS_I8 / LK_QK];
+    qrows q;
+    void *heap = NULL;
+    if (rows * k <= SMALL_ROWS_I8) {
+        q = (qrows){small_p, small_f, small_f + rows * nblk, small_i};
+    } else {
+        heap = malloc((size_t)(rows * k + 3 * rows * nblk * 4));
+        if (!heap) return LK_ENOMEM;
+        float *f = (float *)heap;
+        q = (qrows){(int8_t *)(f + 3 * rows * nblk), f, f + rows * nblk, (int32_t *)(f + 2 * rows * nblk)};
+    }
+    vector = vector && has_vnni();
+    (vector ? quant_rows_vnni : quant_rows_c)(x, rows, k, &q);
+    job8 j = {fmt, q, rows, k, n, pq, pdm, y};
+    part8 pc = {&j, vector ? groups_vnni : groups_c};
+    int64_t ng = groups(n);
+    int parts = threads < 1 ? 1 : threads;
+    if (parts > ng) parts = (int)ng;
+    lk_pool_run(run_part8, &pc, parts);
+    free(heap);
+    return LK_OK;
+}

@@ -1,0 +1,147 @@
+"""The "quantized-int8" weight format: the GGUF's blocks against inputs rounded to 8 bits per block of 32,
+each block's sum taken in integers (ext/csrc/qmatmul_i8.c, LK_I8).
+
+On a CPU without AVX-512 VNNI the format is refused (``weights_unavailable_reason``); its plain-C route
+still runs here when a test forces it (``native_or_c``), so every test below runs on every machine: the
+VNNI route where the CPU has it, the C route otherwise. Every method equals ``ar`` in this format on
+near-tie models, a tree row's logits are one-token-at-a-time decoding's bit for bit, and a prompt's
+rows are the same bits however it is split: ``tests/test_quantized.py`` and
+``tests/test_prefix_cache.py``, whose tests of those run in every quantized format.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from lookupdec import _native
+from lookupdec.decoder import Decoder
+from lookupdec.models import LoadedModel
+from lookupdec.products import _LinearQuantI8, make_linear, weights_unavailable_reason
+from tests.conftest import save_tiny, tiny_loaded
+from tests.oracles.blocks import blockified_model, int8_rows_reference, product_reference, q8_0_reference
+from tests.test_quantized import _matrix, assert_rows_independent
+
+pytestmark = pytest.mark.cpu
+
+
+@pytest.fixture
+def native_or_c(monkeypatch):
+    """Let the format be built here: on a CPU without AVX-512 VNNI its products take the plain-C route."""
+    import lookupdec.products as products
+
+    monkeypatch.setattr(products, "qmatmul_i8_native", lambda: True)
+
+
+def _product(lin, x):
+    return lin(torch.from_numpy(np.ascontiguousarray(x))).numpy()
+
+
+@pytest.mark.parametrize("fmt", ["q4_1", "q8_0"])
+def test_int8_products_equal_the_float64_product_of_the_weights_and_the_inputs_rounded_to_8_bits(isa, fmt):
+    rng = np.random.default_rng(5)
+    # outputs not a multiple of 16 (a padded group), 1 to 130 rows (every tile and a second pass of rows)
+    for n, k, rows in ((1, 32, 1), (5, 64, 3), (13, 96, 4), (37, 64, 33), (16, 64, 8), (9, 64, 130), (70, 576, 7)):
+        w = _matrix(rng, n, k, fmt)
+        x = rng.standard_normal((rows, k)).astype(np.float32)
+        x[0, :32] = 0.0  # an all-zero input block
+        lin = _LinearQuantI8(torch.from_numpy(w), None)
+        got, want = _product(lin, x), product_reference(int8_rows_reference(x), w)
+        scale = np.abs(x).astype(np.float64) @ np.abs(w).astype(np.float64).T
+        assert np.all(np.abs(got - want) <= 1e-6 * scale + 1e-30), (isa, n, k, rows)
+    # ... and not the float32 product: the rounding is there (far above float32's)
+    assert np.max(np.abs(got - product_reference(x, w)) / (scale + 1e-30)) > 1e-4
+
+
+def test_inputs_round_to_the_nearest_step_of_their_block_ties_to_even(isa):
+    """32 outputs, output i picking input i with weight 127/128 (Q8_0: d = 2^-7, q = 127): each output is
+    127/128 times the input as the route rounded it, exactly. The block's largest magnitude is 127, so its
+    step is 1 and the rounding is to integers."""
+    w = q8_0_reference(np.eye(32, dtype=np.float32) * (127 / 128))
+    assert w[0, 0] == 127 / 128
+    lin = _LinearQuantI8(torch.from_numpy(w), None)
+    assert lin.fmt & _native.QMATMUL_I8
+    values = [127.0, 0.5, 1.5, 2.5, -0.5, -2.5, 3.49, -126.5, 0.4999, 100.5001] + [0.0] * 22
+    rounded = [127, 0, 2, 2, 0, -2, 3, -126, 0, 101] + [0] * 22
+    x = np.array([values, [v / 4 for v in values]], np.float32)  # the second row: a step of 1/4, same integers
+    assert np.array_equal(int8_rows_reference(x[:1]), np.array([rounded], np.float32))  # the oracle agrees
+    got = _product(lin, x)
+    assert got[0].tolist() == [float(np.float32(r * 127 / 128)) for r in rounded], isa
+    assert got[1].tolist() == [float(np.float32(r * 127 / 128 / 4)) for r in rounded], isa
+
+
+def test_each_row_of_an_int8_product_is_independent_of_its_batch_bit_for_bit(isa):
+    """A row alone equals that row in any wider product, through every tile (8, 4, 2 and 1 rows; 1 to 4
+    groups of 16 outputs), at any thread count, with the other rows changed."""
+    assert_rows_independent(lambda w: _LinearQuantI8(w, None), np.random.default_rng(6))
+
+
+@pytest.mark.parametrize("fmt", ["q4_1", "q8_0"])
+def test_the_int8_routes_give_the_same_bits(fmt):
+    """Block sums are integers and the scales are applied in one order, so the VNNI route and the plain-C
+    one agree exactly, not merely to rounding (where the CPU lacks VNNI both runs take the C route)."""
+    rng = np.random.default_rng(7)
+    lin = _LinearQuantI8(torch.from_numpy(_matrix(rng, 53, 128, fmt)), None)
+    x = rng.standard_normal((23, 128)).astype(np.float32) * np.float32(3.0)
+    first = _native.qmatmul_isa()
+    try:
+        _native.qmatmul_force_isa("c")
+        plain = _product(lin, x)
+        _native.qmatmul_force_isa(first)
+        vector = _product(lin, x)
+    finally:
+        _native.qmatmul_force_isa(first)
+    assert np.array_equal(plain, vector)
+
+
+def test_repacking_refuses_blocks_of_the_wrong_shape():
+    qs, dm = np.zeros((4, 32), np.uint8), np.zeros((4, 4), np.float32)
+    assert [a.shape for a in _native.qpack_i8(0, qs, dm, 4, 64)] == [(512,), (64,)]  # one group of 16, 2 blocks
+    for args in ((1, qs, dm, 4, 64), (0, qs, dm, 5, 64), (0, qs, dm, 4, 96), (2, qs, dm, 4, 64), (0, qs, dm, 4, 70)):
+        with pytest.raises(ValueError, match="qpack_i8"):
+            _native.qpack_i8(*args)
+
+
+def _blockified(seed):
+    lm = tiny_loaded(seed)
+    return LoadedModel(blockified_model(lm.model), lm.tokenizer, lm.name, lm.eos_ids, lm.max_context, "quantized")
+
+
+def test_the_format_rounds_the_layers_inputs_and_keeps_lm_head_in_float32_products(native_or_c):
+    dec = Decoder(_blockified(0), weights="quantized-int8")
+    fast = dec.verifier.fast
+    assert dec.weights == fast.weights == "quantized-int8" and fast.layer_table is not None
+    assert all(p.weights == "quantized-int8" for layer in fast.layers
+               for p in (layer.qkv, layer.o, layer.gate_up, layer.down))
+    assert fast.lm_head.weights == "quantized"
+    assert dec.cost_curve().key != Decoder(_blockified(0), weights="quantized").cost_curve().key
+    plain = Decoder(_blockified(0), weights="quantized").verifier
+    prompt = [5, 9, 11, 7, 3, 12, 4]
+    assert not torch.equal(dec.verifier.prefill(dec.verifier.new_cache(8), prompt),
+                           plain.prefill(plain.new_cache(8), prompt))  # the rounding reaches the logits
+
+
+def test_auto_never_picks_the_int8_format(tmp_path, monkeypatch, native_or_c):
+    """Rounding the inputs changes the model, so ``auto`` does not time it (as float16 from float32)."""
+    monkeypatch.setenv("LOOKUPDEC_CACHE", str(tmp_path))
+    dec = Decoder(_blockified(0))
+    assert "quantized-int8" not in dec.weights_choice.ms and dec.weights != "quantized-int8"
+
+
+def test_a_cpu_without_vnni_refuses_the_format_naming_the_fix(tmp_path, monkeypatch):
+    import lookupdec.products as products
+
+    monkeypatch.setattr(products, "qmatmul_i8_native", lambda: False)
+    assert "AVX-512 VNNI" in weights_unavailable_reason("quantized-int8")
+    with pytest.raises(ValueError, match="AVX-512 VNNI.*use --weights quantized "):
+        Decoder(_blockified(0), weights="quantized-int8")
+    with pytest.raises(ValueError, match="AVX-512 VNNI"):
+        make_linear(torch.zeros(4, 32), None, "quantized-int8")
+    from click.testing import CliRunner
+
+    from lookupdec.cli import main
+
+    bad = CliRunner().invoke(main, ["generate", "--model", save_tiny(tmp_path, 0), "--prompt", "hello",
+                                    "--weights", "quantized-int8"])
+    assert bad.exit_code == 1 and "AVX-512 VNNI" in bad.output and "--weights quantized" in bad.output
+    assert "Traceback" not in bad.output

@@ -1,4 +1,4 @@
-"""Agreement of float16 (or quantized, or quantized-bf16) weights with float32: identical greedy generations, and where they part.
+"""Agreement of float16 (or a quantized format) weights with float32: identical greedy generations, and where they part.
 
 For each prompt, plain greedy decoding (``ar``) runs with the fast forward's
 weights in float32 and in the format compared (``--weights``: float16 by
@@ -18,7 +18,7 @@ Prompts:
 
 Usage:
     python benchmarks/weights_agreement.py [--n-specbench 120] [--n-humaneval 164] [--max-new-tokens 128]
-                                           [--weights float16|quantized|quantized-bf16] [--threads 2] [--model PATH] [--json benchmarks/out/weights_agreement.json]
+                                           [--weights float16|quantized|quantized-bf16|quantized-int8] [--threads 2] [--model PATH] [--json benchmarks/out/weights_agreement.json]
 """
 from __future__ import annotations
 
@@ -138,7 +138,7 @@ def main(argv=None) -> int:
     ap.add_argument("--n-humaneval", type=int, default=164)
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--weights", default="float16", choices=("float16", "quantized", "quantized-bf16"),
+    ap.add_argument("--weights", default="float16", choices=("float16", "quantized", "quantized-bf16", "quantized-int8"),
                     help="the format compared with float32")
     ap.add_argument("--model", default=None, help="default: the embedded model")
     ap.add_argument("--json", type=Path, default=None)

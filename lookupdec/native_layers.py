@@ -83,7 +83,7 @@ def native_steps(ff) -> "NativeSteps | None":
     else:
         return None
     head, head_args = ff.lm_head, (-1, 0, 0)
-    if type(head) is _LinearQuant and head.bias is None and head.out_features == embedding[-1]:
+    if isinstance(head, _LinearQuant) and head.bias is None and head.out_features == embedding[-1]:
         head_args = (head.fmt, head.qs.data_ptr(), head.dm.data_ptr())
     table = ff.layer_table
     # The layers' weights live in ff.layers, which the table's addresses point into.

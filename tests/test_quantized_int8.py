@@ -107,13 +107,13 @@ def _blockified(seed):
     return LoadedModel(blockified_model(lm.model), lm.tokenizer, lm.name, lm.eos_ids, lm.max_context, "quantized")
 
 
-def test_the_format_rounds_the_layers_inputs_and_keeps_lm_head_in_float32_products(native_or_c):
+def test_the_format_rounds_every_products_inputs_lm_head_included_and_steps_in_one_native_call(native_or_c):
     dec = Decoder(_blockified(0), weights="quantized-int8")
     fast = dec.verifier.fast
     assert dec.weights == fast.weights == "quantized-int8" and fast.layer_table is not None
     assert all(p.weights == "quantized-int8" for layer in fast.layers
                for p in (layer.qkv, layer.o, layer.gate_up, layer.down))
-    assert fast.lm_head.weights == "quantized"
+    assert fast.lm_head.weights == "quantized-int8" and fast.native is not None and fast.native.has_head
     assert dec.cost_curve().key != Decoder(_blockified(0), weights="quantized").cost_curve().key
     plain = Decoder(_blockified(0), weights="quantized").verifier
     prompt = [5, 9, 11, 7, 3, 12, 4]

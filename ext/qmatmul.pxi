@@ -16,6 +16,7 @@ cdef extern from "qmatmul.h" nogil:
     int64_t lk_qpack_i8_floats(int fmt, int64_t n, int64_t k)
     void lk_qpack_i8(int fmt, const uint8_t *qs, const float *dm, int64_t n, int64_t k, uint8_t *pq, float *pdm)
     int lk_qmatmul_i8_native()
+    const char *lk_qmatmul_i8_route()
     int lk_qmatmul(int fmt, const float *x, int64_t rows, int64_t k, const uint8_t *qs, const float *dm,
                    int64_t n, float *y, int threads)
     const char *lk_qmatmul_isa()
@@ -101,8 +102,14 @@ def qmatmul_bf16_native():
 
 
 def qmatmul_i8_native():
-    """Whether this CPU runs the 8-bit products (``QMATMUL_I8``) natively (AVX-512 VNNI); else they run in C."""
+    """Whether this CPU runs the 8-bit products (``QMATMUL_I8``) with vector instructions (AVX-512 VNNI or
+    AVX2); else they run in C."""
     return bool(lk_qmatmul_i8_native())
+
+
+def qmatmul_i8_isa():
+    """The route the 8-bit products take now: "avx512vnni", "avx2" or "c" (it follows ``qmatmul_force_isa``)."""
+    return lk_qmatmul_i8_route().decode()
 
 
 def qpack_i8(int fmt, const uint8_t[:, ::1] qs, const float[:, ::1] dm, int64_t n, int64_t k):

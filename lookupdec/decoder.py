@@ -88,7 +88,7 @@ class Decoder:
             CPUs with AVX-512 BF16, a slightly different model; never picked by auto),
             "quantized-int8" (those blocks against activations rounded to 8 bits per block of 32,
             the block sums in integers, as llama.cpp computes them: much cheaper wide forwards on
-            CPUs with AVX-512 VNNI, a slightly different model; never picked by auto), or "auto"
+            CPUs with AVX2 or AVX-512 VNNI, a slightly different model; never picked by auto), or "auto"
             (default): for a GGUF file whose matrices are quantized or float16, the
             format that measured fastest on this machine (cached), else float32; see
             ``lookupdec.weights``. Greedy output

@@ -153,7 +153,8 @@ class _LinearQuantI8(_LinearQuant):
     """``_LinearQuant`` with 8-bit activations: each input row rounded to 8 bits per block of 32
     (its own scale, the block's largest magnitude over 127), each block's sum taken in integers
     against the weights' own 4- or 8-bit integers (AVX-512 VNNI: 64 multiply-adds an instruction,
-    against float32's 16), then scaled by the two blocks' scales. This is how llama.cpp multiplies
+    against float32's 16; AVX2's byte and word multiply-adds elsewhere), then scaled by the two blocks'
+    scales. This is how llama.cpp multiplies
     these blocks. The weights are repacked for it once (16 outputs in a vector's lanes; same
     bytes). Still one fixed order per output, row-independent bit for bit, so a row of a wide
     verify forward is the row a one-row step computes. The rounding changes the model (the inputs
@@ -218,7 +219,7 @@ def weights_unavailable_reason(weights: str) -> str:
     if weights == "quantized-bf16" and not qmatmul_bf16_native():
         return "quantized-bf16 weights need a CPU with AVX-512 BF16 instructions, which this one lacks"
     if weights == "quantized-int8" and not qmatmul_i8_native():
-        return "quantized-int8 weights need a CPU with AVX-512 VNNI instructions, which this one lacks"
+        return "quantized-int8 weights need a CPU with AVX2 or AVX-512 VNNI instructions, which this one lacks"
     return ""
 
 

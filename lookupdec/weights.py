@@ -21,7 +21,7 @@ with:
 model as float16 does a float32 one: offered (``--weights quantized-bf16``, CPUs with
 AVX-512 BF16), never timed or chosen by ``auto``. So is "quantized-int8" (those blocks against
 the activations rounded to 8 bits per block of 32, the block sums in integers, as llama.cpp
-computes them; CPUs with AVX-512 VNNI).
+computes them; CPUs with AVX2 or AVX-512 VNNI).
 
 Models that run transformers' forward (not Llama-family, not float32 on a CPU,
 ``hf_kernels=True``) have no weight format: ``auto`` leaves them alone, and an

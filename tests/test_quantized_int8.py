@@ -1,9 +1,9 @@
 """The "quantized-int8" weight format: the GGUF's blocks against inputs rounded to 8 bits per block of 32,
 each block's sum taken in integers (ext/csrc/qmatmul_i8.c, LK_I8).
 
-On a CPU without AVX-512 VNNI the format is refused (``weights_unavailable_reason``); its plain-C route
-still runs here when a test forces it (``native_or_c``), so every test below runs on every machine: the
-VNNI route where the CPU has it, the C route otherwise. Every method equals ``ar`` in this format on
+On a CPU without AVX2 (or AVX-512 VNNI) the format is refused (``weights_unavailable_reason``); its plain-C route
+still runs here when a test forces it (``native_or_c``), so every test below runs on every machine: each
+route the CPU has (VNNI, AVX2, plain C) through the ``isa`` fixture. Every method equals ``ar`` in this format on
 near-tie models, a tree row's logits are one-token-at-a-time decoding's bit for bit, and a prompt's
 rows are the same bits however it is split: ``tests/test_quantized.py`` and
 ``tests/test_prefix_cache.py``, whose tests of those run in every quantized format.
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.cpu
 
 @pytest.fixture
 def native_or_c(monkeypatch):
-    """Let the format be built here: on a CPU without AVX-512 VNNI its products take the plain-C route."""
+    """Let the format be built here: on a CPU without AVX2 its products take the plain-C route."""
     import lookupdec.products as products
 
     monkeypatch.setattr(products, "qmatmul_i8_native", lambda: True)
@@ -78,20 +78,25 @@ def test_each_row_of_an_int8_product_is_independent_of_its_batch_bit_for_bit(isa
 
 @pytest.mark.parametrize("fmt", ["q4_1", "q8_0"])
 def test_the_int8_routes_give_the_same_bits(fmt):
-    """Block sums are integers and the scales are applied in one order, so the VNNI route and the plain-C
-    one agree exactly, not merely to rounding (where the CPU lacks VNNI both runs take the C route)."""
+    """Block sums are integers and the scales are applied in one order, so the VNNI, AVX2 and plain-C routes
+    agree exactly, not merely to rounding: every route this CPU has, each named."""
+    from tests.conftest import NATIVE_ISAS
+
     rng = np.random.default_rng(7)
     lin = _LinearQuantI8(torch.from_numpy(_matrix(rng, 53, 128, fmt)), None)
     x = rng.standard_normal((23, 128)).astype(np.float32) * np.float32(3.0)
-    first = _native.qmatmul_isa()
+    x[3, 32:64] = 0.0  # a zero block
+    outs = {}
     try:
-        _native.qmatmul_force_isa("c")
-        plain = _product(lin, x)
-        _native.qmatmul_force_isa(first)
-        vector = _product(lin, x)
+        for name in NATIVE_ISAS:
+            _native.qmatmul_force_isa(name)
+            outs[_native.qmatmul_i8_isa()] = _product(lin, x)
     finally:
-        _native.qmatmul_force_isa(first)
-    assert np.array_equal(plain, vector)
+        _native.qmatmul_force_isa(NATIVE_ISAS[0])
+    # AVX-512 without VNNI takes the AVX2 route; every route the CPU has is among those compared
+    assert {"c", "avx2"} & set(NATIVE_ISAS) <= set(outs)
+    for name, out in outs.items():
+        assert np.array_equal(out, outs["c"]), name
 
 
 def test_repacking_refuses_blocks_of_the_wrong_shape():
@@ -128,14 +133,14 @@ def test_auto_never_picks_the_int8_format(tmp_path, monkeypatch, native_or_c):
     assert "quantized-int8" not in dec.weights_choice.ms and dec.weights != "quantized-int8"
 
 
-def test_a_cpu_without_vnni_refuses_the_format_naming_the_fix(tmp_path, monkeypatch):
+def test_a_cpu_without_avx2_or_vnni_refuses_the_format_naming_the_fix(tmp_path, monkeypatch):
     import lookupdec.products as products
 
     monkeypatch.setattr(products, "qmatmul_i8_native", lambda: False)
-    assert "AVX-512 VNNI" in weights_unavailable_reason("quantized-int8")
-    with pytest.raises(ValueError, match="AVX-512 VNNI.*use --weights quantized "):
+    assert "AVX2 or AVX-512 VNNI" in weights_unavailable_reason("quantized-int8")
+    with pytest.raises(ValueError, match="AVX2 or AVX-512 VNNI.*use --weights quantized "):
         Decoder(_blockified(0), weights="quantized-int8")
-    with pytest.raises(ValueError, match="AVX-512 VNNI"):
+    with pytest.raises(ValueError, match="AVX2 or AVX-512 VNNI"):
         make_linear(torch.zeros(4, 32), None, "quantized-int8")
     from click.testing import CliRunner
 
@@ -143,5 +148,5 @@ def test_a_cpu_without_vnni_refuses_the_format_naming_the_fix(tmp_path, monkeypa
 
     bad = CliRunner().invoke(main, ["generate", "--model", save_tiny(tmp_path, 0), "--prompt", "hello",
                                     "--weights", "quantized-int8"])
-    assert bad.exit_code == 1 and "AVX-512 VNNI" in bad.output and "--weights quantized" in bad.output
+    assert bad.exit_code == 1 and "AVX2 or AVX-512 VNNI" in bad.output and "--weights quantized" in bad.output
     assert "Traceback" not in bad.output

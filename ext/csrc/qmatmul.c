@@ -287,6 +287,14 @@ const char *lk_qmatmul_isa(void) {
 
 int lk_qmatmul_bf16_native(void) { return has_avx512bf16(); }
 
+/* The 8-bit products' route under the instruction set in use (qmatmul_tile.h). */
+static int i8_route(void) { return tile == tile512 ? 2 : tile == tile256 ? 1 : 0; }
+
+const char *lk_qmatmul_i8_route(void) {
+    pick_isa();
+    return lk_qmatmul_i8_isa(i8_route());
+}
+
 const char *lk_qmatmul_bf16_isa(void) {
     pick_isa();
     return tile_bf16 == tile_c ? "c" : "avx512bf16";
@@ -349,7 +357,7 @@ static void run_part(void *ctx, int part, int parts) {
 int lk_qmatmul(int fmt, const float *x, int64_t rows, int64_t k, const uint8_t *qs, const float *dm, int64_t n,
                float *y, int threads) {
     pick_isa();
-    if (fmt & LK_I8) return lk_qmatmul_i8(fmt & ~LK_I8, tile == tile512, x, rows, k, qs, dm, n, y, threads);
+    if (fmt & LK_I8) return lk_qmatmul_i8(fmt & ~LK_I8, i8_route(), x, rows, k, qs, dm, n, y, threads);
     job j = {fmt & ~LK_BF16, x, rows, k, n, qs, dm, y, NULL};
     if (rows <= 0 || n <= 0) return LK_OK;
     uint16_t small[SMALL_ROWS_BF16], *xb = NULL;

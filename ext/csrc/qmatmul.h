@@ -47,8 +47,12 @@ int64_t lk_qpack_i8_bytes(int fmt, int64_t n, int64_t k);
 int64_t lk_qpack_i8_floats(int fmt, int64_t n, int64_t k);
 void lk_qpack_i8(int fmt, const uint8_t *qs, const float *dm, int64_t n, int64_t k, uint8_t *pq, float *pdm);
 
-/* Whether this CPU runs the 8-bit products natively (AVX-512 VNNI); else they run in plain C. */
+/* Whether this CPU runs the 8-bit products with vector instructions (AVX-512 VNNI or AVX2); else
+ * they run in plain C. */
 int lk_qmatmul_i8_native(void);
+
+/* The route the 8-bit products take now: "avx512vnni", "avx2" or "c" (it follows the forced ISA). */
+const char *lk_qmatmul_i8_route(void);
 
 /* The instruction set in use: "avx512", "avx2" or "c". */
 const char *lk_qmatmul_isa(void);

@@ -20,18 +20,12 @@
  *   y = fma(float(sum q p), d * s, y), and for Q4_1 y = fma(m, s * sum p, y):
  * one order for every route (the plain C below, AVX-512 VNNI), every tile and every batch: a
  * row's output is independent of the other rows, bit for bit. */
-#include "qmatmul_tile.h"
+#include "qmatmul_i8.h"
 
 #include <stdlib.h>
 
 #include "lk_common.h"
 #include "qpool.h"
-
-#define G 16 /* outputs per group */
-
-static int64_t groups(int64_t n) { return (n + G - 1) / G; }
-static int64_t packed_q_per_block(int fmt) { return fmt == LK_Q4_1 ? 256 : 512; }
-static int64_t packed_d_per_block(int fmt) { return fmt == LK_Q4_1 ? 32 : 16; }
 
 int64_t lk_qpack_i8_bytes(int fmt, int64_t n, int64_t k) { return groups(n) * (k / LK_QK) * packed_q_per_block(fmt); }
 int64_t lk_qpack_i8_floats(int fmt, int64_t n, int64_t k) { return groups(n) * (k / LK_QK) * packed_d_per_block(fmt); }
@@ -76,15 +70,11 @@ void lk_qpack_i8(int fmt, const uint8_t *qs, const float *dm, int64_t n, int64_t
 
 /* ---- the rows, rounded to 8 bits per block ---- */
 
-typedef struct {
-    int8_t *p;       /* rows x k */
-    float *s;        /* rows x nblk: the block's scale */
-    float *ssum;     /* rows x nblk: s * sum p (Q4_1's m term) */
-    int32_t *psum;   /* rows x nblk: 128 * sum p (Q8_0's offset) */
-} qrows;
-
-void lk_quant_rows_c(const float *x, int64_t rows, int64_t k, int8_t *p, float *s, float *ssum, int32_t *psum) {
+void lk_i8_quant_c(const float *x, int64_t rows, int64_t k, qrows *q) {
     int64_t nblk = k / LK_QK;
+    int8_t *p = q->p;
+    float *s = q->s, *ssum = q->ssum;
+    int32_t *psum = q->psum;
     for (int64_t r = 0; r < rows; r++)
         for (int64_t b = 0; b < nblk; b++) {
             const float *v = x + r * k + b * LK_QK;
@@ -103,15 +93,6 @@ void lk_quant_rows_c(const float *x, int64_t rows, int64_t k, int8_t *p, float *
             psum[r * nblk + b] = 128 * sum;
         }
 }
-
-typedef struct {
-    int fmt;
-    qrows x;
-    int64_t rows, k, n;
-    const uint8_t *pq;
-    const float *pdm;
-    float *y;
-} job8;
 
 /* Rows r0 .. r0 + nr - 1 against group g, plain C. */
 static void group_c(const job8 *j, int64_t r0, int64_t nr, int64_t g) {
@@ -138,14 +119,9 @@ static void group_c(const job8 *j, int64_t r0, int64_t nr, int64_t g) {
         }
 }
 
-typedef void (*group_fn)(const job8 *, int64_t, int64_t, int64_t, int64_t);
-static void groups_c(const job8 *j, int64_t r0, int64_t nr, int64_t g0, int64_t g1) {
+void lk_i8_groups_c(const job8 *j, int64_t r0, int64_t nr, int64_t g0, int64_t g1) {
     for (int64_t g = g0; g < g1; g++) group_c(j, r0, nr, g);
 }
-static void quant_rows_c(const float *x, int64_t rows, int64_t k, qrows *q) {
-    lk_quant_rows_c(x, rows, k, q->p, q->s, q->ssum, q->psum);
-}
-typedef void (*quant_fn)(const float *, int64_t, int64_t, qrows *);
 
 #ifdef LK_X86
 
@@ -161,9 +137,12 @@ INLINEVNNI void tile_vnni(const job8 *j, int FMT, int R, int C, int64_t r0, int6
     for (int r = 0; r < R; r++)
         for (int c = 0; c < C; c++) accf[r][c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nblk; b++) {
-        __m512i acci[8][4];
+        /* 1-2 rows: two integer sums per (row, group), added at the block's end (exact), so the
+         * multiply-adds form two chains instead of one */
+        __m512i acci[8][4], acc2[8][4];
+        const int SPLIT = R * C <= 2;
         for (int r = 0; r < R; r++)
-            for (int c = 0; c < C; c++) acci[r][c] = _mm512_setzero_si512();
+            for (int c = 0; c < C; c++) acci[r][c] = acc2[r][c] = _mm512_setzero_si512();
         const int8_t *p = j->x.p + r0 * k + b * LK_QK;
         if (FMT == LK_Q4_1) {
             for (int s = 0; s < 4; s++) {
@@ -178,7 +157,8 @@ INLINEVNNI void tile_vnni(const job8 *j, int FMT, int R, int C, int64_t r0, int6
                     __m512i h = _mm512_set1_epi32(*(const int32_t *)(p + r * k + 16 + 4 * s));
                     for (int c = 0; c < C; c++) {
                         acci[r][c] = _mm512_dpbusd_epi32(acci[r][c], wl[c], a);
-                        acci[r][c] = _mm512_dpbusd_epi32(acci[r][c], wh[c], h);
+                        if (SPLIT) acc2[r][c] = _mm512_dpbusd_epi32(acc2[r][c], wh[c], h);
+                        else acci[r][c] = _mm512_dpbusd_epi32(acci[r][c], wh[c], h);
                     }
                 }
             }
@@ -188,7 +168,10 @@ INLINEVNNI void tile_vnni(const job8 *j, int FMT, int R, int C, int64_t r0, int6
                 for (int c = 0; c < C; c++) w[c] = _mm512_loadu_si512(j->pq + ((g0 + c) * nblk + b) * qb + 64 * s);
                 for (int r = 0; r < R; r++) {
                     __m512i a = _mm512_set1_epi32(*(const int32_t *)(p + r * k + 4 * s));
-                    for (int c = 0; c < C; c++) acci[r][c] = _mm512_dpbusd_epi32(acci[r][c], w[c], a);
+                    for (int c = 0; c < C; c++) {
+                        if (SPLIT && (s & 1)) acc2[r][c] = _mm512_dpbusd_epi32(acc2[r][c], w[c], a);
+                        else acci[r][c] = _mm512_dpbusd_epi32(acci[r][c], w[c], a);
+                    }
                 }
             }
         }
@@ -197,7 +180,7 @@ INLINEVNNI void tile_vnni(const job8 *j, int FMT, int R, int C, int64_t r0, int6
             __m512 d = _mm512_loadu_ps(od);
             for (int r = 0; r < R; r++) {
                 int64_t i = (r0 + r) * nblk + b;
-                __m512i sum = acci[r][c];
+                __m512i sum = SPLIT ? _mm512_add_epi32(acci[r][c], acc2[r][c]) : acci[r][c];
                 if (FMT == LK_Q8_0) sum = _mm512_sub_epi32(sum, _mm512_set1_epi32(j->x.psum[i]));
                 __m512 ds = _mm512_mul_ps(d, _mm512_set1_ps(j->x.s[i]));
                 accf[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), ds, accf[r][c]);
@@ -213,51 +196,29 @@ INLINEVNNI void tile_vnni(const job8 *j, int FMT, int R, int C, int64_t r0, int6
     }
 }
 
-/* Tiles for every (rows, groups): 8-row tiles of one group, then 4 x 3, 2 x 4 and 1 x 4 (each with a
- * one-group tail). Single-thread timings of the embedded model's layer products (2-core AMD EPYC
- * with AVX-512): 8 x 1 led from 8 rows, 4 x 3 and 2 x 4 at 4, 1 x 4 at one row. */
-#define TILE_FN(FMT, R, C)                                                        \
-    VNNI static void t_##FMT##_##R##_##C(const job8 *j, int64_t r0, int64_t g0) { \
-        tile_vnni(j, FMT, R, C, r0, g0);                                          \
+/* Tiles of 8, 4, 2 and 1 rows against one group: a group's weights are one contiguous stream (wider
+ * tiles, over 3-4 groups at once, were slower: the layer products of the embedded model, single
+ * thread, 2-core AMD EPYC with AVX-512: 1 row 3.7 ms against 4.7 over 4 groups, 2 rows 4.0 against
+ * 5.2, 4 rows 5.3-5.5 against 6.6 over 3 groups). */
+#define TILE_FN(FMT, R)                                                      \
+    VNNI static void t_##FMT##_##R(const job8 *j, int64_t r0, int64_t g) {   \
+        tile_vnni(j, FMT, R, 1, r0, g);                                      \
     }
-#define TILES(FMT) \
-    TILE_FN(FMT, 8, 1) TILE_FN(FMT, 4, 3) TILE_FN(FMT, 4, 1) TILE_FN(FMT, 2, 4) TILE_FN(FMT, 2, 1) TILE_FN(FMT, 1, 4) TILE_FN(FMT, 1, 1)
-TILES(0)
-TILES(1)
+TILE_FN(0, 8) TILE_FN(0, 4) TILE_FN(0, 2) TILE_FN(0, 1) TILE_FN(1, 8) TILE_FN(1, 4) TILE_FN(1, 2) TILE_FN(1, 1)
 
 typedef void (*tile8_fn)(const job8 *, int64_t, int64_t);
 static const struct {
-    int rows, wide;
-    tile8_fn f[2][2]; /* [fmt][one group, wide] */
-} tiles8[] = {
-    {8, 1, {{t_0_8_1, t_0_8_1}, {t_1_8_1, t_1_8_1}}},
-    {4, 3, {{t_0_4_1, t_0_4_3}, {t_1_4_1, t_1_4_3}}},
-    {2, 4, {{t_0_2_1, t_0_2_4}, {t_1_2_1, t_1_2_4}}},
-    {1, 4, {{t_0_1_1, t_0_1_4}, {t_1_1_1, t_1_1_4}}},
-};
+    int rows;
+    tile8_fn f[2]; /* [fmt] */
+} tiles8[] = {{8, {t_0_8, t_1_8}}, {4, {t_0_4, t_1_4}}, {2, {t_0_2, t_1_2}}, {1, {t_0_1, t_1_1}}};
 
 /* Groups g0 .. g1 - 1 outer, the rows r0 .. r0 + nr - 1 inner: a group's weights stay in L1 while
- * every row tile reads them. The widest row tile that fits sets how many groups a step takes; the
- * narrower row tiles after it take those groups one at a time. */
+ * every row tile reads them. */
 VNNI static void groups_vnni(const job8 *j, int64_t r0, int64_t nr, int64_t g0, int64_t g1) {
-    int64_t wide = 1;
-    for (int t = 0; t < 4; t++)
-        if (nr >= tiles8[t].rows) {
-            wide = tiles8[t].wide;
-            break;
-        }
-    for (int64_t g = g0; g < g1;) {
-        int64_t step = g + wide <= g1 ? wide : 1;
+    for (int64_t g = g0; g < g1; g++) {
         int64_t r = r0;
         for (int t = 0; t < 4; t++)
-            for (; r + tiles8[t].rows <= r0 + nr; r += tiles8[t].rows) {
-                if (step > 1 && tiles8[t].wide == step) {
-                    tiles8[t].f[j->fmt][1](j, r, g);
-                } else {
-                    for (int64_t c = 0; c < step; c++) tiles8[t].f[j->fmt][0](j, r, g + c);
-                }
-            }
-        g += step;
+            for (; r + tiles8[t].rows <= r0 + nr; r += tiles8[t].rows) tiles8[t].f[j->fmt](j, r, g);
     }
 }
 
@@ -292,18 +253,32 @@ static int has_vnni(void) {
 }
 #else
 static int has_vnni(void) { return 0; }
-#define groups_vnni groups_c
-#define quant_rows_vnni quant_rows_c
+#define groups_vnni lk_i8_groups_c
+#define quant_rows_vnni lk_i8_quant_c
+#define lk_i8_groups_avx2 lk_i8_groups_c
+#define lk_i8_quant_avx2 lk_i8_quant_c
 #endif
 
-int lk_qmatmul_i8_native(void) { return has_vnni(); }
+int lk_qmatmul_i8_native(void) { return has_vnni() || lk_i8_has_avx2(); }
+
+/* The route of a product under `route` (2: AVX-512 picked, 1: AVX2, 0: plain C): VNNI needs AVX-512 VNNI,
+ * else AVX2 takes it where the CPU has AVX2. */
+static int i8_route(int route) {
+    if (route == 2 && has_vnni()) return 2;
+    return route >= 1 && lk_i8_has_avx2() ? 1 : 0;
+}
+
+const char *lk_qmatmul_i8_isa(int route) {
+    static const char *names[] = {"c", "avx2", "avx512vnni"};
+    return names[i8_route(route)];
+}
 
 /* Rows per pass over a part's groups (as qmatmul.c's ROW_CHUNK): their 8-bit rows stay in L1 / L2. */
 #define ROW_CHUNK8 64
 
 typedef struct {
     const job8 *j;
-    group_fn groups;
+    lk_i8_groups_fn groups;
 } part8;
 
 static void run_part8(void *ctx, int part, int parts) {
@@ -317,7 +292,7 @@ static void run_part8(void *ctx, int part, int parts) {
 /* 8-bit rows up to this many elements live on the stack (a decode step's: no allocation a product). */
 #define SMALL_ROWS_I8 8192
 
-int lk_qmatmul_i8(int fmt, int vector, const float *x, int64_t rows, int64_t k, const uint8_t *pq, const float *pdm,
+int lk_qmatmul_i8(int fmt, int route, const float *x, int64_t rows, int64_t k, const uint8_t *pq, const float *pdm,
                   int64_t n, float *y, int threads) {
     if (rows <= 0 || n <= 0) return LK_OK;
     int64_t nblk = k / LK_QK;
@@ -334,10 +309,10 @@ int lk_qmatmul_i8(int fmt, int vector, const float *x, int64_t rows, int64_t k, 
         float *f = (float *)heap;
         q = (qrows){(int8_t *)(f + 3 * rows * nblk), f, f + rows * nblk, (int32_t *)(f + 2 * rows * nblk)};
     }
-    vector = vector && has_vnni();
-    (vector ? quant_rows_vnni : quant_rows_c)(x, rows, k, &q);
+    route = i8_route(route);
+    (route == 2 ? quant_rows_vnni : route == 1 ? lk_i8_quant_avx2 : lk_i8_quant_c)(x, rows, k, &q);
     job8 j = {fmt, q, rows, k, n, pq, pdm, y};
-    part8 pc = {&j, vector ? groups_vnni : groups_c};
+    part8 pc = {&j, route == 2 ? groups_vnni : route == 1 ? lk_i8_groups_avx2 : lk_i8_groups_c};
     int64_t ng = groups(n);
     int parts = threads < 1 ? 1 : threads;
     if (parts > ng) parts = (int)ng;

@@ -208,8 +208,10 @@ INLINE256 void reg256(const job *j, int fmt, int64_t r0, int nr, int64_t n0, int
 /* The bfloat16 tile with AVX-512 BF16 (qmatmul_bf16.c; the dispatch in qmatmul.c uses it only where
  * the CPU has the instructions), and the rows rounded to bfloat16. */
 void lk_rows_to_bf16_c(const float *x, int64_t n, uint16_t *out);
-/* The 8-bit products (qmatmul_i8.c): vector 0 takes the plain-C route (the ISA forced to "c"). */
-int lk_qmatmul_i8(int fmt, int vector, const float *x, int64_t rows, int64_t k, const uint8_t *pq, const float *pdm,
+/* The 8-bit products (qmatmul_i8.c). route: 2 where the AVX-512 tiles are picked (AVX-512 VNNI if the
+ * CPU has it, else AVX2), 1 AVX2, 0 plain C (the ISA forced to "c"). */
+const char *lk_qmatmul_i8_isa(int route);
+int lk_qmatmul_i8(int fmt, int route, const float *x, int64_t rows, int64_t k, const uint8_t *pq, const float *pdm,
                   int64_t n, float *y, int threads);
 #ifdef LK_X86
 void lk_tile_bf16_512(const job *j, float *scratch, int64_t n0, int64_t nn);

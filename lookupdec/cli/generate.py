@@ -190,7 +190,7 @@ def state_file(dec, save: bool) -> None:
                    "auto times them and picks, float16 only for quantized/float16 GGUF files (README: Weight "
                    "formats). quantized-bf16 (CPUs with AVX-512 BF16) rounds the blocks' values and the activations "
                    "to bfloat16 in the layers' products: faster verify steps and prompts, a slightly different "
-                   "model; never picked by auto. quantized-int8 (CPUs with AVX-512 VNNI) rounds the activations to 8 "
+                   "model; never picked by auto. quantized-int8 (CPUs with AVX2 or AVX-512 VNNI) rounds the activations to 8 "
                    "bits per block of 32 and sums the blocks in integers, as llama.cpp does: much cheaper wide "
                    "forwards, a slightly different model; never picked by auto. Greedy output equals ar in the "
                    "same format.")

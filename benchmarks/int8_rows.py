@@ -1,4 +1,4 @@
-"""Why the fast forward offers no int8 weight format: fbgemm's dynamic int8 product is not row-independent.
+"""Why the 8-bit format (``quantized-int8``) has its own kernel: fbgemm's dynamic int8 product is not row-independent.
 
 fbgemm's dynamic int8 linear (``torch.ops.quantized.linear_dynamic``) quantizes
 the activations with ONE scale for the whole batch of rows, so a verify row's

@@ -18,8 +18,8 @@
  * The rows (quant_rows): per row and block, a = max |x|, s = a / 127, p = rint(x * (127 / a))
  * (0 where a is 0), and the block's sum of p. Then, block by block in order,
  *   y = fma(float(sum q p), d * s, y), and for Q4_1 y = fma(m, s * sum p, y):
- * one order for every route (the plain C below, AVX-512 VNNI), every tile and every batch: a
- * row's output is independent of the other rows, bit for bit. */
+ * one order for every route (the plain C below, AVX-512 VNNI, AVX2 in qmatmul_i8_avx2.c), every
+ * tile and every batch: a row's output is independent of the other rows, bit for bit. */
 #include "qmatmul_i8.h"
 
 #include <stdlib.h>
@@ -128,8 +128,9 @@ void lk_i8_groups_c(const job8 *j, int64_t r0, int64_t nr, int64_t g0, int64_t g
 #define VNNI __attribute__((target("avx512f,avx512bw,avx512vnni,fma")))
 #define INLINEVNNI __attribute__((target("avx512f,avx512bw,avx512vnni,fma"), always_inline)) static inline
 
-/* R rows x C groups (C x 16 outputs): per block, 8 integer dot products of 4 elements per (row,
- * group), then the scales. FMT a constant: each format's loop compiled on its own. */
+/* R rows x C groups (C x 16 outputs; the tiles below use C = 1, see there): per block, 8 integer
+ * dot products of 4 elements per (row, group), then the scales. FMT a constant: each format's loop
+ * compiled on its own. */
 INLINEVNNI void tile_vnni(const job8 *j, int FMT, int R, int C, int64_t r0, int64_t g0) {
     int64_t nblk = j->k / LK_QK, qb = packed_q_per_block(FMT), db = packed_d_per_block(FMT), k = j->k;
     __m512 accf[8][4];

@@ -101,6 +101,26 @@ def assert_rows_independent(make, rng):
             torch.set_num_threads(before)
 
 
+def assert_refused_without(tmp_path, monkeypatch, weights, flag, needs):
+    """A CPU lacking ``needs`` (``lookupdec.products.<flag>`` made False) refuses format ``weights`` in the
+    library and in the CLI, naming what it lacks and ``--weights quantized``, with no traceback."""
+    import lookupdec.products as products
+    from click.testing import CliRunner
+
+    from lookupdec.cli import main
+
+    monkeypatch.setattr(products, flag, lambda: False)
+    assert needs in products.weights_unavailable_reason(weights)
+    with pytest.raises(ValueError, match=f"{needs}.*use --weights quantized "):
+        Decoder(_blockified(0), weights=weights)
+    with pytest.raises(ValueError, match=needs):
+        make_linear(torch.zeros(4, 32), None, weights)
+    bad = CliRunner().invoke(main, ["generate", "--model", save_tiny(tmp_path, 0), "--prompt", "hello",
+                                    "--weights", weights])
+    assert bad.exit_code == 1 and needs in bad.output and "--weights quantized" in bad.output
+    assert "Traceback" not in bad.output
+
+
 @pytest.mark.parametrize("own_threads", [False, True])
 def test_each_row_of_a_quantized_product_is_independent_of_its_batch_bit_for_bit(isa, own_threads):
     """A row computed alone (plain decoding) equals the same row inside a wider product (a verify tree,
@@ -224,6 +244,19 @@ def test_auto_times_the_quantized_format_where_the_weights_are_blocks(tmp_path, 
     dec = Decoder(_blockified(0))
     assert set(dec.weights_choice.ms) == {"float32", "float16", "quantized"}
     assert dec.weights == pick_faster(dec.weights_choice.ms) == dec.verifier.fast.weights
+
+
+def test_auto_never_picks_a_format_that_changes_the_model(tmp_path, monkeypatch):
+    """Rounding the weights (bfloat16) or the inputs (8 bits) changes the model, so ``auto`` times neither
+    format (as it never picks float16 for a float32 model), even where the CPU runs both."""
+    import lookupdec.products as products
+
+    monkeypatch.setattr(products, "qmatmul_bf16_native", lambda: True)
+    monkeypatch.setattr(products, "qmatmul_i8_native", lambda: True)
+    monkeypatch.setenv("LOOKUPDEC_CACHE", str(tmp_path))
+    dec = Decoder(_blockified(0))
+    assert not {"quantized-bf16", "quantized-int8"} & set(dec.weights_choice.ms)
+    assert dec.weights not in ("quantized-bf16", "quantized-int8")
 
 
 def test_quantized_weights_for_a_model_without_blocks_are_a_user_error_naming_the_fix(tmp_path):

@@ -14,11 +14,9 @@ import torch
 
 from lookupdec import _native
 from lookupdec.decoder import Decoder
-from lookupdec.models import LoadedModel
-from lookupdec.products import _LinearQuantBF16, make_linear, weights_unavailable_reason
-from tests.conftest import save_tiny, tiny_loaded
-from tests.oracles.blocks import bf16_reference, blockified_model, product_reference, q4_1_reference, q8_0_reference
-from tests.test_quantized import _matrix, assert_rows_independent
+from lookupdec.products import _LinearQuantBF16
+from tests.oracles.blocks import bf16_reference, product_reference, q4_1_reference, q8_0_reference
+from tests.test_quantized import _blockified, _matrix, assert_refused_without, assert_rows_independent
 
 pytestmark = pytest.mark.cpu
 
@@ -114,11 +112,6 @@ def test_the_bf16_routes_agree_with_each_other_to_float_rounding():
         np.testing.assert_allclose(out, outs["c"], rtol=1e-5, atol=1e-5)
 
 
-def _blockified(seed):
-    lm = tiny_loaded(seed)
-    return LoadedModel(blockified_model(lm.model), lm.tokenizer, lm.name, lm.eos_ids, lm.max_context, "quantized")
-
-
 def test_the_format_rounds_the_layers_products_and_keeps_lm_head_in_float32_products(native_or_c):
     dec = Decoder(_blockified(0), weights="quantized-bf16")
     fast = dec.verifier.fast
@@ -129,27 +122,5 @@ def test_the_format_rounds_the_layers_products_and_keeps_lm_head_in_float32_prod
     assert dec.cost_curve().key != Decoder(_blockified(0), weights="quantized").cost_curve().key
 
 
-def test_auto_never_picks_the_bf16_format(tmp_path, monkeypatch, native_or_c):
-    """Rounding weights to bfloat16 changes the model, so ``auto`` does not time it (as float16 from float32)."""
-    monkeypatch.setenv("LOOKUPDEC_CACHE", str(tmp_path))
-    dec = Decoder(_blockified(0))
-    assert "quantized-bf16" not in dec.weights_choice.ms and dec.weights != "quantized-bf16"
-
-
 def test_a_cpu_without_bf16_instructions_refuses_the_format_naming_the_fix(tmp_path, monkeypatch):
-    import lookupdec.products as products
-
-    monkeypatch.setattr(products, "qmatmul_bf16_native", lambda: False)
-    assert "AVX-512 BF16" in weights_unavailable_reason("quantized-bf16")
-    with pytest.raises(ValueError, match="AVX-512 BF16.*use --weights quantized "):
-        Decoder(_blockified(0), weights="quantized-bf16")
-    with pytest.raises(ValueError, match="AVX-512 BF16"):
-        make_linear(torch.zeros(4, 32), None, "quantized-bf16")
-    from click.testing import CliRunner
-
-    from lookupdec.cli import main
-
-    bad = CliRunner().invoke(main, ["generate", "--model", save_tiny(tmp_path, 0), "--prompt", "hello",
-                                    "--weights", "quantized-bf16"])
-    assert bad.exit_code == 1 and "AVX-512 BF16" in bad.output and "--weights quantized" in bad.output
-    assert "Traceback" not in bad.output
+    assert_refused_without(tmp_path, monkeypatch, "quantized-bf16", "qmatmul_bf16_native", "AVX-512 BF16")

@@ -16,11 +16,9 @@ import torch
 
 from lookupdec import _native
 from lookupdec.decoder import Decoder
-from lookupdec.models import LoadedModel
-from lookupdec.products import _LinearQuantI8, make_linear, weights_unavailable_reason
-from tests.conftest import save_tiny, tiny_loaded
-from tests.oracles.blocks import blockified_model, int8_rows_reference, product_reference, q8_0_reference
-from tests.test_quantized import _matrix, assert_rows_independent
+from lookupdec.products import _LinearQuantI8
+from tests.oracles.blocks import int8_rows_reference, product_reference, q8_0_reference
+from tests.test_quantized import _blockified, _matrix, assert_refused_without, assert_rows_independent
 
 pytestmark = pytest.mark.cpu
 
@@ -107,11 +105,6 @@ def test_repacking_refuses_blocks_of_the_wrong_shape():
             _native.qpack_i8(*args)
 
 
-def _blockified(seed):
-    lm = tiny_loaded(seed)
-    return LoadedModel(blockified_model(lm.model), lm.tokenizer, lm.name, lm.eos_ids, lm.max_context, "quantized")
-
-
 def test_the_format_rounds_every_products_inputs_lm_head_included_and_steps_in_one_native_call(native_or_c):
     dec = Decoder(_blockified(0), weights="quantized-int8")
     fast = dec.verifier.fast
@@ -126,27 +119,5 @@ def test_the_format_rounds_every_products_inputs_lm_head_included_and_steps_in_o
                            plain.prefill(plain.new_cache(8), prompt))  # the rounding reaches the logits
 
 
-def test_auto_never_picks_the_int8_format(tmp_path, monkeypatch, native_or_c):
-    """Rounding the inputs changes the model, so ``auto`` does not time it (as float16 from float32)."""
-    monkeypatch.setenv("LOOKUPDEC_CACHE", str(tmp_path))
-    dec = Decoder(_blockified(0))
-    assert "quantized-int8" not in dec.weights_choice.ms and dec.weights != "quantized-int8"
-
-
 def test_a_cpu_without_avx2_or_vnni_refuses_the_format_naming_the_fix(tmp_path, monkeypatch):
-    import lookupdec.products as products
-
-    monkeypatch.setattr(products, "qmatmul_i8_native", lambda: False)
-    assert "AVX2 or AVX-512 VNNI" in weights_unavailable_reason("quantized-int8")
-    with pytest.raises(ValueError, match="AVX2 or AVX-512 VNNI.*use --weights quantized "):
-        Decoder(_blockified(0), weights="quantized-int8")
-    with pytest.raises(ValueError, match="AVX2 or AVX-512 VNNI"):
-        make_linear(torch.zeros(4, 32), None, "quantized-int8")
-    from click.testing import CliRunner
-
-    from lookupdec.cli import main
-
-    bad = CliRunner().invoke(main, ["generate", "--model", save_tiny(tmp_path, 0), "--prompt", "hello",
-                                    "--weights", "quantized-int8"])
-    assert bad.exit_code == 1 and "AVX2 or AVX-512 VNNI" in bad.output and "--weights quantized" in bad.output
-    assert "Traceback" not in bad.output
+    assert_refused_without(tmp_path, monkeypatch, "quantized-int8", "qmatmul_i8_native", "AVX2 or AVX-512 VNNI")

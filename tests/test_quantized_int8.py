@@ -121,3 +121,28 @@ def test_the_format_rounds_every_products_inputs_lm_head_included_and_steps_in_o
 
 def test_a_cpu_without_avx2_or_vnni_refuses_the_format_naming_the_fix(tmp_path, monkeypatch):
     assert_refused_without(tmp_path, monkeypatch, "quantized-int8", "qmatmul_i8_native", "AVX2 or AVX-512 VNNI")
+
+
+def test_q8_0_bytes_of_minus_128_are_summed_exactly_on_every_route():
+    """GGML's quantizer never writes -128 into a Q8_0 block, but a file may hold it: the VNNI route reads
+    it as 0 (stored plus 128) and the AVX2 route as |q| = 128 against the sign-flipped input, both within
+    their integer bounds. Weights of -128 and 127 against inputs of +-127 (the largest pair sums) give the
+    exact products on every route."""
+    from tests.conftest import NATIVE_ISAS
+
+    n, k = 16, 64
+    qs = np.where(np.arange(n * k).reshape(n, k) % 3 == 0, -128, 127).astype(np.int8).view(np.uint8)
+    dm = np.full((n, k // 32), 2.0 ** -7, np.float32)
+    pq, pdm = _native.qpack_i8(1, np.ascontiguousarray(qs), dm, n, k)
+    x = np.where(np.arange(2 * k).reshape(2, k) % 2 == 0, 127.0, -127.0).astype(np.float32)
+    x[1] = 127.0  # one block's scale is 1, so the inputs are their own integers
+    want = product_reference(x, qs.view(np.int8).astype(np.float32) * np.float32(2.0 ** -7))
+    try:
+        for name in NATIVE_ISAS:
+            _native.qmatmul_force_isa(name)
+            y = np.empty((2, n), np.float32)
+            _native.qmatmul_ptr(1 | _native.QMATMUL_I8, x.ctypes.data, 2, k, pq.ctypes.data, pdm.ctypes.data, n,
+                                y.ctypes.data, 1)
+            assert np.array_equal(y, want.astype(np.float32)), (name, _native.qmatmul_i8_isa())
+    finally:
+        _native.qmatmul_force_isa(NATIVE_ISAS[0])

@@ -128,73 +128,56 @@ void lk_i8_groups_c(const job8 *j, int64_t r0, int64_t nr, int64_t g0, int64_t g
 #define VNNI __attribute__((target("avx512f,avx512bw,avx512vnni,fma")))
 #define INLINEVNNI __attribute__((target("avx512f,avx512bw,avx512vnni,fma"), always_inline)) static inline
 
-/* R rows x C groups (C x 16 outputs; the tiles below use C = 1, see there): per block, 8 integer
- * dot products of 4 elements per (row, group), then the scales. FMT a constant: each format's loop
- * compiled on its own. */
-INLINEVNNI void tile_vnni(const job8 *j, int FMT, int R, int C, int64_t r0, int64_t g0) {
+/* R rows against group g (16 outputs): per block, 8 integer dot products of 4 elements per row, then
+ * the scales. FMT a constant: each format's loop compiled on its own. */
+INLINEVNNI void tile_vnni(const job8 *j, int FMT, int R, int64_t r0, int64_t g) {
     int64_t nblk = j->k / LK_QK, qb = packed_q_per_block(FMT), db = packed_d_per_block(FMT), k = j->k;
-    __m512 accf[8][4];
+    __m512 accf[8];
     const __m512i low = _mm512_set1_epi8(15);
-    for (int r = 0; r < R; r++)
-        for (int c = 0; c < C; c++) accf[r][c] = _mm512_setzero_ps();
+    for (int r = 0; r < R; r++) accf[r] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nblk; b++) {
-        /* 1-2 rows: two integer sums per (row, group), added at the block's end (exact), so the
-         * multiply-adds form two chains instead of one */
-        __m512i acci[8][4], acc2[8][4];
-        const int SPLIT = R * C <= 2;
-        for (int r = 0; r < R; r++)
-            for (int c = 0; c < C; c++) acci[r][c] = acc2[r][c] = _mm512_setzero_si512();
+        /* 1-2 rows: two integer sums per row, added at the block's end (exact), so the multiply-adds
+         * form two chains instead of one */
+        __m512i acci[8], acc2[8];
+        const int SPLIT = R <= 2;
+        for (int r = 0; r < R; r++) acci[r] = acc2[r] = _mm512_setzero_si512();
         const int8_t *p = j->x.p + r0 * k + b * LK_QK;
         if (FMT == LK_Q4_1) {
             for (int s = 0; s < 4; s++) {
-                __m512i wl[4], wh[4];
-                for (int c = 0; c < C; c++) {
-                    __m512i v = _mm512_loadu_si512(j->pq + ((g0 + c) * nblk + b) * qb + 64 * s);
-                    wl[c] = _mm512_and_si512(v, low);
-                    wh[c] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
-                }
+                __m512i v = _mm512_loadu_si512(j->pq + (g * nblk + b) * qb + 64 * s);
+                __m512i wl = _mm512_and_si512(v, low), wh = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
                 for (int r = 0; r < R; r++) {
                     __m512i a = _mm512_set1_epi32(*(const int32_t *)(p + r * k + 4 * s));
                     __m512i h = _mm512_set1_epi32(*(const int32_t *)(p + r * k + 16 + 4 * s));
-                    for (int c = 0; c < C; c++) {
-                        acci[r][c] = _mm512_dpbusd_epi32(acci[r][c], wl[c], a);
-                        if (SPLIT) acc2[r][c] = _mm512_dpbusd_epi32(acc2[r][c], wh[c], h);
-                        else acci[r][c] = _mm512_dpbusd_epi32(acci[r][c], wh[c], h);
-                    }
+                    acci[r] = _mm512_dpbusd_epi32(acci[r], wl, a);
+                    if (SPLIT) acc2[r] = _mm512_dpbusd_epi32(acc2[r], wh, h);
+                    else acci[r] = _mm512_dpbusd_epi32(acci[r], wh, h);
                 }
             }
         } else {
             for (int s = 0; s < 8; s++) {
-                __m512i w[4];
-                for (int c = 0; c < C; c++) w[c] = _mm512_loadu_si512(j->pq + ((g0 + c) * nblk + b) * qb + 64 * s);
+                __m512i w = _mm512_loadu_si512(j->pq + (g * nblk + b) * qb + 64 * s);
                 for (int r = 0; r < R; r++) {
                     __m512i a = _mm512_set1_epi32(*(const int32_t *)(p + r * k + 4 * s));
-                    for (int c = 0; c < C; c++) {
-                        if (SPLIT && (s & 1)) acc2[r][c] = _mm512_dpbusd_epi32(acc2[r][c], w[c], a);
-                        else acci[r][c] = _mm512_dpbusd_epi32(acci[r][c], w[c], a);
-                    }
+                    if (SPLIT && (s & 1)) acc2[r] = _mm512_dpbusd_epi32(acc2[r], w, a);
+                    else acci[r] = _mm512_dpbusd_epi32(acci[r], w, a);
                 }
             }
         }
-        for (int c = 0; c < C; c++) {
-            const float *od = j->pdm + ((g0 + c) * nblk + b) * db;
-            __m512 d = _mm512_loadu_ps(od);
-            for (int r = 0; r < R; r++) {
-                int64_t i = (r0 + r) * nblk + b;
-                __m512i sum = SPLIT ? _mm512_add_epi32(acci[r][c], acc2[r][c]) : acci[r][c];
-                if (FMT == LK_Q8_0) sum = _mm512_sub_epi32(sum, _mm512_set1_epi32(j->x.psum[i]));
-                __m512 ds = _mm512_mul_ps(d, _mm512_set1_ps(j->x.s[i]));
-                accf[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), ds, accf[r][c]);
-                if (FMT == LK_Q4_1)
-                    accf[r][c] = _mm512_fmadd_ps(_mm512_loadu_ps(od + G), _mm512_set1_ps(j->x.ssum[i]), accf[r][c]);
-            }
+        const float *od = j->pdm + (g * nblk + b) * db;
+        __m512 d = _mm512_loadu_ps(od);
+        for (int r = 0; r < R; r++) {
+            int64_t i = (r0 + r) * nblk + b;
+            __m512i sum = SPLIT ? _mm512_add_epi32(acci[r], acc2[r]) : acci[r];
+            if (FMT == LK_Q8_0) sum = _mm512_sub_epi32(sum, _mm512_set1_epi32(j->x.psum[i]));
+            __m512 ds = _mm512_mul_ps(d, _mm512_set1_ps(j->x.s[i]));
+            accf[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), ds, accf[r]);
+            if (FMT == LK_Q4_1) accf[r] = _mm512_fmadd_ps(_mm512_loadu_ps(od + G), _mm512_set1_ps(j->x.ssum[i]), accf[r]);
         }
     }
-    for (int c = 0; c < C; c++) {
-        int64_t out = (g0 + c) * G;
-        __mmask16 m = out + G <= j->n ? 0xffff : (__mmask16)((1u << (j->n - out)) - 1);
-        for (int r = 0; r < R; r++) _mm512_mask_storeu_ps(j->y + (r0 + r) * j->n + out, m, accf[r][c]);
-    }
+    int64_t out = g * G;
+    __mmask16 m = out + G <= j->n ? 0xffff : (__mmask16)((1u << (j->n - out)) - 1);
+    for (int r = 0; r < R; r++) _mm512_mask_storeu_ps(j->y + (r0 + r) * j->n + out, m, accf[r]);
 }
 
 /* Tiles of 8, 4, 2 and 1 rows against one group: a group's weights are one contiguous stream (wider
@@ -203,7 +186,7 @@ INLINEVNNI void tile_vnni(const job8 *j, int FMT, int R, int C, int64_t r0, int6
  * 5.2, 4 rows 5.3-5.5 against 6.6 over 3 groups). */
 #define TILE_FN(FMT, R)                                                      \
     VNNI static void t_##FMT##_##R(const job8 *j, int64_t r0, int64_t g) {   \
-        tile_vnni(j, FMT, R, 1, r0, g);                                      \
+        tile_vnni(j, FMT, R, r0, g);                                         \
     }
 TILE_FN(0, 8) TILE_FN(0, 4) TILE_FN(0, 2) TILE_FN(0, 1) TILE_FN(1, 8) TILE_FN(1, 4) TILE_FN(1, 2) TILE_FN(1, 1)
 

@@ -80,18 +80,12 @@ class Decoder:
             ``LoadedModel``; it must share the target's tokenizer, ids included.
         draft_layers: cut the draft model (the target itself when ``draft_model``
             is None) to its first K decoder layers.
-        weights: the fast forward's weight format (CLI ``--weights``): "float32" (the
-            model's values), "float16" (rounded once, fbgemm kernels, float32 activations:
-            half the bytes per forward), "quantized" (a GGUF's own Q4_1 / Q8_0 blocks,
-            the same values as float32 at 6-9 bits each; native kernels), "quantized-bf16"
-            (those blocks with the layers' products in bfloat16: cheaper wide forwards on
-            CPUs with AVX-512 BF16, a slightly different model; never picked by auto),
-            "quantized-int8" (those blocks against activations rounded to 8 bits per block of 32,
-            the block sums in integers, as llama.cpp computes them: much cheaper wide forwards on
-            CPUs with AVX2 or AVX-512 VNNI, a slightly different model; never picked by auto), or "auto"
-            (default): for a GGUF file whose matrices are quantized or float16, the
-            format that measured fastest on this machine (cached), else float32; see
-            ``lookupdec.weights``. Greedy output
+        weights: the fast forward's weight format (CLI ``--weights``; ``lookupdec.weights``):
+            "float32", "float16", "quantized" (a GGUF's own Q4_1 / Q8_0 blocks, float32's
+            values), "quantized-bf16" / "quantized-int8" (those blocks with bfloat16 or
+            llama.cpp's 8-bit products: cheaper wide forwards, a slightly different model,
+            never picked by auto), or "auto" (default): for a GGUF of quantized or float16
+            matrices the format measured fastest here (cached), else float32. Greedy output
             equals ``ar`` in the same format. ``weights_choice`` says what was used and why.
         prefix_cache_mb: MiB of KV rows kept from finished requests, reused by later prompts
             that begin with the same tokens (``lookupdec.prefix_cache``; ``prefixes`` is the

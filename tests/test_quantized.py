@@ -246,6 +246,23 @@ def test_auto_times_the_quantized_format_where_the_weights_are_blocks(tmp_path, 
     assert dec.weights == pick_faster(dec.weights_choice.ms) == dec.verifier.fast.weights
 
 
+@pytest.mark.parametrize("weights,head", [("quantized-bf16", "quantized"), ("quantized-int8", "quantized-int8")])
+def test_a_rounded_format_is_every_layers_product_and_its_own_lm_head_choice(weights, head, monkeypatch):
+    """quantized-bf16 rounds the layers' products and keeps lm_head in float32 products; quantized-int8
+    rounds every product's inputs, lm_head's included. Either way the step runs in one native call with
+    its lm_head, and the format has its own cost curve."""
+    import lookupdec.products as products
+
+    monkeypatch.setattr(products, "qmatmul_bf16_native", lambda: True)  # the C routes where needed
+    monkeypatch.setattr(products, "qmatmul_i8_native", lambda: True)
+    dec = Decoder(_blockified(0), weights=weights)
+    fast = dec.verifier.fast
+    assert dec.weights == fast.weights == weights and fast.layer_table is not None
+    assert all(p.weights == weights for layer in fast.layers for p in (layer.qkv, layer.o, layer.gate_up, layer.down))
+    assert fast.lm_head.weights == head and fast.native is not None and fast.native.has_head
+    assert dec.cost_curve().key != Decoder(_blockified(0), weights="quantized").cost_curve().key
+
+
 def test_auto_never_picks_a_format_that_changes_the_model(tmp_path, monkeypatch):
     """Rounding the weights (bfloat16) or the inputs (8 bits) changes the model, so ``auto`` times neither
     format (as it never picks float16 for a float32 model), even where the CPU runs both."""

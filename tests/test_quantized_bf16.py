@@ -1,10 +1,11 @@
 """The "quantized-bf16" weight format: the GGUF's blocks with bfloat16 products (ext/csrc/qmatmul.c, LK_BF16).
 
-On a CPU without AVX-512 BF16 the format is refused (``weights_unavailable_reason``); its plain-C route
-still runs here when a test forces it (``native_or_c``), so every test below runs on every machine:
-the vector route where the CPU has it, the C route otherwise. Every method equals ``ar`` in this
-format on near-tie models, and a tree row's logits are one-token-at-a-time decoding's bit for bit:
-``tests/test_quantized.py``, whose tests of those run in both block formats.
+On a CPU without AVX-512 BF16 the format is refused (``weights_unavailable_reason``); its products'
+plain-C route still runs, so every test below runs on every machine: the vector route where the CPU
+has it, the C route otherwise. Every method equals ``ar`` in this format on near-tie models, a tree
+row's logits are one-token-at-a-time decoding's bit for bit, the format's plumbing, its refusal and
+``auto``'s never picking it: ``tests/test_quantized.py``, whose tests of those run in every
+quantized format.
 """
 from __future__ import annotations
 
@@ -13,21 +14,11 @@ import pytest
 import torch
 
 from lookupdec import _native
-from lookupdec.decoder import Decoder
 from lookupdec.products import _LinearQuantBF16
 from tests.oracles.blocks import bf16_reference, product_reference, q4_1_reference, q8_0_reference
-from tests.test_quantized import _blockified, _matrix, assert_refused_without, assert_rows_independent
+from tests.test_quantized import _matrix, assert_refused_without, assert_rows_independent
 
 pytestmark = pytest.mark.cpu
-
-
-@pytest.fixture
-def native_or_c(monkeypatch):
-    """Let the format be built here: on a CPU without AVX-512 BF16 its products take the plain-C route."""
-    import lookupdec.products as products
-
-    monkeypatch.setattr(products, "qmatmul_bf16_native", lambda: True)
-    return _native.qmatmul_bf16_isa()
 
 
 def _product(lin, x):
@@ -110,16 +101,6 @@ def test_the_bf16_routes_agree_with_each_other_to_float_rounding():
     assert set(outs) == ({"c", "avx512bf16"} if _native.qmatmul_bf16_native() else {"c"})
     for out in outs.values():
         np.testing.assert_allclose(out, outs["c"], rtol=1e-5, atol=1e-5)
-
-
-def test_the_format_rounds_the_layers_products_and_keeps_lm_head_in_float32_products(native_or_c):
-    dec = Decoder(_blockified(0), weights="quantized-bf16")
-    fast = dec.verifier.fast
-    assert dec.weights == fast.weights == "quantized-bf16" and fast.layer_table is not None
-    assert all(p.weights == "quantized-bf16" for layer in fast.layers
-               for p in (layer.qkv, layer.o, layer.gate_up, layer.down))
-    assert fast.lm_head.weights == "quantized"
-    assert dec.cost_curve().key != Decoder(_blockified(0), weights="quantized").cost_curve().key
 
 
 def test_a_cpu_without_bf16_instructions_refuses_the_format_naming_the_fix(tmp_path, monkeypatch):

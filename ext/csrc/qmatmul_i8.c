@@ -230,10 +230,14 @@ VNNI static void quant_rows_vnni(const float *x, int64_t rows, int64_t k, qrows 
         }
 }
 
-static int has_vnni(void) {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("fma");
+static int has_vnni(void) { /* asked once: every product's dispatch reads it */
+    static int known = -1;
+    if (known < 0) {
+        __builtin_cpu_init();
+        known = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("fma");
+    }
+    return known;
 }
 #else
 static int has_vnni(void) { return 0; }

@@ -141,9 +141,13 @@ AVX2I8 void lk_i8_quant_avx2(const float *x, int64_t rows, int64_t k, qrows *q) 
         }
 }
 
-int lk_i8_has_avx2(void) {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+int lk_i8_has_avx2(void) { /* asked once: every product's dispatch reads it */
+    static int known = -1;
+    if (known < 0) {
+        __builtin_cpu_init();
+        known = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    }
+    return known;
 }
 #else
 int lk_i8_has_avx2(void) { return 0; }

@@ -16,8 +16,10 @@ decode/verify and batch forward twice, alternating call by call: a quantized ste
 native call (``native_layers``), and through the Python loop it replaced (``"python"`` entries).
 ``--compare-routes`` does the same for the quantized products of 5-24 rows: the tall tiles
 (``"tall"``, the default) against the scratch tile they replaced (``"scratch"``); both give the same bits.
-``--isa avx2`` runs the quantized products on AVX2 on a CPU that also has AVX-512 (its AVX2 routes,
-timed on that CPU: not an AVX2-only machine's figures).
+``--compare-attention`` does the same for the native attention's scoring of a task of many queries:
+keys in the vector lanes (``"lanes"``, the default from 6 tiles of queries) against the 4 x 4 tiles
+(``"tiles"``); both give the same bits. ``--isa avx2`` runs the quantized products on AVX2 on a CPU
+that also has AVX-512 (its AVX2 routes, timed on that CPU: not an AVX2-only machine's figures).
 
 Usage:
     python benchmarks/forward_widths.py --threads 2 --weights quantized [--out FILE]
@@ -70,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compare-routes", action="store_true",
                     help="also time each forward with the quantized products' scratch tile where the tall tiles "
                          "run (5-24 rows with AVX-512, 5-8 with AVX2), alternating")
+    ap.add_argument("--compare-attention", action="store_true",
+                    help="also time each forward with the attention's keys-in-lanes scoring off, alternating")
     ap.add_argument("--isa", default=None, choices=("avx512", "avx2", "c"),
                     help="the quantized products' instruction set (default: the best this CPU has)")
     ap.add_argument("--out", type=Path, default=None, help="also write the JSON here")
@@ -98,12 +102,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.compare_routes and (args.weights != "quantized" or _native.qmatmul_isa() == "c"):
         ap.error("--compare-routes needs --weights quantized and AVX-512 or AVX2 (the tall tiles are theirs)")
     tall_rows = _native.qmatmul_tall_rows()
+    block_tiles = _native.attend_block_tiles()
+    if sum((args.compare_layers, args.compare_routes, args.compare_attention)) > 1:
+        ap.error("--compare-layers, --compare-routes and --compare-attention: one at a time")
     if args.compare_layers:  # name -> what sets it up; the first is the default
         variants = {"native": lambda: setattr(ff, "layer_table", native),
                     "python": lambda: setattr(ff, "layer_table", None)}
     elif args.compare_routes:
         variants = {"tall": lambda: _native.qmatmul_tall_rows(tall_rows),
                     "scratch": lambda: _native.qmatmul_tall_rows(0)}
+    elif args.compare_attention:
+        variants = {"lanes": lambda: _native.attend_block_tiles(block_tiles),
+                    "tiles": lambda: _native.attend_block_tiles(0)}
     else:
         variants = {}
 

@@ -31,6 +31,7 @@ cdef extern from "rmsnorm.h" nogil:
 
 
 cdef extern from "attention.h" nogil:
+    int lk_attend_block_tiles(int tiles)
     int lk_attend(int n_seq, const int64_t *meta, const int64_t *kv, int layer, const float *qk, const float *v,
                   int64_t v_stride, int H, int Hk, int D, float scale, float *out, int threads)
 
@@ -152,6 +153,14 @@ def qmatmul_tall_rows(int rows=-1):
     instruction set is forced); ``rows`` >= 0 sets it (tests and benchmarks compare the routes, which
     give the same bits). Returns the value before."""
     return lk_qmatmul_tall_rows(rows)
+
+
+def attend_block_tiles(int tiles=-1):
+    """The fewest tiles of queries (4 each: a row's heads of one kv head, side by side) for which a task of
+    the native attention scores its keys with the keys in the vector lanes (AVX-512; 0 = never);
+    ``tiles`` >= 0 sets it (tests and benchmarks compare the routes, which give the same bits).
+    Returns the value before."""
+    return lk_attend_block_tiles(tiles)
 
 
 def qmatmul_force_own_threads(bint on):

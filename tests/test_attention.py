@@ -148,3 +148,34 @@ def test_bad_shapes_are_refused_before_any_memory_is_touched():
     for heads, kv_heads, dim in ((0, 1, 8), (3, 2, 8), (2, 1, 0)):
         with pytest.raises(ValueError):
             _native.attend_ptr(1, 0, 0, 0, 0, 0, 0, heads, kv_heads, dim, 1.0, 0, 1)
+
+
+@pytest.mark.skipif("avx512" not in NATIVE_ISAS, reason="the keys-in-lanes scoring is AVX-512's (this CPU has none)")
+@pytest.mark.parametrize("H,Hk,D", [(9, 3, 64), (4, 1, 128), (6, 2, 48), (8, 4, 80)])
+def test_keys_in_lanes_scoring_is_the_same_bits_as_the_tiles(H, Hk, D):
+    """A task of many queries scores its keys with the keys in the vector lanes (a block's keys transposed
+    once for all its queries); a task of few with 4 x 4 tiles. Both must give every score the same bits,
+    whatever the queries' count (padding in the last group), the keys' count (partial vectors and blocks:
+    1..200 keys), masked keys and several tasks and sequences."""
+    assert _native.qmatmul_force_isa("avx512")
+    rng = np.random.default_rng(D)
+    before = _native.attend_block_tiles()
+    try:
+        for past, w in [(0, 11), (3, 21), (40, 9), (130, 17), (190, 6)]:
+            blocks = [_block(rng, w, H, Hk, D), _block(rng, 2, H, Hk, D)]
+            bias = torch.zeros(w, past + w)
+            bias[:, past:] = torch.triu(torch.full((w, w), float("-inf")), 1)
+            bias[1::3, : past // 2] = LOWEST
+            results = []
+            for tiles in (0, 1):  # never, always (where a task has a tile)
+                _native.attend_block_tiles(tiles)
+                base = np.random.default_rng(past)
+                seqs = [Seq(base, past, Hk, D, cap=past + w), Seq(base, 33, Hk, D, cap=40)]
+                results.append(attend(seqs, blocks, [bias, None], H, Hk, D))
+            for never, always in zip(*results):
+                assert torch.equal(never, always), (past, w)
+            want = oracle(seqs[0].rows(0, 0, past + w), seqs[0].rows(1, 0, past + w), blocks[0][0], bias, 0.125)
+            torch.testing.assert_close(results[1][0].double(), want, rtol=1e-5, atol=2e-6)
+    finally:
+        _native.attend_block_tiles(before)
+        _native.qmatmul_force_isa(NATIVE_ISAS[0])

@@ -20,8 +20,19 @@ typedef struct {
     int failed;
 } job;
 
-#define TG 8  /* tiles per task */
-#define KB 64 /* keys per block */
+#define TG 8      /* tiles per task */
+#define KB KB_MAX /* keys per block */
+
+/* Tasks of at least this many tiles score their keys with the routines' dots_block (keys in the
+ * lanes, transposed once a block for all the task's queries) where the set has one; 0 = never.
+ * Same bits either way (attention_isa.h). */
+static int block_tiles = 5;
+
+int lk_attend_block_tiles(int tiles) {
+    int before = block_tiles;
+    if (tiles >= 0) block_tiles = tiles;
+    return before;
+}
 
 /* A task: up to TG tiles of one sequence and kv head. Keys and values are read in blocks of KB
  * rows, each block once for all the task's tiles (it stays in L1), in two passes: the scores of
@@ -56,8 +67,23 @@ static void attend_task(const job *j, tile *t, int nt, const float *keys, const 
     const lk_attn_routines *fn = j->fn;
     float dots[TQ * TK]; /* query i, key c at i * TK + c */
     float *pad = s + (int64_t)nt * TQ * n; /* TQ x D: outputs of padding queries, dropped */
+    float *kt = pad + (int64_t)TQ * D;     /* KB x D: a block's keys, transposed, for dots_block */
+    int block = fn->dots_block && block_tiles > 0 && nt >= block_tiles;
+    const float *qs[TG * TQ];
+    float *rows[TG * TQ];
+    int nq = 0;
+    for (int ti = 0; block && ti < nt; ti++)
+        for (int i = 0; i < t[ti].nq; i++, nq++) {
+            qs[nq] = t[ti].q[i];
+            rows[nq] = s + ((int64_t)ti * TQ + i) * n;
+        }
     for (int64_t jb = 0; jb < n; jb += KB) {
         int64_t je = jb + KB < n ? jb + KB : n;
+        if (block) {
+            fn->dots_block(qs, nq, keys + jb * stride, stride, je - jb, D, rows, kt);
+            for (int i = 0; i < nq; i++) rows[i] += je - jb;
+            continue;
+        }
         for (int ti = 0; ti < nt; ti++) {
             float *st = s + (int64_t)ti * TQ * n;
             for (int64_t j0 = jb; j0 < je; j0 += TK) {
@@ -76,12 +102,9 @@ static void attend_task(const job *j, tile *t, int nt, const float *keys, const 
         for (int i = 0; i < t[ti].nq; i++) {
             float *si = st + i * n;
             fn->exp_all(si, n, fn->scale_max(si, t[ti].bias[i], n, j->scale));
-            l[ti][i] = 0.0f;
         }
-        /* Denominators key by key (a masked key adds exactly 0), the tile's queries side by side. */
-        for (int64_t c = 0; c < n; c++)
-            for (int i = 0; i < t[ti].nq; i++) l[ti][i] += st[i * n + c];
         for (int i = 0; i < TQ; i++) { /* padding queries: query 0's weights, into pad */
+            l[ti][i] = 0.0f;
             t[ti].p[i] = st + (i < t[ti].nq ? i : 0) * n;
             if (i >= t[ti].nq) t[ti].o[i] = pad + i * D;
             memset(t[ti].o[i], 0, sizeof(float) * (size_t)D);
@@ -92,7 +115,7 @@ static void attend_task(const job *j, tile *t, int nt, const float *keys, const 
         for (int ti = 0; ti < nt; ti++) {
             const float *p[TQ];
             for (int i = 0; i < TQ; i++) p[i] = t[ti].p[i] + jb;
-            fn->pv(p, vals + jb * stride, nb, stride, D, t[ti].o);
+            fn->pv(p, vals + jb * stride, nb, stride, D, t[ti].o, l[ti]); /* denominators too, key by key */
         }
     }
     for (int ti = 0; ti < nt; ti++)
@@ -111,9 +134,9 @@ static void run_part(void *ctx, int part, int parts) {
     for (int s = 0; s < j->n_seq; s++) tasks += j->Hk * tasks_of(j, j->meta[s * LK_ATTN_META + 1]);
     int64_t t0 = tasks * part / parts, t1 = tasks * (part + 1) / parts;
     if (t0 >= t1) return;
-    /* scores of TG x TQ queries, then TQ output rows for padding queries */
+    /* scores of TG x TQ queries, then TQ output rows for padding queries, then a block's keys transposed */
     size_t keys_max = (size_t)(j->max_keys > 0 ? j->max_keys : 1);
-    float *scores = (float *)malloc(sizeof(float) * ((size_t)TG * TQ * keys_max + (size_t)TQ * (size_t)j->D));
+    float *scores = (float *)malloc(sizeof(float) * ((size_t)TG * TQ * keys_max + (size_t)(TQ + KB) * (size_t)j->D));
     if (!scores) {
         j->failed = 1;
         return;

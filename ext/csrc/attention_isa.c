@@ -25,11 +25,12 @@ static void dots_c(const float *const q[TQ], const float *const k[TK], int D, fl
 }
 
 static void pv_c(const float *const p[TQ], const float *vals, int64_t n, int64_t stride, int D,
-                 float *const o[TQ]) {
+                 float *const o[TQ], float l[TQ]) {
     for (int64_t j = 0; j < n; j++)
         for (int i = 0; i < TQ; i++) {
             float pj = p[i][j];
             if (pj == 0.0f) continue; /* adds exactly nothing: a masked key leaves no trace */
+            l[i] += pj;
             for (int d = 0; d < D; d++) o[i][d] = fmaf(pj, vals[j * stride + d], o[i][d]);
         }
 }
@@ -55,6 +56,7 @@ static void exp_all_c(float *s, int64_t n, float m) {
 #define PV_AHEAD 16 /* value rows read ahead */
 #define AVX512 __attribute__((target("avx512f,fma")))
 #define AVX2 __attribute__((target("avx2,fma")))
+#define INLINE512 AVX512 static inline __attribute__((always_inline))
 
 AVX512 static void dots512(const float *const q[TQ], const float *const k[TK], int D, float out[TK * TQ]) {
     __m512 acc[TK][TQ];
@@ -86,11 +88,112 @@ AVX512 static void dots512(const float *const q[TQ], const float *const k[TK], i
     _mm512_storeu_ps(out, _mm512_add_ps(_mm512_shuffle_ps(v[0], v[1], 0x88), _mm512_shuffle_ps(v[0], v[1], 0xDD)));
 }
 
-/* Output chunks of 64 floats: 4 registers for each of the TQ queries (padding ones included, so the
- * loops are fixed and the accumulators stay in registers). */
+/* 16 rows of 16 floats transposed in registers: r[j] becomes column j. */
+AVX512 static void transpose16(__m512 r[16]) {
+    __m512 t[16], s[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int g = 0; g < 4; g++) { /* s[4g + e], 128-bit lane L: column 4L + e of rows 4g..4g+3 */
+        __m512d a = _mm512_castps_pd(t[4 * g]), b = _mm512_castps_pd(t[4 * g + 2]);
+        __m512d c = _mm512_castps_pd(t[4 * g + 1]), d = _mm512_castps_pd(t[4 * g + 3]);
+        s[4 * g] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
+        s[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
+        s[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(c, d));
+        s[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(c, d));
+    }
+    for (int e = 0; e < 4; e++) { /* column 4L + e: lane L of s[e], s[4 + e], s[8 + e], s[12 + e] */
+        __m512 p = _mm512_shuffle_f32x4(s[e], s[4 + e], 0x44), q = _mm512_shuffle_f32x4(s[e], s[4 + e], 0xEE);
+        __m512 u = _mm512_shuffle_f32x4(s[8 + e], s[12 + e], 0x44), w = _mm512_shuffle_f32x4(s[8 + e], s[12 + e], 0xEE);
+        r[e] = _mm512_shuffle_f32x4(p, u, 0x88);
+        r[4 + e] = _mm512_shuffle_f32x4(p, u, 0xDD);
+        r[8 + e] = _mm512_shuffle_f32x4(q, w, 0x88);
+        r[12 + e] = _mm512_shuffle_f32x4(q, w, 0xDD);
+    }
+}
+
+#define BQ 4 /* queries per dots_block512 kernel call */
+
+/* Scores of BQ queries over the 16 keys of columns kt[.. + c], keys in the lanes: for each query, lane
+ * l's partial sum of dots512 (the products of d = l, l + 16, .. by one chain of fused multiply-adds
+ * from 0) is its own register P_l, and the partials are added as dots512's network adds its lanes:
+ * l + 8, then l + 4, l + 2, l + 1. So each score has dots512's bits. */
+/* S_l = P_l + P_{l+8} for BQ queries (M = D / 16 products in each chain). */
+INLINE512 void pair16_keys(const float *const q[BQ], const float *kt, int l, int M, __m512 s[BQ]) {
+    __m512 p[BQ][2];
+#pragma GCC unroll 8
+    for (int i = 0; i < BQ; i++) p[i][0] = p[i][1] = _mm512_setzero_ps();
+#pragma GCC unroll 8
+    for (int m = 0; m < M; m++)
+#pragma GCC unroll 2
+        for (int e = 0; e < 2; e++) {
+            int d = l + 8 * e + 16 * m;
+            __m512 kv = _mm512_loadu_ps(kt + (int64_t)d * KB_MAX);
+#pragma GCC unroll 8
+            for (int i = 0; i < BQ; i++) p[i][e] = _mm512_fmadd_ps(_mm512_set1_ps(q[i][d]), kv, p[i][e]);
+        }
+#pragma GCC unroll 8
+    for (int i = 0; i < BQ; i++) s[i] = _mm512_add_ps(p[i][0], p[i][1]);
+}
+
+/* T_l = S_l + S_{l+4} for BQ queries, added into t (t = T_l) or onto it (t += T_l). */
+INLINE512 void quad16_keys(const float *const q[BQ], const float *kt, int l, int M, __m512 t[BQ], int add) {
+    __m512 a[BQ], b[BQ];
+    pair16_keys(q, kt, l, M, a);
+    pair16_keys(q, kt, l + 4, M, b);
+#pragma GCC unroll 8
+    for (int i = 0; i < BQ; i++) {
+        __m512 x = _mm512_add_ps(a[i], b[i]);
+        t[i] = add ? _mm512_add_ps(t[i], x) : x;
+    }
+}
+
+/* R = U_0 + U_1, U_h = T_h + T_{h+2}: the network's last two levels. */
+INLINE512 void dots16_keys(const float *const q[BQ], const float *kt, int M, __m512 r[BQ]) {
+    __m512 u[BQ];
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        __m512 t[BQ];
+        quad16_keys(q, kt, h, M, t, 0);
+        quad16_keys(q, kt, h + 2, M, t, 1);
+#pragma GCC unroll 8
+        for (int i = 0; i < BQ; i++) u[i] = h ? _mm512_add_ps(u[i], t[i]) : t[i];
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < BQ; i++) r[i] = u[i];
+}
+
+AVX512 static void dots512_block(const float *const *q, int nq, const float *keys, int64_t stride, int64_t nk,
+                                 int D, float *const *out, float *kt) {
+    for (int64_t c0 = 0; c0 < nk; c0 += 16)
+        for (int d0 = 0; d0 < D; d0 += 16) {
+            __m512 r[16];
+            for (int i = 0; i < 16; i++)
+                r[i] = c0 + i < nk ? _mm512_loadu_ps(keys + (c0 + i) * stride + d0) : _mm512_setzero_ps();
+            transpose16(r);
+            for (int j = 0; j < 16; j++) _mm512_storeu_ps(kt + (int64_t)(d0 + j) * KB_MAX + c0, r[j]);
+        }
+    for (int i0 = 0; i0 < nq; i0 += BQ) {
+        const float *qs[BQ];
+        for (int i = 0; i < BQ; i++) qs[i] = q[i0 + i < nq ? i0 + i : i0]; /* padding: computed, dropped */
+        for (int64_t c0 = 0; c0 < nk; c0 += 16) {
+            __m512 r[BQ];
+            if (D == 64) /* the common head size, its loops unrolled */
+                dots16_keys(qs, kt + c0, 4, r);
+            else
+                dots16_keys(qs, kt + c0, D / 16, r);
+            __mmask16 keep = nk - c0 >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (nk - c0)) - 1);
+            for (int i = 0; i < BQ && i0 + i < nq; i++) _mm512_mask_storeu_ps(out[i0 + i] + c0, keep, r[i]);
+        }
+    }
+}
+
 AVX512 static void pv512(const float *const p[TQ], const float *vals, int64_t n, int64_t stride, int D,
-                         float *const o[TQ]) {
-    int d0 = 0;
+                         float *const o[TQ], float l[TQ]) {
+    int d0 = 0, first = 1; /* the first pass over the keys adds the denominators */
+    float ls[TQ];
+    for (int i = 0; i < TQ; i++) ls[i] = l[i];
     for (; d0 + 64 <= D; d0 += 64) {
         __m512 acc[TQ][4];
         for (int i = 0; i < TQ; i++)
@@ -103,12 +206,14 @@ AVX512 static void pv512(const float *const p[TQ], const float *vals, int64_t n,
             for (int i = 0; i < TQ; i++) {
                 float pj = p[i][j];
                 if (pj == 0.0f) continue; /* adds exactly nothing: a masked key leaves no trace */
+                if (first) ls[i] += pj;
                 __m512 pb = _mm512_set1_ps(pj);
                 for (int e = 0; e < 4; e++) acc[i][e] = _mm512_fmadd_ps(pb, vv[e], acc[i][e]);
             }
         }
         for (int i = 0; i < TQ; i++)
             for (int e = 0; e < 4; e++) _mm512_storeu_ps(o[i] + d0 + 16 * e, acc[i][e]);
+        first = 0;
     }
     for (; d0 < D; d0 += 16) {
         __m512 acc[TQ];
@@ -117,11 +222,15 @@ AVX512 static void pv512(const float *const p[TQ], const float *vals, int64_t n,
             __m512 vv = _mm512_loadu_ps(vals + j * stride + d0);
             for (int i = 0; i < TQ; i++) {
                 float pj = p[i][j];
-                if (pj != 0.0f) acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(pj), vv, acc[i]);
+                if (pj == 0.0f) continue;
+                if (first) ls[i] += pj;
+                acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(pj), vv, acc[i]);
             }
         }
         for (int i = 0; i < TQ; i++) _mm512_storeu_ps(o[i] + d0, acc[i]);
+        first = 0;
     }
+    for (int i = 0; i < TQ; i++) l[i] = ls[i];
 }
 
 AVX512 static float scale_max512(float *s, const float *bias, int64_t n, float scale) {
@@ -165,8 +274,10 @@ AVX2 static void dots256(const float *const q[TQ], const float *const k[TK], int
 
 /* Output chunks of 32 floats: 4 registers for each of the TQ queries, as pv512. */
 AVX2 static void pv256(const float *const p[TQ], const float *vals, int64_t n, int64_t stride, int D,
-                       float *const o[TQ]) {
-    int d0 = 0;
+                       float *const o[TQ], float l[TQ]) {
+    int d0 = 0, first = 1; /* the first pass over the keys adds the denominators */
+    float ls[TQ];
+    for (int i = 0; i < TQ; i++) ls[i] = l[i];
     for (; d0 + 32 <= D; d0 += 32) {
         __m256 acc[TQ][4];
         for (int i = 0; i < TQ; i++)
@@ -178,12 +289,14 @@ AVX2 static void pv256(const float *const p[TQ], const float *vals, int64_t n, i
             for (int i = 0; i < TQ; i++) {
                 float pj = p[i][j];
                 if (pj == 0.0f) continue;
+                if (first) ls[i] += pj;
                 __m256 pb = _mm256_set1_ps(pj);
                 for (int e = 0; e < 4; e++) acc[i][e] = _mm256_fmadd_ps(pb, vv[e], acc[i][e]);
             }
         }
         for (int i = 0; i < TQ; i++)
             for (int e = 0; e < 4; e++) _mm256_storeu_ps(o[i] + d0 + 8 * e, acc[i][e]);
+        first = 0;
     }
     for (; d0 < D; d0 += 8) {
         __m256 acc[TQ];
@@ -192,11 +305,15 @@ AVX2 static void pv256(const float *const p[TQ], const float *vals, int64_t n, i
             __m256 vv = _mm256_loadu_ps(vals + j * stride + d0);
             for (int i = 0; i < TQ; i++) {
                 float pj = p[i][j];
-                if (pj != 0.0f) acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(pj), vv, acc[i]);
+                if (pj == 0.0f) continue;
+                if (first) ls[i] += pj;
+                acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(pj), vv, acc[i]);
             }
         }
         for (int i = 0; i < TQ; i++) _mm256_storeu_ps(o[i] + d0, acc[i]);
+        first = 0;
     }
+    for (int i = 0; i < TQ; i++) l[i] = ls[i];
 }
 
 AVX2 static float scale_max256(float *s, const float *bias, int64_t n, float scale) {
@@ -222,10 +339,10 @@ AVX2 static void exp_all256(float *s, int64_t n, float m) {
 }
 #endif
 
-static const lk_attn_routines routines_c = {dots_c, pv_c, scale_max_c, exp_all_c};
+static const lk_attn_routines routines_c = {dots_c, pv_c, scale_max_c, exp_all_c, NULL};
 #ifdef LK_X86
-static const lk_attn_routines routines_avx512 = {dots512, pv512, scale_max512, exp_all512};
-static const lk_attn_routines routines_avx2 = {dots256, pv256, scale_max256, exp_all256};
+static const lk_attn_routines routines_avx512 = {dots512, pv512, scale_max512, exp_all512, dots512_block};
+static const lk_attn_routines routines_avx2 = {dots256, pv256, scale_max256, exp_all256, NULL};
 #endif
 
 const lk_attn_routines *lk_attn_pick(int D) {

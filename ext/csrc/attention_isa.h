@@ -16,13 +16,22 @@
 typedef struct {
     /* out[i * TK + c] = q[i] . k[c] over D elements */
     void (*dots)(const float *const q[TQ], const float *const k[TK], int D, float out[TQ * TK]);
-    /* o[i] += sum over keys j < n of p[i][j] * vals[j * stride ..] (keys of weight 0 skipped) */
-    void (*pv)(const float *const p[TQ], const float *vals, int64_t n, int64_t stride, int D, float *const o[TQ]);
+    /* o[i] += sum over keys j < n of p[i][j] * vals[j * stride ..] (keys of weight 0 skipped), and
+     * l[i] += p[i][j] key by key in order: the softmax's denominators, summed as the outputs are */
+    void (*pv)(const float *const p[TQ], const float *vals, int64_t n, int64_t stride, int D, float *const o[TQ],
+               float l[TQ]);
     /* s = s * scale + bias (bias may be NULL); returns the maximum */
     float (*scale_max)(float *s, const float *bias, int64_t n, float scale);
     /* s = exp(s - m), exactly 0 below -87.3 */
     void (*exp_all)(float *s, int64_t n, float m);
+    /* Optional (NULL where a set has none): out[i][c] = q[i] . (key c) for nq queries and the
+     * nk <= KB_MAX keys at keys, keys + stride, ..: the same sums as dots, bit for bit, with the keys
+     * in the vector lanes (transposed once into kt, KB_MAX x D floats, for all nq queries). */
+    void (*dots_block)(const float *const *q, int nq, const float *keys, int64_t stride, int64_t nk, int D,
+                       float *const *out, float *kt);
 } lk_attn_routines;
+
+#define KB_MAX 64 /* keys per dots_block call */
 
 /* The routines for head size D under the instruction set the quantized products use
  * (lk_qmatmul_isa, which tests can force): AVX-512 where D is a multiple of 16, AVX2 where

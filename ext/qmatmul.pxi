@@ -157,7 +157,7 @@ def qmatmul_tall_rows(int rows=-1):
 
 def attend_block_tiles(int tiles=-1):
     """The fewest tiles of queries (4 each: a row's heads of one kv head, side by side) for which a task of
-    the native attention scores its keys with the keys in the vector lanes (AVX-512; 0 = never);
+    the native attention scores its keys with the keys in the vector lanes (AVX-512 and AVX2; 0 = never);
     ``tiles`` >= 0 sets it (tests and benchmarks compare the routes, which give the same bits).
     Returns the value before."""
     return lk_attend_block_tiles(tiles)

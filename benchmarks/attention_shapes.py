@@ -7,12 +7,14 @@ own cache, as in a batch; every layer's rows are cold, as in a step. Reports the
 layers' calls and the useful multiply-adds per second (scores and outputs over the unmasked keys).
 
 ``--compare-attention`` times each shape twice, alternating call by call: tasks of many queries
-scoring their keys with the keys in the vector lanes (``"lanes"``, the default) and the 4 x 4 tiles
+scoring their keys with the keys in the vector lanes (``"lanes"``, the default for tasks of 5 tiles of
+queries with AVX-512, 8 with AVX2) and the 4 x 4 tiles
 (``"tiles"``); both give the same bits, and the run checks that they did.
 
 Usage:
     .venv/bin/python benchmarks/attention_shapes.py --threads 2
     .venv/bin/python benchmarks/attention_shapes.py --threads 2 --compare-attention --shapes 1x16@300,1x128@512
+    .venv/bin/python benchmarks/attention_shapes.py --threads 2 --compare-attention --isa avx2
 """
 from __future__ import annotations
 
@@ -80,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=9)
     ap.add_argument("--compare-attention", action="store_true",
                     help="also time each shape with the keys-in-lanes scoring off, alternating call by call")
+    ap.add_argument("--isa", default=None, choices=("avx512", "avx2", "c"),
+                    help="the native kernels' instruction set (default: the best this CPU has)")
     ap.add_argument("--out", type=Path, default=None, help="also write the JSON here")
     args = ap.parse_args(argv)
     try:
@@ -95,8 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     from lookupdec import _native
     from lookupdec.costs import device_description
 
+    if args.isa and not _native.qmatmul_force_isa(args.isa):
+        ap.error(f"--isa {args.isa}: this CPU does not have it")
     torch.set_num_threads(args.threads)
-    lanes = _native.attend_block_tiles()
+    lanes = _native.attend_block_tiles()  # -1: each instruction set's own threshold
     variants = {"lanes": lambda: _native.attend_block_tiles(lanes), "tiles": lambda: _native.attend_block_tiles(0)}
     gen = torch.Generator().manual_seed(0)
     report = {"device": device_description(torch.device("cpu")), "isa": _native.qmatmul_isa(), "threads": args.threads,

@@ -424,10 +424,13 @@ AVX2 static void exp_all256(float *s, int64_t n, float m) {
 }
 #endif
 
-static const lk_attn_routines routines_c = {dots_c, pv_c, scale_max_c, exp_all_c, NULL};
+/* dots_block from 5 tiles with AVX-512, from 8 (a whole task) with AVX2: benchmarks/attention_shapes.py
+ * --compare-attention on the AMD EPYC with AVX-512, its AVX2 routes forced for the second (8 rows of 9
+ * heads over 3, 6 tiles: 0.87x with AVX-512, 1.11x with AVX2; 128-row prompt chunks 0.71x and 0.94x). */
+static const lk_attn_routines routines_c = {dots_c, pv_c, scale_max_c, exp_all_c, NULL, 0};
 #ifdef LK_X86
-static const lk_attn_routines routines_avx512 = {dots512, pv512, scale_max512, exp_all512, dots512_block};
-static const lk_attn_routines routines_avx2 = {dots256, pv256, scale_max256, exp_all256, dots256_block};
+static const lk_attn_routines routines_avx512 = {dots512, pv512, scale_max512, exp_all512, dots512_block, 5};
+static const lk_attn_routines routines_avx2 = {dots256, pv256, scale_max256, exp_all256, dots256_block, 8};
 #endif
 
 const lk_attn_routines *lk_attn_pick(int D) {

@@ -8,7 +8,7 @@ layers' calls and the useful multiply-adds per second (scores and outputs over t
 
 ``--compare-attention`` times each shape twice, alternating call by call: tasks of many queries
 scoring their keys with the keys in the vector lanes (``"lanes"``, the default for tasks of 5 tiles of
-queries with AVX-512, 8 with AVX2) and the 4 x 4 tiles
+queries with AVX-512; AVX2 and plain C have the tiles only) and the 4 x 4 tiles
 (``"tiles"``); both give the same bits, and the run checks that they did.
 
 Usage:
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.isa and not _native.qmatmul_force_isa(args.isa):
         ap.error(f"--isa {args.isa}: this CPU does not have it")
     torch.set_num_threads(args.threads)
-    lanes = _native.attend_block_tiles()  # -1: each instruction set's own threshold
+    lanes = _native.attend_block_tiles()
     variants = {"lanes": lambda: _native.attend_block_tiles(lanes), "tiles": lambda: _native.attend_block_tiles(0)}
     gen = torch.Generator().manual_seed(0)
     report = {"device": device_description(torch.device("cpu")), "isa": _native.qmatmul_isa(), "threads": args.threads,

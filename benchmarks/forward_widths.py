@@ -17,8 +17,8 @@ native call (``native_layers``), and through the Python loop it replaced (``"pyt
 ``--compare-routes`` does the same for the quantized products of 5-24 rows: the tall tiles
 (``"tall"``, the default) against the scratch tile they replaced (``"scratch"``); both give the same bits.
 ``--compare-attention`` does the same for the native attention's scoring of a task of many queries:
-keys in the vector lanes (``"lanes"``, the default for tasks of 5 tiles of queries with AVX-512, 8 with
-AVX2) against the 4 x 4 tiles
+keys in the vector lanes (``"lanes"``, the default for tasks of 5 tiles of queries with AVX-512)
+against the 4 x 4 tiles
 (``"tiles"``); both give the same bits. ``--isa avx2`` runs the quantized products on AVX2 on a CPU
 that also has AVX-512 (its AVX2 routes, timed on that CPU: not an AVX2-only machine's figures).
 

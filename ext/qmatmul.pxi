@@ -155,12 +155,11 @@ def qmatmul_tall_rows(int rows=-1):
     return lk_qmatmul_tall_rows(rows)
 
 
-def attend_block_tiles(int tiles=-2):
+def attend_block_tiles(int tiles=-1):
     """The fewest tiles of queries (4 each: a row's heads of one kv head, side by side) for which a task of
-    the native attention scores its keys with the keys in the vector lanes (AVX-512 and AVX2): ``tiles``
-    >= 0 forces it (0 = never), -1 restores each instruction set's own (the default: 5 with AVX-512, 8
-    with AVX2); with no argument it only reads. Tests and benchmarks compare the routes, which give the
-    same bits. Returns the value before (-1 = each set's own)."""
+    the native attention scores its keys with the keys in the vector lanes (AVX-512 only; 5 by default,
+    0 = never); ``tiles`` >= 0 sets it (tests and benchmarks compare the routes, which give the same
+    bits). Returns the value before."""
     return lk_attend_block_tiles(tiles)
 
 

@@ -24,13 +24,13 @@ typedef struct {
 #define KB KB_MAX /* keys per block */
 
 /* Tasks of at least this many tiles score their keys with the routines' dots_block (keys in the
- * lanes, transposed once a block for all the task's queries) where the set has one; 0 = never;
- * -1 = each set's own block_from. Same bits either way (attention_isa.h). */
-static int block_tiles = -1;
+ * lanes, transposed once a block for all the task's queries) where the set has one (AVX-512);
+ * 0 = never. Same bits either way (attention_isa.h). */
+static int block_tiles = 5;
 
 int lk_attend_block_tiles(int tiles) {
     int before = block_tiles;
-    if (tiles >= -1) block_tiles = tiles;
+    if (tiles >= 0) block_tiles = tiles;
     return before;
 }
 
@@ -68,8 +68,7 @@ static void attend_task(const job *j, tile *t, int nt, const float *keys, const 
     float dots[TQ * TK]; /* query i, key c at i * TK + c */
     float *pad = s + (int64_t)nt * TQ * n; /* TQ x D: outputs of padding queries, dropped */
     float *kt = pad + (int64_t)TQ * D;     /* KB x D: a block's keys, transposed, for dots_block */
-    int from = block_tiles >= 0 ? block_tiles : fn->block_from;
-    int block = fn->dots_block && from > 0 && nt >= from;
+    int block = fn->dots_block && block_tiles > 0 && nt >= block_tiles;
     const float *qs[TG * TQ];
     float *rows[TG * TQ];
     int nq = 0;

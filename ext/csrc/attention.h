@@ -34,8 +34,8 @@ int lk_attend(int n_seq, const int64_t *meta, const int64_t *kv, int layer, cons
               int64_t v_stride, int H, int Hk, int D, float scale, float *out, int threads);
 
 /* Tests and benchmarks: tasks of at least ``tiles`` tiles of queries score their keys with the keys in
- * the vector lanes (0 = never; -1 = each instruction set's own threshold, the default); a value below
- * -1 only reads. Same bits either way. Returns the value before. */
+ * the vector lanes where the instruction set can (AVX-512; 0 = never, 5 by default); tiles >= 0 sets
+ * it. Same bits either way. Returns the value before. */
 int lk_attend_block_tiles(int tiles);
 
 #endif

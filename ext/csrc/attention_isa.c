@@ -272,91 +272,6 @@ AVX2 static void dots256(const float *const q[TQ], const float *const k[TK], int
     }
 }
 
-/* 8 rows of 8 floats transposed in registers: r[j] becomes column j. */
-AVX2 static void transpose8(__m256 r[8]) {
-    __m256 t[8], u[8];
-    for (int i = 0; i < 4; i++) {
-        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    for (int g = 0; g < 2; g++) { /* u[4g + e], 128-bit lane L: column 4L + e of rows 4g..4g+3 */
-        u[4 * g] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], 0x44);
-        u[4 * g + 1] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], 0xEE);
-        u[4 * g + 2] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0x44);
-        u[4 * g + 3] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0xEE);
-    }
-    for (int e = 0; e < 4; e++) {
-        r[e] = _mm256_permute2f128_ps(u[e], u[4 + e], 0x20);
-        r[4 + e] = _mm256_permute2f128_ps(u[e], u[4 + e], 0x31);
-    }
-}
-
-#define INLINE256 AVX2 static inline __attribute__((always_inline))
-
-/* dots256's sums with the keys in the lanes (as dots16_keys for AVX-512): a dot's lane l of 8 sums
- * d = l, l + 8, .. by one chain of fused multiply-adds from 0 (P_l); hsum256 then adds l + 4, l + 2,
- * l + 1. S_l = P_l + P_{l+4} for BQ queries over the 8 keys of columns kt[.. + c]: */
-INLINE256 void pair8_keys(const float *const q[BQ], const float *kt, int l, int M, __m256 s[BQ]) {
-    __m256 p[BQ][2];
-#pragma GCC unroll 8
-    for (int i = 0; i < BQ; i++) p[i][0] = p[i][1] = _mm256_setzero_ps();
-#pragma GCC unroll 8
-    for (int m = 0; m < M; m++)
-#pragma GCC unroll 2
-        for (int e = 0; e < 2; e++) {
-            int d = l + 4 * e + 8 * m;
-            __m256 kv = _mm256_loadu_ps(kt + (int64_t)d * KB_MAX);
-#pragma GCC unroll 8
-            for (int i = 0; i < BQ; i++) p[i][e] = _mm256_fmadd_ps(_mm256_broadcast_ss(q[i] + d), kv, p[i][e]);
-        }
-#pragma GCC unroll 8
-    for (int i = 0; i < BQ; i++) s[i] = _mm256_add_ps(p[i][0], p[i][1]);
-}
-
-/* R = T_0 + T_1, T_h = S_h + S_{h+2}. */
-INLINE256 void dots8_keys(const float *const q[BQ], const float *kt, int M, __m256 r[BQ]) {
-    __m256 t[BQ];
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; h++) {
-        __m256 a[BQ], b[BQ];
-        pair8_keys(q, kt, h, M, a);
-        pair8_keys(q, kt, h + 2, M, b);
-#pragma GCC unroll 8
-        for (int i = 0; i < BQ; i++) {
-            __m256 x = _mm256_add_ps(a[i], b[i]);
-            t[i] = h ? _mm256_add_ps(t[i], x) : x;
-        }
-    }
-#pragma GCC unroll 8
-    for (int i = 0; i < BQ; i++) r[i] = t[i];
-}
-
-AVX2 static void dots256_block(const float *const *q, int nq, const float *keys, int64_t stride, int64_t nk,
-                               int D, float *const *out, float *kt) {
-    for (int64_t c0 = 0; c0 < nk; c0 += 8)
-        for (int d0 = 0; d0 < D; d0 += 8) {
-            __m256 r[8];
-            for (int i = 0; i < 8; i++)
-                r[i] = c0 + i < nk ? _mm256_loadu_ps(keys + (c0 + i) * stride + d0) : _mm256_setzero_ps();
-            transpose8(r);
-            for (int j = 0; j < 8; j++) _mm256_storeu_ps(kt + (int64_t)(d0 + j) * KB_MAX + c0, r[j]);
-        }
-    for (int i0 = 0; i0 < nq; i0 += BQ) {
-        const float *qs[BQ];
-        for (int i = 0; i < BQ; i++) qs[i] = q[i0 + i < nq ? i0 + i : i0]; /* padding: computed, dropped */
-        for (int64_t c0 = 0; c0 < nk; c0 += 8) {
-            __m256 r[BQ];
-            if (D == 64) /* the common head size, its loops unrolled */
-                dots8_keys(qs, kt + c0, 8, r);
-            else
-                dots8_keys(qs, kt + c0, D / 8, r);
-            int64_t valid = nk - c0 < 8 ? nk - c0 : 8;
-            __m256i keep = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)valid), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-            for (int i = 0; i < BQ && i0 + i < nq; i++) _mm256_maskstore_ps(out[i0 + i] + c0, keep, r[i]);
-        }
-    }
-}
-
 /* Output chunks of 32 floats: 4 registers for each of the TQ queries, as pv512. */
 AVX2 static void pv256(const float *const p[TQ], const float *vals, int64_t n, int64_t stride, int D,
                        float *const o[TQ], float l[TQ]) {
@@ -424,13 +339,14 @@ AVX2 static void exp_all256(float *s, int64_t n, float m) {
 }
 #endif
 
-/* dots_block from 5 tiles with AVX-512, from 8 (a whole task) with AVX2: benchmarks/attention_shapes.py
- * --compare-attention on the AMD EPYC with AVX-512, its AVX2 routes forced for the second (8 rows of 9
- * heads over 3, 6 tiles: 0.87x with AVX-512, 1.11x with AVX2; 128-row prompt chunks 0.71x and 0.94x). */
-static const lk_attn_routines routines_c = {dots_c, pv_c, scale_max_c, exp_all_c, NULL, 0};
+/* dots_block (attention.c: from 5 tiles of queries) with AVX-512 only (benchmarks/attention_shapes.py --compare-attention on
+ * the AMD EPYC with AVX-512: 8 rows of 9 heads over 3, 6 tiles, 0.95x; 128-row prompt chunks 0.71x). An
+ * AVX2 form (8 keys a vector, hsum256's order) gave 0.94-1.01x on prompt chunks and 1.11x at 6 tiles
+ * with the AVX2 routes forced there, and was not kept. */
+static const lk_attn_routines routines_c = {dots_c, pv_c, scale_max_c, exp_all_c, NULL};
 #ifdef LK_X86
-static const lk_attn_routines routines_avx512 = {dots512, pv512, scale_max512, exp_all512, dots512_block, 5};
-static const lk_attn_routines routines_avx2 = {dots256, pv256, scale_max256, exp_all256, dots256_block, 8};
+static const lk_attn_routines routines_avx512 = {dots512, pv512, scale_max512, exp_all512, dots512_block};
+static const lk_attn_routines routines_avx2 = {dots256, pv256, scale_max256, exp_all256, NULL};
 #endif
 
 const lk_attn_routines *lk_attn_pick(int D) {

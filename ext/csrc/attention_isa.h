@@ -29,8 +29,6 @@ typedef struct {
      * in the vector lanes (transposed once into kt, KB_MAX x D floats, for all nq queries). */
     void (*dots_block)(const float *const *q, int nq, const float *keys, int64_t stride, int64_t nk, int D,
                        float *const *out, float *kt);
-    /* The fewest tiles in a task for dots_block to pay (lk_attend_block_tiles can override it). */
-    int block_from;
 } lk_attn_routines;
 
 #define KB_MAX 64 /* keys per dots_block call */

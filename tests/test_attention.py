@@ -179,3 +179,24 @@ def test_keys_in_lanes_scoring_is_the_same_bits_as_the_tiles(H, Hk, D):
     finally:
         _native.attend_block_tiles(before)
         _native.qmatmul_force_isa(NATIVE_ISAS[0])
+
+
+@pytest.mark.parametrize("masked", [float("-inf"), LOWEST])
+def test_a_causal_chunk_of_many_tasks_is_the_same_bits_as_its_rows_one_at_a_time(isa, masked):
+    """A prompt's chunk: 40 rows under a causal bias over 30 cached rows, 30 tiles of queries in four
+    tasks a kv head (with AVX-512 scored in the vector lanes); each row must be the same bits as the
+    row decoded alone, one token at a time with no bias, as ``ar`` decodes it."""
+    H, Hk, D, past, w = 9, 3, 64, 30, 40
+    rng = np.random.default_rng(5)
+    q, k, v = _block(rng, w, H, Hk, D)
+    base = Seq(rng, past, Hk, D, cap=past + w)
+    bias = torch.zeros(w, past + w)
+    bias[:, past:] = torch.triu(torch.full((w, w), masked), 1)
+    chunk = Seq(rng, past, Hk, D, cap=past + w)
+    chunk.kv[:, :, :, :past] = base.kv[:, :, :, :past]
+    together = attend([chunk], [(q, k, v)], [bias], H, Hk, D)[0]
+    alone = Seq(rng, past, Hk, D, cap=past + w)
+    alone.kv[:, :, :, :past] = base.kv[:, :, :, :past]
+    for i in range(w):
+        row = attend([alone], [(q[i:i + 1], k[i:i + 1], v[i:i + 1])], [None], H, Hk, D)[0]
+        assert torch.equal(row[0], together[i]), i

@@ -40,7 +40,8 @@ def parse_shapes(text: str) -> list[tuple[int, int, int]]:
     for part in filter(None, (p.strip() for p in text.split(","))):
         m = re.fullmatch(r"(\d+)x(\d+)@(\d+)", part)
         if not m or int(m[1]) < 1 or int(m[2]) < 1:
-            raise ValueError(f"shape {part!r}: write SEQUENCESxROWS@PAST, e.g. 1x16@300 (at least one sequence and row)")
+            raise ValueError(f"shape {part!r}: write SEQUENCESxROWS@PAST, e.g. 1x16@300 "
+                             "(at least one sequence and row)")
         shapes.append((int(m[1]), int(m[2]), int(m[3])))
     if not shapes:
         raise ValueError("no shapes given")
@@ -75,7 +76,8 @@ class Call:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--shapes", default=DEFAULT_SHAPES, help=f"SEQUENCESxROWS@PAST, comma-separated (default: {DEFAULT_SHAPES})")
+    ap.add_argument("--shapes", default=DEFAULT_SHAPES,
+                    help=f"SEQUENCESxROWS@PAST, comma-separated (default: {DEFAULT_SHAPES})")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--layers", type=int, default=30)
     ap.add_argument("--heads", default="9,3,64", help="query heads, kv heads, head size (default: the embedded model's)")
@@ -88,9 +90,12 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         shapes = parse_shapes(args.shapes)
-        H, Hk, D = (int(x) for x in args.heads.split(","))
     except ValueError as exc:
         ap.error(str(exc))
+    heads = args.heads.split(",")
+    if len(heads) != 3 or not all(h.strip().isdigit() for h in heads):
+        ap.error(f"--heads {args.heads!r}: write three integers, query heads,kv heads,head size (e.g. 9,3,64)")
+    H, Hk, D = (int(h) for h in heads)
     if min(args.threads, args.layers, args.repeats, H, Hk, D) < 1 or H % Hk:
         ap.error("--threads, --layers, --repeats and the head counts must be at least 1, and kv heads must divide heads")
 

@@ -26,6 +26,6 @@ def test_it_times_each_shape_under_both_scorings(tmp_path):
 
 def test_bad_arguments_are_refused_with_a_message():
     for extra, message in [(["--shapes", "1x0@5"], "SEQUENCESxROWS@PAST"), (["--shapes", "3@4"], "SEQUENCESxROWS@PAST"),
-                           (["--heads", "9,2,64"], "kv heads must divide"), (["--repeats", "0"], "at least 1")]:
+                           (["--heads", "9,2,64"], "kv heads must divide"), (["--heads", "9,3"], "three integers"), (["--repeats", "0"], "at least 1")]:
         out = _run(*extra)
         assert out.returncode == 2 and message in out.stderr, (extra, out.stderr)

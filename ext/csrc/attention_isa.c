@@ -113,12 +113,13 @@ AVX512 static void transpose16(__m512 r[16]) {
     }
 }
 
-#define BQ 4 /* queries per dots_block512 kernel call */
+#define BQ 4 /* queries per dots16_keys call */
 
-/* Scores of BQ queries over the 16 keys of columns kt[.. + c], keys in the lanes: for each query, lane
- * l's partial sum of dots512 (the products of d = l, l + 16, .. by one chain of fused multiply-adds
- * from 0) is its own register P_l, and the partials are added as dots512's network adds its lanes:
- * l + 8, then l + 4, l + 2, l + 1. So each score has dots512's bits. */
+/* The keys-in-lanes scoring (dots512_block): scores of BQ queries over the 16 keys of columns
+ * kt[.. + c]. For each query, lane l's partial sum of dots512 (the products of d = l, l + 16, .. by
+ * one chain of fused multiply-adds from 0) is its own register P_l, and the partials are added as
+ * dots512's network adds its lanes: l + 8, then l + 4, l + 2, l + 1. So each score has dots512's bits. */
+
 /* S_l = P_l + P_{l+8} for BQ queries (M = D / 16 products in each chain). */
 INLINE512 void pair16_keys(const float *const q[BQ], const float *kt, int l, int M, __m512 s[BQ]) {
     __m512 p[BQ][2];
@@ -339,10 +340,11 @@ AVX2 static void exp_all256(float *s, int64_t n, float m) {
 }
 #endif
 
-/* dots_block (attention.c: from 5 tiles of queries) with AVX-512 only (benchmarks/attention_shapes.py --compare-attention on
- * the AMD EPYC with AVX-512: 8 rows of 9 heads over 3, 6 tiles, 0.95x; 128-row prompt chunks 0.71x). An
- * AVX2 form (8 keys a vector, hsum256's order) gave 0.94-1.01x on prompt chunks and 1.11x at 6 tiles
- * with the AVX2 routes forced there, and was not kept. */
+/* dots_block (attention.c: tasks of 5 tiles of queries or more) with AVX-512 only:
+ * benchmarks/attention_shapes.py --compare-attention on the AMD EPYC with AVX-512 gave 0.95x for 8 rows
+ * of 9 heads over 3 (6 tiles) and 0.71x for 128-row prompt chunks. An AVX2 form (8 keys a vector, in
+ * hsum256's order) gave 0.94-1.01x on prompt chunks and 1.11x at 6 tiles with the AVX2 routes forced
+ * there, and was not kept. */
 static const lk_attn_routines routines_c = {dots_c, pv_c, scale_max_c, exp_all_c, NULL};
 #ifdef LK_X86
 static const lk_attn_routines routines_avx512 = {dots512, pv512, scale_max512, exp_all512, dots512_block};

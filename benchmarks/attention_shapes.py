@@ -19,7 +19,6 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import statistics
 import sys
@@ -30,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from alternation import alternated_ms  # noqa: E402
+from json_report import print_and_write  # noqa: E402
 
 DEFAULT_SHAPES = "1x1@300,1x1@1500,4x1@500,8x1@500,1x4@300,1x8@300,1x16@300,1x16@1500,1x32@600,1x128@0,1x128@512"
 
@@ -136,11 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         report["shapes"][f"{n}x{w}@{past}"] = {
             **{f"{k}_ms": v for k, v in ms.items()},
             "gmac_s": round(call.macs / (ms["lanes"] * 1e-3) / 1e9, 1)}
-    text = json.dumps(report, indent=1)
-    print(text)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
+    print_and_write(report, args.out)
     return 0
 
 

@@ -31,7 +31,6 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -41,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from alternation import alternated_ms  # noqa: E402
+from json_report import print_and_write  # noqa: E402
 
 
 def _ints(text: str) -> list[int]:
@@ -167,11 +167,7 @@ def main(argv: list[str] | None = None) -> int:
             ff.forward(ff.new_cache(n), x, torch.arange(n), None, [n - 1], causal=True)
 
         out["prefill_ms"][n] = _median_ms(prefill, max(3, args.repeats // 3))
-    text = json.dumps(out, indent=1)
-    print(text)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
+    print_and_write(out, args.out)
     return 0
 
 

@@ -34,6 +34,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from json_report import print_and_write  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 K, VOCAB = 576, 49152
 LAYER_SHAPES = [(576, 576), (192, 576), (192, 576), (576, 576), (1536, 576), (1536, 576), (576, 1536)]  # (n, k): q k v o gate up down
@@ -165,10 +168,7 @@ def main() -> None:
         "lm_head_ms_by_pad": {str(p): [r["lm_head_ms"] for r in rs] for p, rs in runs.items()},
         "layers_ms_by_pad": {str(p): [r["layers_ms"] for r in rs] for p, rs in runs.items()},
     }
-    text = json.dumps(result, indent=1)
-    print(text)
-    if args.out:
-        args.out.write_text(text)
+    print_and_write(result, args.out)
 
 
 if __name__ == "__main__":

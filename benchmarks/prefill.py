@@ -30,6 +30,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from alternation import alternated_ms  # noqa: E402
+from json_report import print_and_write  # noqa: E402
 
 QUESTIONS = REPO.parent / "shared" / "data" / "spec_bench_question.jsonl"
 
@@ -139,11 +140,7 @@ def main(argv: list[str] | None = None) -> int:
             result["paths"][w] = time_paths(ff, lengths, args.repeats)
     if args.skip != "reuse":
         result["reuse"] = time_reuse(dec, questions, args.repeats, args.answer_tokens)
-    text = json.dumps(result, indent=1)
-    print(text)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
+    print_and_write(result, args.out)
     return 0
 
 

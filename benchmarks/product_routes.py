@@ -16,7 +16,6 @@ Prints a JSON object (and writes it to ``--out`` when given) naming the CPU, ISA
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -24,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from alternation import alternated_ms  # noqa: E402
+from json_report import print_and_write  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,10 +74,7 @@ def main(argv: list[str] | None = None) -> int:
                 p(inputs[p.in_features])
 
         out["ms"][n] = alternated_ms(all_products, routes, args.repeats)  # leaves the tall route set
-    text = json.dumps(out, indent=1)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
+    print_and_write(out, args.out)
     return 0
 
 

@@ -343,8 +343,8 @@ AVX2 static void exp_all256(float *s, int64_t n, float m) {
 /* dots_block (attention.c: tasks of 5 tiles of queries or more) with AVX-512 only:
  * benchmarks/attention_shapes.py --compare-attention on the AMD EPYC with AVX-512 gave 0.95x for 8 rows
  * of 9 heads over 3 (6 tiles) and 0.71x for 128-row prompt chunks. An AVX2 form (8 keys a vector, in
- * hsum256's order) gave 0.94-1.01x on prompt chunks and 1.11x at 6 tiles with the AVX2 routes forced
- * there, and was not kept. */
+ * hsum256's order) gave 0.92-1.01x on prompt chunks and 1.11-1.14x at 6 tiles with the AVX2 routes
+ * forced there, and was not kept. */
 static const lk_attn_routines routines_c = {dots_c, pv_c, scale_max_c, exp_all_c, NULL};
 #ifdef LK_X86
 static const lk_attn_routines routines_avx512 = {dots512, pv512, scale_max512, exp_all512, dots512_block};

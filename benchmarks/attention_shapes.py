@@ -11,10 +11,16 @@ scoring their keys with the keys in the vector lanes (``"lanes"``, the default f
 queries with AVX-512; AVX2 and plain C have the tiles only) and the 4 x 4 tiles
 (``"tiles"``); both give the same bits, and the run checks that they did.
 
+``--kv-dtype float16`` times caches of float16 elements (``FastForward(kv_dtype="float16")``);
+``--compare-kv`` times each shape over a float32 cache (``"float32"``) and a float16 cache holding the
+same values rounded (``"float16"``), alternating call by call, after checking that the float16 cache
+gave the bits of a float32 cache holding the rounded values.
+
 Usage:
     .venv/bin/python benchmarks/attention_shapes.py --threads 2
     .venv/bin/python benchmarks/attention_shapes.py --threads 2 --compare-attention --shapes 1x16@300,1x128@512
     .venv/bin/python benchmarks/attention_shapes.py --threads 2 --compare-attention --isa avx2
+    .venv/bin/python benchmarks/attention_shapes.py --threads 2 --compare-kv --shapes 1x1@500,8x1@500
 """
 from __future__ import annotations
 
@@ -51,19 +57,27 @@ def parse_shapes(text: str) -> list[tuple[int, int, int]]:
 class Call:
     """Every layer's attention for ``n`` sequences of ``w`` new rows over ``past`` cached rows."""
 
-    def __init__(self, torch, native, n, w, past, layers, H, Hk, D, gen):
+    def __init__(self, torch, native, n, w, past, layers, H, Hk, D, gen, kv_dtype=None, like=None):
+        """``like``: another Call whose caches, inputs and bias this one takes (its caches in ``kv_dtype``)."""
+        from lookupdec.kvcache import kv_format
+
         self.native, self.n, self.layers, self.H, self.Hk, self.D = native, n, layers, H, Hk, D
+        self.w, self.past = w, past
         cap = past + w
-        self.caches = [torch.randn(layers, 2, Hk, cap, D, generator=gen) for _ in range(n)]
-        self.qk = torch.randn(n * w, (H + Hk) * D, generator=gen)
-        self.v = torch.randn(n * w, Hk * D, generator=gen)
+        if like is None:
+            self.caches = [torch.randn(layers, 2, Hk, cap, D, generator=gen).to(kv_dtype) for _ in range(n)]
+            self.qk = torch.randn(n * w, (H + Hk) * D, generator=gen)
+            self.v = torch.randn(n * w, Hk * D, generator=gen)
+        else:
+            self.caches = [c.to(kv_dtype) for c in like.caches]
+            self.qk, self.v = like.qk, like.v
         self.bias = None
         if w > 1:
             self.bias = torch.zeros(w, cap)
             self.bias[:, past:] = torch.triu(torch.full((w, w), float("-inf")), 1)
         self.meta = torch.tensor([[s * w, w, past, 0 if self.bias is None else self.bias.data_ptr()] for s in range(n)],
                                  dtype=torch.int64)
-        self.kv = torch.tensor([[c.data_ptr(), cap] for c in self.caches], dtype=torch.int64)
+        self.kv = torch.tensor([[c.data_ptr(), cap, kv_format(c)] for c in self.caches], dtype=torch.int64)
         self.out = torch.empty(n * w, H * D)
         self.macs = 2 * n * layers * H * D * sum(past + i + 1 for i in range(w))
 
@@ -72,6 +86,19 @@ class Call:
             self.native.attend_ptr(self.n, self.meta.data_ptr(), self.kv.data_ptr(), layer, self.qk.data_ptr(),
                                    self.v.data_ptr(), self.Hk * self.D, self.H, self.Hk, self.D, self.D ** -0.5,
                                    self.out.data_ptr(), threads)
+
+
+def half_matches_rounded_float32(torch, native, half: Call, threads: int) -> bool:
+    """Whether ``half`` (float16 caches) gives the bits of the same call over float32 caches holding its
+    values, the new keys and values rounded to float16 as the float16 cache rounds them when it writes."""
+    ref = Call(torch, native, half.n, half.w, half.past, half.layers, half.H, half.Hk, half.D, None, torch.float32,
+               like=half)
+    ref.qk = half.qk.clone()
+    ref.qk[:, half.H * half.D:] = half.qk[:, half.H * half.D:].half().float()
+    ref.v = half.v.half().float()
+    half(threads)
+    ref(threads)
+    return torch.equal(half.out, ref.out)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -84,6 +111,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=9)
     ap.add_argument("--compare-attention", action="store_true",
                     help="also time each shape with the keys-in-lanes scoring off, alternating call by call")
+    ap.add_argument("--kv-dtype", default="float32", choices=("float32", "float16"),
+                    help="the caches' element type (default: float32)")
+    ap.add_argument("--compare-kv", action="store_true",
+                    help="time each shape over float32 and float16 caches, alternating call by call")
     ap.add_argument("--isa", default=None, choices=("avx512", "avx2", "c"),
                     help="the native kernels' instruction set (default: the best this CPU has)")
     ap.add_argument("--out", type=Path, default=None, help="also write the JSON here")
@@ -103,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from lookupdec import _native
     from lookupdec.costs import device_description
+    from lookupdec.kvcache import KV_DTYPES
 
     if args.isa and not _native.qmatmul_force_isa(args.isa):
         ap.error(f"--isa {args.isa}: this CPU does not have it")
@@ -112,8 +144,22 @@ def main(argv: list[str] | None = None) -> int:
     gen = torch.Generator().manual_seed(0)
     report = {"device": device_description(torch.device("cpu")), "isa": _native.qmatmul_isa(), "threads": args.threads,
               "heads": [H, Hk, D], "layers": args.layers, "lanes_from_tiles": lanes, "shapes": {}}
+    if args.compare_attention and args.compare_kv:
+        ap.error("--compare-attention and --compare-kv: one comparison a run")
     for n, w, past in shapes:
-        call = Call(torch, _native, n, w, past, args.layers, H, Hk, D, gen)
+        call = Call(torch, _native, n, w, past, args.layers, H, Hk, D, gen, KV_DTYPES[args.kv_dtype])
+        if args.compare_kv:
+            half = Call(torch, _native, n, w, past, args.layers, H, Hk, D, gen, torch.float16, like=call)
+            if not half_matches_rounded_float32(torch, _native, half, args.threads):
+                print(f"error: {n}x{w}@{past}: the float16 cache did not give the bits of a float32 cache of its "
+                      "values", file=sys.stderr)
+                return 1
+            calls = {"float32": call, "float16": half}
+            current = [call]
+            variants = {k: (lambda c=c: current.__setitem__(0, c)) for k, c in calls.items()}
+            ms = alternated_ms(lambda: current[0](args.threads), variants, args.repeats)
+            report["shapes"][f"{n}x{w}@{past}"] = {f"{k}_ms": v for k, v in ms.items()}
+            continue
         if args.compare_attention:
             outs = {}
             for kind, use in variants.items():

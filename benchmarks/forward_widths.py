@@ -61,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default=None, help="model (default: the embedded SmolLM2-135M)")
     ap.add_argument("--weights", default="quantized", help="weight format of the fast forward")
+    ap.add_argument("--kv-dtype", default="float32", choices=("float32", "float16"),
+                    help="the KV cache's element type (default: float32)")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     ap.add_argument("--widths", default="1,4,8,16,32,64")
     ap.add_argument("--pasts", default="300,1500")
@@ -93,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     lm = load_model(args.model)
-    ff = FastForward(lm.model, weights=args.weights)
+    ff = FastForward(lm.model, weights=args.weights, kv_dtype=args.kv_dtype)
     native = ff.layer_table
     if args.compare_layers and native is None:
         ap.error("--compare-layers needs a format whose steps run natively (--weights quantized)")
@@ -134,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
 
     out = {"device": device_description(torch.device("cpu")), "products_isa": _native.qmatmul_isa(),
            "threads": torch.get_num_threads(),
-           "weights": args.weights, "native_layers": native is not None, "verify_ms": {}, "batch_ms": {}, "prefill_ms": {}}
+           "weights": args.weights, "kv_dtype": args.kv_dtype, "native_layers": native is not None, "verify_ms": {}, "batch_ms": {}, "prefill_ms": {}}
     low = torch.finfo(torch.float32).min
     for past in _ints(args.pasts):
         row = {}

@@ -18,6 +18,7 @@ from libc.stdint cimport int32_t, int64_t
 cdef extern from "lk_common.h" nogil:
     int LK_OK
     int LK_ENOMEM
+    int LK_EBADARG
     int LK_EBADTOKEN
     int LK_ECAPACITY
 

@@ -31,6 +31,8 @@ cdef extern from "rmsnorm.h" nogil:
 
 
 cdef extern from "attention.h" nogil:
+    int LK_KV_F32
+    int LK_KV_F16
     int lk_attend_block_tiles(int tiles)
     int lk_attend(int n_seq, const int64_t *meta, const int64_t *kv, int layer, const float *qk, const float *v,
                   int64_t v_stride, int H, int Hk, int D, float scale, float *out, int threads)
@@ -184,8 +186,9 @@ def attend_ptr(int n_seq, size_t meta, size_t kv, int layer, size_t qk, size_t v
     """One layer's attention for the new rows of ``n_seq`` sequences (ext/csrc/attention.h).
 
     ``meta``: int64 ``(n_seq, 4)`` (first row, rows, cached rows, bias address or 0); ``kv``:
-    int64 ``(n_seq, 2)`` (cache address, capacity). Raw addresses, as ``qmatmul_ptr``: the
-    caller (lookupdec.fast_forward) owns the checks.
+    int64 ``(n_seq, 3)`` (cache address, capacity, ``KV_FLOAT32`` or ``KV_FLOAT16``). Raw
+    addresses, as ``qmatmul_ptr``: the caller (lookupdec.fast_forward) owns the checks; an unknown
+    cache format is a ValueError, before anything is written.
     """
     if n_seq < 0 or heads <= 0 or kv_heads <= 0 or head_dim <= 0 or heads % kv_heads:
         raise ValueError("attend: bad shape")
@@ -193,11 +196,19 @@ def attend_ptr(int n_seq, size_t meta, size_t kv, int layer, size_t qk, size_t v
     with nogil:
         rc = lk_attend(n_seq, <const int64_t *>meta, <const int64_t *>kv, layer, <const float *>qk,
                        <const float *>v, v_stride, heads, kv_heads, head_dim, scale, <float *>out, threads)
+    _attend_rc(rc, "attend")
+
+
+cdef _attend_rc(int rc, str what):
+    if rc == LK_EBADARG:
+        raise ValueError(f"{what}: a KV cache format other than KV_FLOAT32 ({LK_KV_F32}) or KV_FLOAT16 ({LK_KV_F16})")
     if rc != 0:
-        raise MemoryError("attend: out of memory")
+        raise MemoryError(f"{what}: out of memory")
 
 
 LAYER_INT64S = LK_LAYER_INT64S
+# A KV cache's element format, the third int64 of its ``kv`` row (ext/csrc/attention.h).
+KV_FLOAT32, KV_FLOAT16 = LK_KV_F32, LK_KV_F16
 
 
 def decode_layers_ptr(size_t layers, int n_layers, int64_t hidden, int heads, int kv_heads, int head_dim,
@@ -219,8 +230,7 @@ def decode_layers_ptr(size_t layers, int n_layers, int64_t hidden, int heads, in
     with nogil:
         rc = lk_decode_layers(<const void *>layers, n_layers, &shape, <float *>x, rows, <const float *>cos,
                               <const float *>sin, n_seq, <const int64_t *>meta, <const int64_t *>kv, threads)
-    if rc != 0:
-        raise MemoryError("decode_layers: out of memory")
+    _attend_rc(rc, "decode_layers")
 
 
 def rotary_ptr(size_t x, int64_t rows, int64_t heads, int64_t head_dim, size_t cos, size_t sin, size_t out):

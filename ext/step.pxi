@@ -87,7 +87,9 @@ cdef class NativeModel:
         return self.head_fmt >= 0
 
     cdef object _check(self, const int64_t *tok, const int64_t *pos, int64_t rows, int64_t table_rows, int64_t past,
-                       int64_t capacity):
+                       int64_t capacity, int kv_format):
+        if kv_format != LK_KV_F32 and kv_format != LK_KV_F16:
+            raise ValueError(f"NativeModel: KV cache format {kv_format} is not KV_FLOAT32 or KV_FLOAT16")
         if rows <= 0:
             raise ValueError("NativeModel: no rows")
         if past < 0 or past + rows > capacity:
@@ -100,15 +102,15 @@ cdef class NativeModel:
                 raise ValueError(f"NativeModel: position {pos[r]} outside the rotary tables ({table_rows} rows)")
 
     cdef int _run(self, const int64_t *tok, const int64_t *pos, int64_t rows, const float *cos, const float *sin,
-                  int64_t past, const float *bias, size_t kv, int64_t capacity, float *out, const int64_t *want,
-                  int64_t n_want, float *logits, int threads, double *head_s) noexcept nogil:
+                  int64_t past, const float *bias, size_t kv, int64_t capacity, int kv_format, float *out,
+                  const int64_t *want, int64_t n_want, float *logits, int threads, double *head_s) noexcept nogil:
         """Embeddings, rotary rows, layers, final norm into ``out``; then ``lm_head`` of rows ``want``
         (``n_want`` of them; all rows where ``want`` is NULL) into ``logits``. LK_OK or LK_ENOMEM."""
         cdef int64_t hidden = self.shape.hidden, D = self.shape.head_dim, r
         cdef int64_t meta[4]
-        cdef int64_t kv_row[2]
+        cdef int64_t kv_row[3]
         meta[0], meta[1], meta[2], meta[3] = 0, rows, past, <int64_t>bias
-        kv_row[0], kv_row[1] = <int64_t>kv, capacity
+        kv_row[0], kv_row[1], kv_row[2] = <int64_t>kv, capacity, kv_format
         cdef int64_t n_sel = (n_want if want != NULL else rows) if logits != NULL else 0
         cdef float *x = <float *>malloc(sizeof(float) * (rows * (hidden + 2 * D) + n_sel * hidden))
         if x == NULL:
@@ -142,31 +144,34 @@ cdef class NativeModel:
         return rc
 
     def body(self, size_t ids, size_t positions, int64_t rows, size_t cos, size_t sin, int64_t table_rows,
-             int64_t past, size_t bias, size_t kv, int64_t capacity, size_t out, int threads, size_t logits=0):
+             int64_t past, size_t bias, size_t kv, int64_t capacity, size_t out, int threads, size_t logits=0,
+             int kv_format=LK_KV_F32):
         """``rows`` new rows of one sequence (int64 ``ids``/``positions``) on top of its cache to their
         final-normed hidden states ``out`` ``(rows, hidden)``; with ``logits``, also every row's logits
         ``(rows, vocab)``. ``cos``/``sin``: the rotary tables ``(table_rows, head_dim)``; ``bias``: float32
         ``(rows, past + rows)`` or 0 (no mask); ``kv``: the cache's ``(layers, 2, kv_heads, capacity,
-        head_dim)`` float32 store with room for ``past + rows``. Returns the seconds ``lm_head`` took (0
+        head_dim)`` store with room for ``past + rows``, of float32 or (``kv_format`` ``KV_FLOAT16``)
+        float16 elements. Returns the seconds ``lm_head`` took (0
         without ``logits``). An id outside the vocabulary is an IndexError, a position outside the
         tables a ValueError (the caller grows them), both before anything is written."""
         if logits and self.head_fmt < 0:
             raise ValueError("NativeModel: no lm_head")
         cdef const int64_t *tok = <const int64_t *>ids
         cdef const int64_t *pos = <const int64_t *>positions
-        self._check(tok, pos, rows, table_rows, past, capacity)
+        self._check(tok, pos, rows, table_rows, past, capacity, kv_format)
         cdef int rc
         cdef double head_s = 0.0
         with nogil:
             rc = self._run(tok, pos, rows, <const float *>cos, <const float *>sin, past, <const float *>bias, kv,
-                           capacity, <float *>out, NULL, 0, <float *>logits, threads, &head_s)
+                           capacity, kv_format, <float *>out, NULL, 0, <float *>logits, threads, &head_s)
         if rc != 0:
             raise MemoryError("NativeModel: out of memory")
         return head_s
 
     def tree(self, int64_t root, size_t tokens, size_t parents, int64_t n, size_t extra_tokens, size_t extra_depth,
              size_t visible, int64_t m, int64_t width, size_t cos, size_t sin, int64_t table_rows, int64_t past,
-             size_t kv, int64_t capacity, size_t out, size_t want, int64_t n_want, size_t logits, int threads):
+             size_t kv, int64_t capacity, size_t out, size_t want, int64_t n_want, size_t logits, int threads,
+             int kv_format=LK_KV_F32):
         """A verify forward of ``[root] + tree + extra rows`` (padded to ``width`` with the root), as
         ``tree_rows.tree_inputs`` and ``tree_attention_bias`` lay it out: the tree's int64 ``tokens`` and
         int32 ``parents`` (``n``), the extra rows' int64 ``extra_tokens`` / ``extra_depth`` and bool
@@ -205,11 +210,12 @@ cdef class NativeModel:
         cdef int rc
         cdef double head_s = 0.0
         try:
-            self._check(tok, pos, width, table_rows, past, capacity)
+            self._check(tok, pos, width, table_rows, past, capacity, kv_format)
             with nogil:
                 _tree_bias(bias, width, past, n, par, m, <const uint8_t *>visible)
                 rc = self._run(tok, pos, width, <const float *>cos, <const float *>sin, past, bias, kv, capacity,
-                               <float *>out, sel, n_want, <float *>logits if n_want else NULL, threads, &head_s)
+                               kv_format, <float *>out, sel, n_want, <float *>logits if n_want else NULL, threads,
+                               &head_s)
         finally:
             free(buf)
             free(bias)

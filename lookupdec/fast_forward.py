@@ -6,7 +6,8 @@ which is what bounds a CPU forward), "quantized" (the Q4_1 / Q8_0 blocks a GGUF
 model was dequantized from: float32's values from 6-9 bits each), "quantized-bf16"
 (those blocks, the layers' products rounded to bfloat16 and summed in float32) or
 "quantized-int8" (those blocks against the activations rounded to 8 bits per block of 32,
-summed in integers a block at a time); norms, attention and the KV cache are float32 in all.
+summed in integers a block at a time); norms and attention are float32 in all, and the KV
+cache float32 unless ``kv_dtype="float16"`` stores it in half the bytes.
 
 transformers' forward spends as much time in per-module Python, mask
 building and layout conversions as in the matrix products on a small model
@@ -63,7 +64,7 @@ import torch
 import torch.nn.functional as F
 
 from lookupdec.fast_forward_support import fast_forward_unsupported_reason
-from lookupdec.kvcache import FlatKVCache
+from lookupdec.kvcache import FlatKVCache, check_kv_dtype, kv_format
 from lookupdec.inference import inference
 from lookupdec._native import attend_ptr, rms_norm_ptr
 from lookupdec.native_layers import layer_table, native_steps, run_layers
@@ -129,7 +130,7 @@ class FastForward:
             blocks, each input rounded to 8 bits per block of 32, integer block sums). Every
             product is in this format: q/k/v, o, gate/up, down and ``lm_head`` (which
             "quantized-bf16" keeps in "quantized": a step computes few of its rows). Norms, the embedding
-            table, rotary tables and the KV cache stay float32.
+            table and rotary tables stay float32.
         layers: build only the first ``layers`` decoder layers and no ``lm_head`` (for timing
             a format without a second full copy of the weights, ``lookupdec.weights``: such a
             forward takes ``logit_rows`` None or "hidden"); None = the whole model. Not with
@@ -139,8 +140,15 @@ class FastForward:
             instead of recovered from the weights (``blocks.find_blocks``, which checks every
             value and takes about 1.8 s for the embedded model). Pass them only for a model whose
             weights nobody changed since it was loaded; None = recover every matrix's blocks.
+        kv_dtype: the KV cache's elements (``kvcache.KV_DTYPES``): "float32" (default) or
+            "float16": each new key and value rounded to float16 (to nearest) as it is written, and
+            turned back into float32 exactly as the attention reads it (``ext/csrc/attention.h``),
+            so a step reads half the cache's bytes and a sequence keeps half. Like a weight format,
+            this changes the model a little; every method stays exact against ``ar`` with the same
+            choice.
     Attributes:
         weights: the weight format in use.
+        kv_dtype: the KV cache's element type in use.
     Raises:
         ValueError: the model does not qualify, or the weight format is unknown,
             unavailable in this torch, or cannot hold the weights (the message says why).
@@ -153,7 +161,9 @@ class FastForward:
     """
 
     def __init__(self, model, *, release: bool = False, weights: str = "float32", layers: int | None = None,
-                 blocks: Mapping | None = None) -> None:
+                 blocks: Mapping | None = None, kv_dtype: str = "float32") -> None:
+        self._kv_torch_dtype = check_kv_dtype(kv_dtype)
+        self.kv_dtype = kv_dtype
         reason = fast_forward_unsupported_reason(model)
         if reason:
             raise ValueError(f"the fast forward does not support this model: {reason}; use transformers' forward")
@@ -258,7 +268,7 @@ class FastForward:
 
     def new_cache(self, capacity: int) -> FlatKVCache:
         """An empty KV cache for one sequence of up to ``capacity`` rows (it grows if needed)."""
-        return FlatKVCache(self.n_layers, self.n_kv_heads, self.head_dim, capacity)
+        return FlatKVCache(self.n_layers, self.n_kv_heads, self.head_dim, capacity, dtype=self._kv_torch_dtype)
 
     def _rms(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         # One native call (ext/csrc/rmsnorm.c, each row alone in a fixed order): torch's rms_norm
@@ -365,13 +375,14 @@ class FastForward:
         off = 0
         for c, p, w, b in zip(caches, pasts, widths, biases):
             c.reserve(p + w)
-            if c.kv.dtype != torch.float32 or not c.kv.is_contiguous():
-                raise ValueError("the fast forward needs a contiguous float32 KV cache (FastForward.new_cache)")
+            fmt = kv_format(c.kv)
+            if fmt is None:
+                raise ValueError("the fast forward needs a contiguous float32 or float16 KV cache (FastForward.new_cache)")
             if b is not None:
                 b = b.reshape(w, p + w).to(torch.float32).contiguous()
                 keep.append(b)
             meta.append([off, w, p, 0 if b is None else b.data_ptr()])
-            kv_rows.append([c.kv.data_ptr(), c.capacity])
+            kv_rows.append([c.kv.data_ptr(), c.capacity, fmt])
             off += w
         meta_t = torch.tensor(meta, dtype=torch.int64)
         kv_t = torch.tensor(kv_rows, dtype=torch.int64)

@@ -17,7 +17,8 @@ so the move is one indexed copy for all of them, not four operations a layer.
 one tensor ``(layers, 2, kv_heads, capacity, head_dim)`` holding every
 layer's keys and values, each kv head's rows contiguous in sequence position
 (what the decode attention streams), so a commit moves the accepted rows of
-all layers and heads with one indexed copy.
+all layers and heads with one indexed copy. Its elements are float32, or float16
+(``KV_DTYPES``: half the bytes a step reads and keeps per cached token).
 """
 from __future__ import annotations
 
@@ -27,6 +28,31 @@ from typing import Sequence
 
 import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
+
+from lookupdec._native import KV_FLOAT16, KV_FLOAT32
+
+
+# The element types a ``FlatKVCache`` may hold, by the name the API and the CLI use (``kv_dtype``).
+KV_DTYPES = {"float32": torch.float32, "float16": torch.float16}
+
+
+def check_kv_dtype(kv_dtype: str) -> torch.dtype:
+    """The torch dtype of a KV cache element type named ``kv_dtype`` (a key of ``KV_DTYPES``).
+
+    Raises:
+        ValueError: any other value, naming the choices.
+    """
+    if not isinstance(kv_dtype, str) or kv_dtype not in KV_DTYPES:
+        raise ValueError(f"kv_dtype must be one of {', '.join(KV_DTYPES)}, got {kv_dtype!r}")
+    return KV_DTYPES[kv_dtype]
+
+
+def kv_format(kv: torch.Tensor) -> int | None:
+    """The native attention's code for a ``FlatKVCache``'s tensor (``KV_FLOAT32`` / ``KV_FLOAT16``);
+    None where it cannot take it (another dtype, not contiguous)."""
+    if not kv.is_contiguous():
+        return None
+    return KV_FLOAT32 if kv.dtype == torch.float32 else KV_FLOAT16 if kv.dtype == torch.float16 else None
 
 
 class LayerStore:

@@ -19,6 +19,7 @@ from typing import Sequence
 import torch
 
 from lookupdec._native import LAYER_INT64S, NativeModel, decode_layers_ptr
+from lookupdec.kvcache import kv_format
 
 
 def layer_table(layers: Sequence) -> torch.Tensor | None:
@@ -119,7 +120,7 @@ class NativeSteps:
         """Room for ``rows`` more rows in the cache and rotary tables up to ``last_position``; False
         (nothing changed) where the call cannot take this cache."""
         kv, ff = cache.kv, self.ff
-        if kv.dtype != torch.float32 or not kv.is_contiguous() or ff.layer_table is None:
+        if kv_format(kv) is None or ff.layer_table is None:
             return False
         cache.reserve(cache.length + rows)
         if last_position >= ff._cos.shape[0]:
@@ -149,7 +150,7 @@ class NativeSteps:
             try:
                 self.model.body(ids.data_ptr(), positions.data_ptr(), w, *self._tables(), past,
                                 0 if bias is None else bias.data_ptr(), kv.data_ptr(), kv.shape[3], out.data_ptr(),
-                                torch.get_num_threads())
+                                torch.get_num_threads(), kv_format=kv_format(kv))
                 break
             except ValueError:  # a position past the tables (positions not of a tree on this cache)
                 if attempt or int(positions.min()) < 0:
@@ -166,7 +167,7 @@ class NativeSteps:
         self._inputs[0], self._inputs[1] = token, position
         kv, logits, base = cache.kv, torch.empty(1, self.ff.vocab), self._inputs.ctypes.data
         head_s = self.model.body(base, base + 8, 1, *self._tables(), past, 0, kv.data_ptr(), kv.shape[3],
-                                 self._hidden.ctypes.data, torch.get_num_threads(), logits.data_ptr())
+                                 self._hidden.ctypes.data, torch.get_num_threads(), logits.data_ptr(), kv_format(kv))
         cache.length = past + 1
         return logits, head_s
 
@@ -187,6 +188,6 @@ class NativeSteps:
         ex = (extra.tokens.ctypes.data, extra.depth.ctypes.data, extra.visible.ctypes.data) if m else (0, 0, 0)
         head_s = self.model.tree(root, tree.tokens.ctypes.data, tree.parents.ctypes.data, n, *ex, m, width,
                                  *self._tables(), past, kv.data_ptr(), kv.shape[3], hidden.data_ptr(),
-                                 sel.ctypes.data, len(rows), logits.data_ptr(), torch.get_num_threads())
+                                 sel.ctypes.data, len(rows), logits.data_ptr(), torch.get_num_threads(), kv_format(kv))
         cache.length = past + width
         return hidden, logits, head_s

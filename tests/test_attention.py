@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from lookupdec import _native
+from lookupdec.kvcache import kv_format
 from tests.conftest import NATIVE_ISAS
 
 LOWEST = torch.finfo(torch.float32).min
@@ -34,7 +35,7 @@ def attend(seqs, blocks, biases, H, Hk, D, layer=1, threads=2, scale=0.125):
     keep = [None if b is None else b.contiguous() for b in biases]
     meta = torch.tensor([[int(offs[i]), widths[i], s.past, 0 if b is None else b.data_ptr()]
                          for i, (s, b) in enumerate(zip(seqs, keep))], dtype=torch.int64)
-    kv = torch.tensor([[s.kv.data_ptr(), s.kv.shape[3]] for s in seqs], dtype=torch.int64)
+    kv = torch.tensor([[s.kv.data_ptr(), s.kv.shape[3], kv_format(s.kv)] for s in seqs], dtype=torch.int64)
     out = torch.full((int(offs[-1]), H * D), float("nan"))
     vpad = vpad.contiguous()
     _native.attend_ptr(len(seqs), meta.data_ptr(), kv.data_ptr(), layer, qk.data_ptr(), vpad.data_ptr() + 12,

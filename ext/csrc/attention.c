@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "attention_isa.h"
+#include "half.h"
 #include "lk_common.h"
 #include "qpool.h"
 
@@ -51,24 +52,34 @@ typedef struct {
 /* Keys TK rows from ``from`` are fetched ahead into L1, and their values into L2 for the second
  * pass; no computed value changes. Measured on a 2-core AMD EPYC (AVX-512), 30 layers of 1,500
  * cached rows, one new row: 3.3 -> 2.8 ms with the head-major cache (about the memory's bandwidth);
- * 9.3 -> 5.9 ms when the cache held rows of all kv heads (one head's 256 bytes in every 768). */
-static inline void prefetch_rows(const float *keys, const float *vals, int64_t from, int64_t n, int64_t stride,
-                                 int D) {
+ * 9.3 -> 5.9 ms when the cache held rows of all kv heads (one head's 256 bytes in every 768).
+ * Rows are ``row_bytes`` long (D elements of the cache's format). */
+static inline void prefetch_rows(const char *keys, const char *vals, int64_t from, int64_t n, int64_t row_bytes) {
     for (int64_t r = from; r < from + TK && r < n; r++)
-        for (int d = 0; d < D; d += 16) {
-            __builtin_prefetch(keys + r * stride + d, 0, 3);
-            __builtin_prefetch(vals + r * stride + d, 0, 2);
+        for (int64_t b = 0; b < row_bytes; b += 64) {
+            __builtin_prefetch(keys + r * row_bytes + b, 0, 3);
+            __builtin_prefetch(vals + r * row_bytes + b, 0, 2);
         }
 }
 
-static void attend_task(const job *j, tile *t, int nt, const float *keys, const float *vals, int64_t n,
-                        int64_t stride, float *s) {
+/* keys_at / vals_at: the kv head's n cached keys and values, D elements a row, float32 or (half)
+ * float16, read through the routines for their format: every score and output is the same float32
+ * operations on the same values either way. */
+static void attend_task(const job *j, tile *t, int nt, const void *keys_at, const void *vals_at, int half,
+                        int64_t n, float *s) {
     int D = j->D;
+    int64_t stride = D, esize = half ? 2 : 4, row_bytes = (int64_t)D * esize;
+    const char *keys = (const char *)keys_at, *vals = (const char *)vals_at;
     const lk_attn_routines *fn = j->fn;
-    float dots[TQ * TK]; /* query i, key c at i * TK + c */
+    void (*dots)(const float *const *, const void *const *, int, float *) = half ? fn->dots_half : fn->dots;
+    void (*pv)(const float *const *, const void *, int64_t, int64_t, int, float *const *, float *) =
+        half ? fn->pv_half : fn->pv;
+    void (*dots_block)(const float *const *, int, const void *, int64_t, int64_t, int, float *const *, float *) =
+        half ? fn->dots_block_half : fn->dots_block;
+    float dots_out[TQ * TK]; /* query i, key c at i * TK + c */
     float *pad = s + (int64_t)nt * TQ * n; /* TQ x D: outputs of padding queries, dropped */
     float *kt = pad + (int64_t)TQ * D;     /* KB x D: a block's keys, transposed, for dots_block */
-    int block = fn->dots_block && block_tiles > 0 && nt >= block_tiles;
+    int block = dots_block && block_tiles > 0 && nt >= block_tiles;
     const float *qs[TG * TQ];
     float *rows[TG * TQ];
     int nq = 0;
@@ -80,19 +91,20 @@ static void attend_task(const job *j, tile *t, int nt, const float *keys, const 
     for (int64_t jb = 0; jb < n; jb += KB) {
         int64_t je = jb + KB < n ? jb + KB : n;
         if (block) {
-            fn->dots_block(qs, nq, keys + jb * stride, stride, je - jb, D, rows, kt);
+            dots_block(qs, nq, keys + jb * row_bytes, stride, je - jb, D, rows, kt);
             for (int i = 0; i < nq; i++) rows[i] += je - jb;
             continue;
         }
         for (int ti = 0; ti < nt; ti++) {
             float *st = s + (int64_t)ti * TQ * n;
             for (int64_t j0 = jb; j0 < je; j0 += TK) {
-                if (ti == 0) prefetch_rows(keys, vals, j0 + PF, n, stride, D);
-                const float *k[TK];
-                for (int c = 0; c < TK; c++) k[c] = keys + (j0 + c < n ? j0 + c : n - 1) * stride; /* pad: dropped */
-                fn->dots(t[ti].q, k, D, dots);
+                if (ti == 0) prefetch_rows(keys, vals, j0 + PF, n, row_bytes);
+                const void *k[TK];
+                for (int c = 0; c < TK; c++) k[c] = keys + (j0 + c < n ? j0 + c : n - 1) * row_bytes; /* pad: dropped */
+                dots(t[ti].q, k, D, dots_out);
                 int64_t nk = n - j0 < TK ? n - j0 : TK;
-                for (int i = 0; i < t[ti].nq; i++) memcpy(st + i * n + j0, dots + i * TK, sizeof(float) * (size_t)nk);
+                for (int i = 0; i < t[ti].nq; i++)
+                    memcpy(st + i * n + j0, dots_out + i * TK, sizeof(float) * (size_t)nk);
             }
         }
     }
@@ -115,7 +127,7 @@ static void attend_task(const job *j, tile *t, int nt, const float *keys, const 
         for (int ti = 0; ti < nt; ti++) {
             const float *p[TQ];
             for (int i = 0; i < TQ; i++) p[i] = t[ti].p[i] + jb;
-            fn->pv(p, vals + jb * stride, nb, stride, D, t[ti].o, l[ti]); /* denominators too, key by key */
+            pv(p, vals + jb * row_bytes, nb, stride, D, t[ti].o, l[ti]); /* denominators too, key by key */
         }
     }
     for (int ti = 0; ti < nt; ti++)
@@ -148,13 +160,15 @@ static void run_part(void *ctx, int part, int parts) {
         const int64_t *m = j->meta + s * LK_ATTN_META;
         int64_t w = m[1], past = m[2], n = past + w, per_head = tasks_of(j, w), queries = group * w;
         int64_t cap = j->kv[s * LK_ATTN_KV + 1];
-        const float *base = (const float *)(intptr_t)j->kv[s * LK_ATTN_KV];
+        int half = j->kv[s * LK_ATTN_KV + 2] == LK_KV_F16;
+        const char *base = (const char *)(intptr_t)j->kv[s * LK_ATTN_KV];
+        size_t esize = half ? sizeof(uint16_t) : sizeof(float);
         for (int64_t t = 0; t < Hk * per_head; t++, first++) {
             if (first < t0 || first >= t1) continue;
             int g = (int)(t / per_head);
             int64_t first_tile = (t % per_head) * TG, last_tile = tiles_of(j, w);
             int nt = (int)(last_tile - first_tile < TG ? last_tile - first_tile : TG);
-            const float *keys = base + ((int64_t)j->layer * 2 * Hk + g) * cap * D;
+            const char *keys = base + (size_t)(((int64_t)j->layer * 2 * Hk + g) * cap * D) * esize;
             for (int ti = 0; ti < nt; ti++) {
                 int64_t q0 = (first_tile + ti) * TQ;
                 tl[ti].nq = (int)(queries - q0 < TQ ? queries - q0 : TQ);
@@ -167,7 +181,7 @@ static void run_part(void *ctx, int part, int parts) {
                     tl[ti].o[i] = j->out + r * (int64_t)H * D + (int64_t)h * D;
                 }
             }
-            attend_task(j, tl, nt, keys, keys + (int64_t)Hk * cap * D, n, D, scores);
+            attend_task(j, tl, nt, keys, keys + (size_t)((int64_t)Hk * cap * D) * esize, half, n, scores);
         }
     }
     free(scores);
@@ -176,17 +190,28 @@ static void run_part(void *ctx, int part, int parts) {
 int lk_attend(int n_seq, const int64_t *meta, const int64_t *kv, int layer, const float *qk, const float *v,
               int64_t v_stride, int H, int Hk, int D, float scale, float *out, int threads) {
     int64_t qk_stride = (int64_t)(H + Hk) * D, rows = 0, max_keys = 0;
+    for (int s = 0; s < n_seq; s++)
+        if (kv[s * LK_ATTN_KV + 2] != LK_KV_F32 && kv[s * LK_ATTN_KV + 2] != LK_KV_F16) return LK_EBADARG;
     for (int s = 0; s < n_seq; s++) {
         const int64_t *m = meta + s * LK_ATTN_META;
         int64_t w = m[1], past = m[2], cap = kv[s * LK_ATTN_KV + 1];
-        float *keys = (float *)(intptr_t)kv[s * LK_ATTN_KV] + (int64_t)layer * 2 * Hk * cap * D;
-        float *vals = keys + (int64_t)Hk * cap * D;
+        int64_t at = (int64_t)layer * 2 * Hk * cap * D, v_at = at + (int64_t)Hk * cap * D; /* elements */
         for (int g = 0; g < Hk; g++)
             for (int64_t i = 0; i < w; i++) {
-                memcpy(keys + ((int64_t)g * cap + past + i) * D, qk + (m[0] + i) * qk_stride + (int64_t)(H + g) * D,
-                       sizeof(float) * (size_t)D);
-                memcpy(vals + ((int64_t)g * cap + past + i) * D, v + (m[0] + i) * v_stride + (int64_t)g * D,
-                       sizeof(float) * (size_t)D);
+                const float *k_new = qk + (m[0] + i) * qk_stride + (int64_t)(H + g) * D;
+                const float *v_new = v + (m[0] + i) * v_stride + (int64_t)g * D;
+                int64_t row = ((int64_t)g * cap + past + i) * D;
+                if (kv[s * LK_ATTN_KV + 2] == LK_KV_F16) {
+                    uint16_t *c = (uint16_t *)(intptr_t)kv[s * LK_ATTN_KV];
+                    for (int d = 0; d < D; d++) {
+                        c[at + row + d] = lk_half_from_float(k_new[d]);
+                        c[v_at + row + d] = lk_half_from_float(v_new[d]);
+                    }
+                } else {
+                    float *c = (float *)(intptr_t)kv[s * LK_ATTN_KV];
+                    memcpy(c + at + row, k_new, sizeof(float) * (size_t)D);
+                    memcpy(c + v_at + row, v_new, sizeof(float) * (size_t)D);
+                }
             }
         rows = m[0] + w > rows ? m[0] + w : rows;
         max_keys = past + w > max_keys ? past + w : max_keys;

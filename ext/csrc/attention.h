@@ -21,15 +21,24 @@
 /* One sequence of the call (meta row, int64): first row in qk/out, rows w, cached rows past,
  * address of its bias (float32, w x (past + w), row-major; 0 = every row sees every key). */
 #define LK_ATTN_META 4
-/* Its cache (kv row, int64): address of the whole float32 cache (layers, 2, Hk, cap, D), cap:
- * head-major, so each kv head's keys and values are read from contiguous rows. */
-#define LK_ATTN_KV 2
+/* Its cache (kv row, int64): address of the whole cache (layers, 2, Hk, cap, D), cap, and its
+ * element format (LK_KV_*): head-major, so each kv head's keys and values are read from
+ * contiguous rows. */
+#define LK_ATTN_KV 3
+/* float32 elements; or float16 (IEEE binary16), half the bytes to read: new keys and values are
+ * rounded to it (to nearest, ties to even: half.h) as they are written, and every cached element
+ * is turned back into its exact float32 value, a block of keys at a time, before the same float32
+ * routines run. So a float16 cache gives the bits a float32 cache holding the rounded values
+ * gives. */
+#define LK_KV_F32 0
+#define LK_KV_F16 1
 
 /* For each sequence s: write the keys (qk rows, heads H..H+Hk-1) and values (v rows, stride
- * v_stride floats) of its w rows into cache rows past..past+w-1 of layer `layer`, then set
- * out rows (R x H*D) to softmax(q k^T * scale + bias) v over cache rows 0..past+w-1, head h
- * using kv head h / (H / Hk). qk: R x (H + Hk) x D, contiguous (rotary already applied).
- * Returns LK_OK or LK_ENOMEM (nothing written to out then). */
+ * v_stride floats) of its w rows into cache rows past..past+w-1 of layer `layer`, in the cache's
+ * format, then set out rows (R x H*D) to softmax(q k^T * scale + bias) v over cache rows
+ * 0..past+w-1, head h using kv head h / (H / Hk). qk: R x (H + Hk) x D, contiguous (rotary
+ * already applied). Returns LK_OK, LK_ENOMEM (nothing written to out then) or LK_EBADARG (a
+ * format that is not LK_KV_*: nothing written at all). */
 int lk_attend(int n_seq, const int64_t *meta, const int64_t *kv, int layer, const float *qk, const float *v,
               int64_t v_stride, int H, int Hk, int D, float scale, float *out, int threads);
 

@@ -8,6 +8,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "half.h"
 #include "lk_exp.h"
 #include "qmatmul.h"
 
@@ -15,24 +16,48 @@
  * masked key); its scalar and vector forms give the same bits. */
 static inline float exp_c(float x) { return lk_exp_c(x); }
 
-static void dots_c(const float *const q[TQ], const float *const k[TK], int D, float out[TK * TQ]) {
+/* Element d of a cache row: float32, or float16 turned into its exact float32 value. Each routine
+ * below is written once over `half` (a constant where it is inlined), so both caches run the same
+ * float32 operations in the same order on the same values. */
+static inline float elem_c(const void *row, int64_t d, const int half) {
+    return half ? lk_half_to_float(((const uint16_t *)row)[d]) : ((const float *)row)[d];
+}
+
+static inline __attribute__((always_inline)) void dots_c_t(const float *const q[TQ], const void *const k[TK], int D,
+                                                           float out[TK * TQ], const int half) {
     for (int c = 0; c < TK; c++)
         for (int i = 0; i < TQ; i++) {
             float acc = 0.0f;
-            for (int d = 0; d < D; d++) acc = fmaf(q[i][d], k[c][d], acc);
+            for (int d = 0; d < D; d++) acc = fmaf(q[i][d], elem_c(k[c], d, half), acc);
             out[i * TK + c] = acc;
         }
 }
 
-static void pv_c(const float *const p[TQ], const float *vals, int64_t n, int64_t stride, int D,
-                 float *const o[TQ], float l[TQ]) {
+static inline __attribute__((always_inline)) void pv_c_t(const float *const p[TQ], const void *vals, int64_t n,
+                                                         int64_t stride, int D, float *const o[TQ], float l[TQ],
+                                                         const int half) {
     for (int64_t j = 0; j < n; j++)
         for (int i = 0; i < TQ; i++) {
             float pj = p[i][j];
             if (pj == 0.0f) continue; /* adds exactly nothing: a masked key leaves no trace */
             l[i] += pj;
-            for (int d = 0; d < D; d++) o[i][d] = fmaf(pj, vals[j * stride + d], o[i][d]);
+            for (int d = 0; d < D; d++) o[i][d] = fmaf(pj, elem_c(vals, j * stride + d, half), o[i][d]);
         }
+}
+
+static void dots_c(const float *const q[TQ], const void *const k[TK], int D, float out[TK * TQ]) {
+    dots_c_t(q, k, D, out, 0);
+}
+static void dots_c_h(const float *const q[TQ], const void *const k[TK], int D, float out[TK * TQ]) {
+    dots_c_t(q, k, D, out, 1);
+}
+static void pv_c(const float *const p[TQ], const void *vals, int64_t n, int64_t stride, int D, float *const o[TQ],
+                 float l[TQ]) {
+    pv_c_t(p, vals, n, stride, D, o, l, 0);
+}
+static void pv_c_h(const float *const p[TQ], const void *vals, int64_t n, int64_t stride, int D, float *const o[TQ],
+                   float l[TQ]) {
+    pv_c_t(p, vals, n, stride, D, o, l, 1);
 }
 
 /* s = s * scale + bias (bias may be NULL); returns the maximum. Elementwise, so any lane order
@@ -52,13 +77,29 @@ static void exp_all_c(float *s, int64_t n, float m) {
     for (int64_t j = 0; j < n; j++) s[j] = exp_c(s[j] - m);
 }
 
+
 #ifdef LK_X86
 #define PV_AHEAD 16 /* value rows read ahead */
 #define AVX512 __attribute__((target("avx512f,fma")))
-#define AVX2 __attribute__((target("avx2,fma")))
+#define AVX2 __attribute__((target("avx2,fma,f16c"))) /* F16C: a float16 cache's elements */
 #define INLINE512 AVX512 static inline __attribute__((always_inline))
+#define INLINE256 AVX2 static inline __attribute__((always_inline))
 
-AVX512 static void dots512(const float *const q[TQ], const float *const k[TK], int D, float out[TK * TQ]) {
+/* 16 (8) elements of a cache row from element d: float32, or float16 turned into float32 (exact). */
+INLINE512 __m512 load512(const void *row, int64_t d, const int half) {
+    return half ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)row + d)))
+                : _mm512_loadu_ps((const float *)row + d);
+}
+INLINE256 __m256 load256(const void *row, int64_t d, const int half) {
+    return half ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + d)))
+                : _mm256_loadu_ps((const float *)row + d);
+}
+/* The address of element d of a cache row. */
+static inline const void *at(const void *row, int64_t d, const int half) {
+    return half ? (const void *)((const uint16_t *)row + d) : (const void *)((const float *)row + d);
+}
+
+INLINE512 void dots512_t(const float *const q[TQ], const void *const k[TK], int D, float out[TK * TQ], const int half) {
     __m512 acc[TK][TQ];
     for (int c = 0; c < TK; c++)
         for (int i = 0; i < TQ; i++) acc[c][i] = _mm512_setzero_ps();
@@ -66,7 +107,7 @@ AVX512 static void dots512(const float *const q[TQ], const float *const k[TK], i
         __m512 qv[TQ];
         for (int i = 0; i < TQ; i++) qv[i] = _mm512_loadu_ps(q[i] + d);
         for (int c = 0; c < TK; c++) {
-            __m512 kv = _mm512_loadu_ps(k[c] + d);
+            __m512 kv = load512(k[c], d, half);
             for (int i = 0; i < TQ; i++) acc[c][i] = _mm512_fmadd_ps(qv[i], kv, acc[c][i]);
         }
     }
@@ -86,6 +127,13 @@ AVX512 static void dots512(const float *const q[TQ], const float *const k[TK], i
         v[i] = _mm512_add_ps(_mm512_shuffle_ps(u[2 * i], u[2 * i + 1], 0x44),
                              _mm512_shuffle_ps(u[2 * i], u[2 * i + 1], 0xEE));
     _mm512_storeu_ps(out, _mm512_add_ps(_mm512_shuffle_ps(v[0], v[1], 0x88), _mm512_shuffle_ps(v[0], v[1], 0xDD)));
+}
+
+AVX512 static void dots512(const float *const q[TQ], const void *const k[TK], int D, float out[TK * TQ]) {
+    dots512_t(q, k, D, out, 0);
+}
+AVX512 static void dots512_h(const float *const q[TQ], const void *const k[TK], int D, float out[TK * TQ]) {
+    dots512_t(q, k, D, out, 1);
 }
 
 /* 16 rows of 16 floats transposed in registers: r[j] becomes column j. */
@@ -165,13 +213,13 @@ INLINE512 void dots16_keys(const float *const q[BQ], const float *kt, int M, __m
     for (int i = 0; i < BQ; i++) r[i] = u[i];
 }
 
-AVX512 static void dots512_block(const float *const *q, int nq, const float *keys, int64_t stride, int64_t nk,
-                                 int D, float *const *out, float *kt) {
+INLINE512 void dots512_block_t(const float *const *q, int nq, const void *keys, int64_t stride, int64_t nk, int D,
+                                float *const *out, float *kt, const int half) {
     for (int64_t c0 = 0; c0 < nk; c0 += 16)
         for (int d0 = 0; d0 < D; d0 += 16) {
             __m512 r[16];
             for (int i = 0; i < 16; i++)
-                r[i] = c0 + i < nk ? _mm512_loadu_ps(keys + (c0 + i) * stride + d0) : _mm512_setzero_ps();
+                r[i] = c0 + i < nk ? load512(keys, (c0 + i) * stride + d0, half) : _mm512_setzero_ps();
             transpose16(r);
             for (int j = 0; j < 16; j++) _mm512_storeu_ps(kt + (int64_t)(d0 + j) * KB_MAX + c0, r[j]);
         }
@@ -190,8 +238,17 @@ AVX512 static void dots512_block(const float *const *q, int nq, const float *key
     }
 }
 
-AVX512 static void pv512(const float *const p[TQ], const float *vals, int64_t n, int64_t stride, int D,
-                         float *const o[TQ], float l[TQ]) {
+AVX512 static void dots512_block(const float *const *q, int nq, const void *keys, int64_t stride, int64_t nk, int D,
+                                 float *const *out, float *kt) {
+    dots512_block_t(q, nq, keys, stride, nk, D, out, kt, 0);
+}
+AVX512 static void dots512_block_h(const float *const *q, int nq, const void *keys, int64_t stride, int64_t nk, int D,
+                                   float *const *out, float *kt) {
+    dots512_block_t(q, nq, keys, stride, nk, D, out, kt, 1);
+}
+
+INLINE512 void pv512_t(const float *const p[TQ], const void *vals, int64_t n, int64_t stride, int D,
+                        float *const o[TQ], float l[TQ], const int half) {
     int d0 = 0, first = 1; /* the first pass over the keys adds the denominators */
     float ls[TQ];
     for (int i = 0; i < TQ; i++) ls[i] = l[i];
@@ -200,10 +257,11 @@ AVX512 static void pv512(const float *const p[TQ], const float *vals, int64_t n,
         for (int i = 0; i < TQ; i++)
             for (int e = 0; e < 4; e++) acc[i][e] = _mm512_loadu_ps(o[i] + d0 + 16 * e);
         for (int64_t j = 0; j < n; j++) {
-            const float *v = vals + j * stride + d0;
-            for (int e = 0; e < 4; e++) _mm_prefetch((const char *)(v + PV_AHEAD * stride + 16 * e), _MM_HINT_T0);
+            const void *v = at(vals, j * stride + d0, half);
+            for (int e = 0; e < 4; e += 2 - half) /* a line: 16 floats or 32 float16s */
+                _mm_prefetch((const char *)at(v, PV_AHEAD * stride + 16 * e, half), _MM_HINT_T0);
             __m512 vv[4];
-            for (int e = 0; e < 4; e++) vv[e] = _mm512_loadu_ps(v + 16 * e);
+            for (int e = 0; e < 4; e++) vv[e] = load512(v, 16 * e, half);
             for (int i = 0; i < TQ; i++) {
                 float pj = p[i][j];
                 if (pj == 0.0f) continue; /* adds exactly nothing: a masked key leaves no trace */
@@ -220,7 +278,7 @@ AVX512 static void pv512(const float *const p[TQ], const float *vals, int64_t n,
         __m512 acc[TQ];
         for (int i = 0; i < TQ; i++) acc[i] = _mm512_loadu_ps(o[i] + d0);
         for (int64_t j = 0; j < n; j++) {
-            __m512 vv = _mm512_loadu_ps(vals + j * stride + d0);
+            __m512 vv = load512(vals, j * stride + d0, half);
             for (int i = 0; i < TQ; i++) {
                 float pj = p[i][j];
                 if (pj == 0.0f) continue;
@@ -232,6 +290,15 @@ AVX512 static void pv512(const float *const p[TQ], const float *vals, int64_t n,
         first = 0;
     }
     for (int i = 0; i < TQ; i++) l[i] = ls[i];
+}
+
+AVX512 static void pv512(const float *const p[TQ], const void *vals, int64_t n, int64_t stride, int D,
+                         float *const o[TQ], float l[TQ]) {
+    pv512_t(p, vals, n, stride, D, o, l, 0);
+}
+AVX512 static void pv512_h(const float *const p[TQ], const void *vals, int64_t n, int64_t stride, int D,
+                           float *const o[TQ], float l[TQ]) {
+    pv512_t(p, vals, n, stride, D, o, l, 1);
 }
 
 AVX512 static float scale_max512(float *s, const float *bias, int64_t n, float scale) {
@@ -261,21 +328,28 @@ AVX2 static float hsum256(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-AVX2 static void dots256(const float *const q[TQ], const float *const k[TK], int D, float out[TK * TQ]) {
+INLINE256 void dots256_t(const float *const q[TQ], const void *const k[TK], int D, float out[TK * TQ], const int half) {
     for (int c = 0; c < TK; c++) {
         __m256 acc[TQ];
         for (int i = 0; i < TQ; i++) acc[i] = _mm256_setzero_ps();
         for (int d = 0; d < D; d += 8) {
-            __m256 kv = _mm256_loadu_ps(k[c] + d);
+            __m256 kv = load256(k[c], d, half);
             for (int i = 0; i < TQ; i++) acc[i] = _mm256_fmadd_ps(_mm256_loadu_ps(q[i] + d), kv, acc[i]);
         }
         for (int i = 0; i < TQ; i++) out[i * TK + c] = hsum256(acc[i]);
     }
 }
 
+AVX2 static void dots256(const float *const q[TQ], const void *const k[TK], int D, float out[TK * TQ]) {
+    dots256_t(q, k, D, out, 0);
+}
+AVX2 static void dots256_h(const float *const q[TQ], const void *const k[TK], int D, float out[TK * TQ]) {
+    dots256_t(q, k, D, out, 1);
+}
+
 /* Output chunks of 32 floats: 4 registers for each of the TQ queries, as pv512. */
-AVX2 static void pv256(const float *const p[TQ], const float *vals, int64_t n, int64_t stride, int D,
-                       float *const o[TQ], float l[TQ]) {
+INLINE256 void pv256_t(const float *const p[TQ], const void *vals, int64_t n, int64_t stride, int D,
+                        float *const o[TQ], float l[TQ], const int half) {
     int d0 = 0, first = 1; /* the first pass over the keys adds the denominators */
     float ls[TQ];
     for (int i = 0; i < TQ; i++) ls[i] = l[i];
@@ -284,9 +358,9 @@ AVX2 static void pv256(const float *const p[TQ], const float *vals, int64_t n, i
         for (int i = 0; i < TQ; i++)
             for (int e = 0; e < 4; e++) acc[i][e] = _mm256_loadu_ps(o[i] + d0 + 8 * e);
         for (int64_t j = 0; j < n; j++) {
-            const float *v = vals + j * stride + d0;
+            const void *v = at(vals, j * stride + d0, half);
             __m256 vv[4];
-            for (int e = 0; e < 4; e++) vv[e] = _mm256_loadu_ps(v + 8 * e);
+            for (int e = 0; e < 4; e++) vv[e] = load256(v, 8 * e, half);
             for (int i = 0; i < TQ; i++) {
                 float pj = p[i][j];
                 if (pj == 0.0f) continue;
@@ -303,7 +377,7 @@ AVX2 static void pv256(const float *const p[TQ], const float *vals, int64_t n, i
         __m256 acc[TQ];
         for (int i = 0; i < TQ; i++) acc[i] = _mm256_loadu_ps(o[i] + d0);
         for (int64_t j = 0; j < n; j++) {
-            __m256 vv = _mm256_loadu_ps(vals + j * stride + d0);
+            __m256 vv = load256(vals, j * stride + d0, half);
             for (int i = 0; i < TQ; i++) {
                 float pj = p[i][j];
                 if (pj == 0.0f) continue;
@@ -315,6 +389,15 @@ AVX2 static void pv256(const float *const p[TQ], const float *vals, int64_t n, i
         first = 0;
     }
     for (int i = 0; i < TQ; i++) l[i] = ls[i];
+}
+
+AVX2 static void pv256(const float *const p[TQ], const void *vals, int64_t n, int64_t stride, int D,
+                       float *const o[TQ], float l[TQ]) {
+    pv256_t(p, vals, n, stride, D, o, l, 0);
+}
+AVX2 static void pv256_h(const float *const p[TQ], const void *vals, int64_t n, int64_t stride, int D,
+                         float *const o[TQ], float l[TQ]) {
+    pv256_t(p, vals, n, stride, D, o, l, 1);
 }
 
 AVX2 static float scale_max256(float *s, const float *bias, int64_t n, float scale) {
@@ -345,17 +428,20 @@ AVX2 static void exp_all256(float *s, int64_t n, float m) {
  * of 9 heads over 3 (6 tiles) and 0.71x for 128-row prompt chunks. An AVX2 form (8 keys a vector, in
  * hsum256's order) gave 0.92-1.01x on prompt chunks and 1.11-1.14x at 6 tiles with the AVX2 routes
  * forced there, and was not kept. */
-static const lk_attn_routines routines_c = {dots_c, pv_c, scale_max_c, exp_all_c, NULL};
+static const lk_attn_routines routines_c = {dots_c, pv_c, scale_max_c, exp_all_c, NULL, dots_c_h, pv_c_h, NULL};
 #ifdef LK_X86
-static const lk_attn_routines routines_avx512 = {dots512, pv512, scale_max512, exp_all512, dots512_block};
-static const lk_attn_routines routines_avx2 = {dots256, pv256, scale_max256, exp_all256, NULL};
+static const lk_attn_routines routines_avx512 = {dots512, pv512, scale_max512, exp_all512, dots512_block,
+                                                 dots512_h, pv512_h, dots512_block_h};
+static const lk_attn_routines routines_avx2 = {dots256, pv256, scale_max256, exp_all256, NULL, dots256_h, pv256_h,
+                                               NULL};
 #endif
 
 const lk_attn_routines *lk_attn_pick(int D) {
     const char *name = lk_qmatmul_isa();
 #ifdef LK_X86
     if (strcmp(name, "avx512") == 0 && D % 16 == 0) return &routines_avx512;
-    if ((strcmp(name, "avx512") == 0 || strcmp(name, "avx2") == 0) && D % 8 == 0) return &routines_avx2;
+    if ((strcmp(name, "avx512") == 0 || strcmp(name, "avx2") == 0) && D % 8 == 0 && __builtin_cpu_supports("f16c"))
+        return &routines_avx2;
 #else
     (void)name;
     (void)D;

@@ -14,11 +14,12 @@
 #define TK 4 /* keys per score tile (the AVX-512 sums take TQ x TK = 16) */
 
 typedef struct {
-    /* out[i * TK + c] = q[i] . k[c] over D elements */
-    void (*dots)(const float *const q[TQ], const float *const k[TK], int D, float out[TQ * TK]);
+    /* out[i * TK + c] = q[i] . k[c] over D elements (float32 keys) */
+    void (*dots)(const float *const q[TQ], const void *const k[TK], int D, float out[TQ * TK]);
     /* o[i] += sum over keys j < n of p[i][j] * vals[j * stride ..] (keys of weight 0 skipped), and
-     * l[i] += p[i][j] key by key in order: the softmax's denominators, summed as the outputs are */
-    void (*pv)(const float *const p[TQ], const float *vals, int64_t n, int64_t stride, int D, float *const o[TQ],
+     * l[i] += p[i][j] key by key in order: the softmax's denominators, summed as the outputs are
+     * (float32 values; stride in elements) */
+    void (*pv)(const float *const p[TQ], const void *vals, int64_t n, int64_t stride, int D, float *const o[TQ],
                float l[TQ]);
     /* s = s * scale + bias (bias may be NULL); returns the maximum */
     float (*scale_max)(float *s, const float *bias, int64_t n, float scale);
@@ -27,15 +28,23 @@ typedef struct {
     /* Optional (NULL where a set has none): out[i][c] = q[i] . (key c) for nq queries and the
      * nk <= KB_MAX keys at keys, keys + stride, ..: the same sums as dots, bit for bit, with the keys
      * in the vector lanes (transposed once into kt, KB_MAX x D floats, for all nq queries). */
-    void (*dots_block)(const float *const *q, int nq, const float *keys, int64_t stride, int64_t nk, int D,
+    void (*dots_block)(const float *const *q, int nq, const void *keys, int64_t stride, int64_t nk, int D,
                        float *const *out, float *kt);
+    /* dots, pv and dots_block (NULL where dots_block is) over a float16 cache's keys and values: each
+     * element turned into its float32 value as it is loaded (exact; half.h), then the very
+     * operations of the float32 routine */
+    void (*dots_half)(const float *const q[TQ], const void *const k[TK], int D, float out[TQ * TK]);
+    void (*pv_half)(const float *const p[TQ], const void *vals, int64_t n, int64_t stride, int D, float *const o[TQ],
+                    float l[TQ]);
+    void (*dots_block_half)(const float *const *q, int nq, const void *keys, int64_t stride, int64_t nk, int D,
+                            float *const *out, float *kt);
 } lk_attn_routines;
 
 #define KB_MAX 64 /* keys per dots_block call */
 
 /* The routines for head size D under the instruction set the quantized products use
- * (lk_qmatmul_isa, which tests can force): AVX-512 where D is a multiple of 16, AVX2 where
- * it is a multiple of 8, plain C otherwise. */
+ * (lk_qmatmul_isa, which tests can force): AVX-512 where D is a multiple of 16, AVX2 (with F16C,
+ * which every AVX2 CPU has) where it is a multiple of 8, plain C otherwise. */
 const lk_attn_routines *lk_attn_pick(int D);
 
 #endif

@@ -179,10 +179,13 @@ def device_description(device) -> str:
     return f"cpu: {model}, {isa}, {os.cpu_count()} logical CPUs"
 
 
-def curve_key(model, backend: str, threads: int, weights: str = "float32", *, versioned: bool = True) -> str:
-    """What a measured curve is valid for: model (config and size), dtype, weight format, device, backend, threads, versions.
+def curve_key(model, backend: str, threads: int, weights: str = "float32", *, versioned: bool = True,
+              kv_dtype: str = "float32") -> str:
+    """What a measured curve is valid for: model (config and size), dtype, weight format, KV cache element
+    type, device, backend, threads, versions.
 
-    ``weights`` is the fast forward's weight format (``WEIGHT_FORMATS``): each format has its own curve.
+    ``weights`` is the fast forward's weight format (``WEIGHT_FORMATS``) and ``kv_dtype`` its KV cache's
+    element type (``kvcache.KV_DTYPES``): each pair has its own curve.
     ``versioned=False`` leaves out torch's version and ``FORMAT``: what the saved drafting state is
     keyed by (``drafters/saved.py``), so that a new curve format does not orphan it.
     """
@@ -198,6 +201,8 @@ def curve_key(model, backend: str, threads: int, weights: str = "float32", *, ve
         parts += [torch.__version__, str(FORMAT)]
     if weights != "float32":  # float32 curves keep the keys they had before formats existed
         parts.append(f"weights={weights}")
+    if kv_dtype != "float32":  # and float32 caches the keys they had before float16 ones existed
+        parts.append(f"kv={kv_dtype}")
     ident = "|".join(parts)
     return hashlib.sha256(ident.encode()).hexdigest()[:20]
 
@@ -216,10 +221,11 @@ def curve_description(verifier, threads: int) -> str:
                                                                ("vocab", "vocab_size")) if hasattr(cfg, a))
     n_params = sum(p.numel() for p in model.parameters())
     weights = getattr(getattr(verifier, "fast", None), "weights", None)
+    kv_dtype = getattr(getattr(verifier, "fast", None), "kv_dtype", "float32")
     parts = [f"model {name} ({shape}, {n_params / 1e6:.1f}M parameters)", f"dtype {verifier.dtype}".replace("torch.", ""),
              f"backend {verifier.backend}", f"threads {threads}", f"torch {torch.__version__}"]
     if weights:
-        parts.insert(2, f"weights {weights}")
+        parts.insert(2, f"weights {weights}" + ("" if kv_dtype == "float32" else f", KV cache {kv_dtype}"))
     return "; ".join(parts)
 
 
@@ -321,8 +327,9 @@ def measure(verifier, *, widths: Sequence[int] = WIDTHS, past: int = 256, far_pa
 
 def verifier_key(verifier, threads: int, *, versioned: bool = True) -> str:
     """``curve_key`` of a verifier: its model, backend and weight format (``versioned``: see ``curve_key``)."""
-    weights = getattr(getattr(verifier, "fast", None), "weights", "float32")
-    return curve_key(verifier.model, verifier.backend, threads, weights, versioned=versioned)
+    fast = getattr(verifier, "fast", None)
+    return curve_key(verifier.model, verifier.backend, threads, getattr(fast, "weights", "float32"), versioned=versioned,
+                     kv_dtype=getattr(fast, "kv_dtype", "float32"))
 
 
 def curve_path(verifier, threads: int, cache_dir: Path | None = None) -> Path:

@@ -93,6 +93,9 @@ class Decoder:
             formats, where a reused row is the prefill's own bit for bit, else off; 0: off;
             a number turns it on in any format of the fast forward (in the float formats a
             reused row may differ from the prefill's in the last bits, as a tree's rows do).
+        kv_dtype: the fast forward's KV cache elements (CLI ``--kv-dtype``): "float32" (default) or
+            "float16" (half the memory and attention reads per cached token; a slightly different
+            model, like a weight format: greedy output equals ``ar`` with the same choice).
 
     Raises:
         IndexFormatError, TokenizerMismatchError: an index or history store that
@@ -110,15 +113,16 @@ class Decoder:
                  tree_masks: bool | None = None, draft_budget: int = DEFAULT_DRAFT_BUDGET, indexes=None,
                  cost_curve=None, history=None, history_budget: int | None = None, draft_model=None,
                  draft_layers: int | None = None, cost_refresh: str = "fit", weights: str = "auto",
-                 prefix_cache_mb: float | None = None, **renamed) -> None:
+                 prefix_cache_mb: float | None = None, kv_dtype: str = "float32", **renamed) -> None:
         import torch
 
         from lookupdec.fast_kernels import fast_kernels_available, pack_linears
-        from lookupdec.kvcache import unsupported_attention
+        from lookupdec.kvcache import check_kv_dtype, unsupported_attention
         from lookupdec.products import QUANTIZED_FORMATS
         from lookupdec.weights import check_weights, decoder_verifier
 
         check_weights(weights)
+        check_kv_dtype(kv_dtype)
         prefix_cache_mb = check_prefix_cache_mb(prefix_cache_mb)
         self.draft_budget = checked_budget(draft_budget)
         check_cost_curve(cost_curve)
@@ -153,7 +157,8 @@ class Decoder:
         # weights are surely still its file's (the quantized blocks are then read, not recovered).
         owned = not isinstance(model, LoadedModel)
         self.verifier, self.weights_choice = decoder_verifier(self.loaded, owned, weights=weights, tree_masks=tree_masks,
-                                                              fast=self.fast_kernels, threads=torch.get_num_threads())
+                                                              fast=self.fast_kernels, threads=torch.get_num_threads(),
+                                                              kv_dtype=kv_dtype)
         self.weights = self.weights_choice.weights  # "float32" / "float16"; "" on transformers' forward
         if self.fast_kernels and self.verifier.backend == "hf":
             if owned:

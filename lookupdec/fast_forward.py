@@ -266,6 +266,11 @@ class FastForward:
         sin[:, :half].neg_()
         self._cos, self._sin_signed = cos, sin.contiguous()
 
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """Bytes a sequence's cache holds per cached token (every layer's keys and values)."""
+        return self.n_layers * 2 * self.n_kv_heads * self.head_dim * self._kv_torch_dtype.itemsize
+
     def new_cache(self, capacity: int) -> FlatKVCache:
         """An empty KV cache for one sequence of up to ``capacity`` rows (it grows if needed)."""
         return FlatKVCache(self.n_layers, self.n_kv_heads, self.head_dim, capacity, dtype=self._kv_torch_dtype)

@@ -198,13 +198,15 @@ class TreeVerifier:
             ``FastForward``); transformers' forward ignores it.
         blocks: where the file keeps the quantized blocks of the model's weights, for the
             fast forward's quantized formats (``FastForward``'s ``blocks``); None: recovered.
+        kv_dtype: the fast forward's KV cache element type (``FastForward``'s); transformers'
+            forward takes only "float32".
 
     Attributes:
         backend: "fast" or "hf", the forward actually used.
     """
 
     def __init__(self, model, *, tree_masks: bool | None = None, pad_multiple: int | None = None, fast: bool = False,
-                 release: bool = False, weights: str = "float32", blocks=None) -> None:
+                 release: bool = False, weights: str = "float32", blocks=None, kv_dtype: str = "float32") -> None:
         self.model = model
         self.fast = None
         if fast:
@@ -212,7 +214,10 @@ class TreeVerifier:
             from lookupdec.fast_forward_support import supports_fast_forward
 
             if supports_fast_forward(model):
-                self.fast = FastForward(model, release=release, weights=weights, blocks=blocks)
+                self.fast = FastForward(model, release=release, weights=weights, blocks=blocks, kv_dtype=kv_dtype)
+        if self.fast is None and kv_dtype != "float32":
+            raise ValueError(f"kv_dtype={kv_dtype!r} (--kv-dtype {kv_dtype}) needs lookupdec's fast forward, which "
+                             "this model does not use here; use --kv-dtype float32")
         self.backend = "hf" if self.fast is None else "fast"
         if tree_masks is None:
             # The fast forward takes a float bias on every supported model.

@@ -118,3 +118,11 @@ def test_every_weights_option_offers_exactly_the_librarys_weight_formats():
     for name in ("generate", "cost-curve", "serve"):
         option = next(p for p in main.commands[name].params if p.name == "weights")
         assert tuple(option.type.choices) == WEIGHTS_CHOICES, name
+
+
+def test_every_kv_dtype_option_offers_exactly_the_librarys_cache_element_types():
+    from lookupdec.kvcache import KV_DTYPES
+
+    for name in ("generate", "cost-curve", "serve"):
+        option = next(p for p in main.commands[name].params if p.name == "kv_dtype")
+        assert tuple(option.type.choices) == tuple(KV_DTYPES), name

@@ -13,6 +13,8 @@ from lookupdec.methods import METHODS  # a plain dict; torch is imported lazily
 # --weights of generate, cost-curve and serve: lookupdec.weights.WEIGHTS_CHOICES, spelled out so the
 # CLI imports no torch (tests/test_cli_generate.py keeps the two equal).
 WEIGHTS = ["auto", "float32", "float16", "quantized", "quantized-bf16", "quantized-int8"]
+# --kv-dtype of the same commands: lookupdec.kvcache.KV_DTYPES' names (the same test keeps them equal).
+KV_DTYPES = ["float32", "float16"]
 
 
 @dataclass(frozen=True)
@@ -194,6 +196,10 @@ def state_file(dec, save: bool) -> None:
                    "bits per block of 32 and sums the blocks in integers, as llama.cpp does: much cheaper wide "
                    "forwards, a slightly different model; never picked by auto. Greedy output equals ar in the "
                    "same format.")
+@click.option("--kv-dtype", type=click.Choice(KV_DTYPES), default="float32", show_default=True,
+              help="The KV cache's element type: float16 halves its memory per cached token and the bytes each step's "
+                   "attention reads (each key and value rounded to float16: a slightly different model; greedy "
+                   "output equals ar with the same choice). Needs the fast CPU forward.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per prompt instead of streaming text.")
 @click.option("--batch", "batch_size", type=click.IntRange(min=1), default=1, show_default=True, metavar="N",
               help="Decode up to N prompts of --input together, their drafts verified in one forward per step "
@@ -216,8 +222,8 @@ def state_file(dec, save: bool) -> None:
                    "never the output.")
 def generate_cmd(model, prompt, prompt_file, input_path, method, references, indexes, history, history_budget,
                  draft_model, draft_layers, max_new_tokens, temperature, top_p, top_k, seed, stop, draft_budget, device, hf_kernels,
-                 no_chat_template, dtype, weights, as_json, batch_size, json_schema, regex, grammar_file, choices,
-                 prefix_cache_mb, fresh_state) -> None:
+                 no_chat_template, dtype, weights, kv_dtype, as_json, batch_size, json_schema, regex, grammar_file,
+                 choices, prefix_cache_mb, fresh_state) -> None:
     """Generate text with lossless speculative decoding."""
     requests = read_requests(prompt, prompt_file, input_path)
     grammar = read_grammar(json_schema, regex, grammar_file, choices)
@@ -237,7 +243,7 @@ def generate_cmd(model, prompt, prompt_file, input_path, method, references, ind
         dec = Decoder(model, dtype=dtype, device=device, hf_kernels=hf_kernels, indexes=list(indexes) or None,
                       draft_budget=DEFAULT_DRAFT_BUDGET if draft_budget is None else draft_budget, history=history,
                       history_budget=history_budget, draft_model=draft_model, draft_layers=draft_layers,
-                      weights=weights, prefix_cache_mb=prefix_cache_mb)
+                      weights=weights, prefix_cache_mb=prefix_cache_mb, kv_dtype=kv_dtype)
         # Every prompt is checked before the first is generated: no partial output for a bad later one.
         for i, req in enumerate(requests):
             try:
@@ -315,15 +321,17 @@ def _print_result(res, as_json: bool, streamed: bool) -> None:
 @click.option("--weights", type=click.Choice(WEIGHTS),
               default="auto", show_default=True,
               help="The weight format whose curve to show (each format has its own).")
+@click.option("--kv-dtype", type=click.Choice(KV_DTYPES), default="float32", show_default=True,
+              help="The KV cache element type whose curve to show (each has its own).")
 @click.option("--remeasure", is_flag=True, help="Measure again and replace the cached curve.")
 @click.option("--json", "as_json", is_flag=True, help="Print the curve as JSON.")
-def cost_curve_cmd(model, device, dtype, hf_kernels, weights, remeasure, as_json) -> None:
+def cost_curve_cmd(model, device, dtype, hf_kernels, weights, kv_dtype, remeasure, as_json) -> None:
     """Show (or measure) the verify cost curve `auto` sizes its trees by."""
     from lookupdec.decoder import Decoder
     from lookupdec.errors import LookupdecError
 
     try:
-        dec = Decoder(model, dtype=dtype, device=device, hf_kernels=hf_kernels, weights=weights)
+        dec = Decoder(model, dtype=dtype, device=device, hf_kernels=hf_kernels, weights=weights, kv_dtype=kv_dtype)
         curve = dec.cost_curve(remeasure=remeasure)
     except (LookupdecError, ValueError, TypeError, RuntimeError) as exc:
         raise click.ClickException(str(exc))

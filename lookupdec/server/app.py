@@ -196,6 +196,9 @@ def create_app(engine: Engine, model_id: str, api_key: str | None = None):
         waiting, active = engine.counts()
         body = {"status": "ok" if engine.accepting else "draining", "model": model_id, "active": active,
                 "queued": waiting}
+        fast = engine.decoder.verifier.fast
+        if fast is not None:  # what a sequence's cache costs (--kv-dtype)
+            body["kv_cache"] = {"dtype": fast.kv_dtype, "bytes_per_token": fast.kv_bytes_per_token}
         return JSONResponse(body, status_code=200 if engine.accepting else 503)
 
     @app.get("/metrics")

@@ -269,6 +269,8 @@ def main(argv=None) -> int:
     ap.add_argument("--hf-kernels", action="store_true", help="transformers' forward instead of the fast one")
     ap.add_argument("--weights", default="float32", choices=WEIGHTS_CHOICES,
                     help="the fast forward's weight format (ar and every method run in it)")
+    ap.add_argument("--kv-dtype", default="float32", choices=("float32", "float16"),
+                    help="the KV cache's element type (ar and every method run with it)")
     ap.add_argument("--index", action="append", default=[], help="a datastore for rest and auto")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--draft-layers", type=int, default=None, metavar="K",
@@ -322,8 +324,9 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as history:
         dec = Decoder(args.model, dtype=args.dtype, hf_kernels=args.hf_kernels, weights=args.weights,
                       indexes=list(args.index) or None, history=history, draft_layers=args.draft_layers,
-                      prefix_cache_mb=args.prefix_cache_mb)
+                      prefix_cache_mb=args.prefix_cache_mb, kv_dtype=args.kv_dtype)
         print(f"{len(prompts)} prompts, methods {methods}, {args.dtype}, weights {dec.weights or '-'}, "
+              f"KV cache {args.kv_dtype}, "
               f"backend {dec.verifier.backend}, prefix reuse {'on' if dec.prefixes else 'off'}, "
               f"{torch.get_num_threads()} threads", file=sys.stderr)
         tally = audit(dec, prompts, methods, log=lambda s: print(s, file=sys.stderr, flush=True),

@@ -13,10 +13,11 @@ Each measurement runs in a fresh Python process and reports its peak RSS
   ``--fresh-cache`` measures them, as a first run on a machine does).
 
 It also reports the KV cache bytes per token of the fast forward (``FlatKVCache``:
-layers x 2 x KV heads x head dim x 4 bytes), measured from an allocated cache.
+layers x 2 x KV heads x head dim x 4 bytes, or 2 with ``--kv-dtype float16``, which every
+lookupdec run then uses), measured from an allocated cache.
 
 Usage:
-    python benchmarks/memory.py [--weights float32,float16,quantized,auto] [--max-new-tokens 32]
+    python benchmarks/memory.py [--weights float32,float16,quantized,auto] [--kv-dtype float16] [--max-new-tokens 32]
                                 [--threads 2] [--model PATH.gguf] [--fresh-cache] [--json benchmarks/out/memory.json]
 """
 from __future__ import annotations
@@ -37,6 +38,7 @@ _PROBE = r"""
 import json, os, resource, sys
 import torch
 which, model, max_new, threads = sys.argv[1], sys.argv[2] or None, int(sys.argv[3]), int(sys.argv[4])
+kv_dtype = sys.argv[5]
 torch.set_num_threads(threads)
 prompt = %r
 out = {}
@@ -54,7 +56,7 @@ if which == "transformers":
     out["new_tokens"] = int(g.shape[1] - ids.shape[1])
 else:
     from lookupdec import Decoder
-    dec = Decoder(model, weights=which.split(":", 1)[1])
+    dec = Decoder(model, weights=which.split(":", 1)[1], kv_dtype=kv_dtype)
     res = dec.generate(prompt, max_new_tokens=max_new)
     out["new_tokens"] = res.new_tokens
     out["weights"] = dec.weights
@@ -68,14 +70,15 @@ print("RESULT " + json.dumps(out))
 """ % PROMPT
 
 
-def probe(which: str, model: str | None, max_new: int, threads: int, cache_dir: str | None) -> dict:
+def probe(which: str, model: str | None, max_new: int, threads: int, cache_dir: str | None,
+          kv_dtype: str = "float32") -> dict:
     """Run one measurement in a fresh process; return its result dict.
 
     Raises:
         RuntimeError: the process failed (its stderr's last lines are in the message).
     """
     env = checkout_env(**({"LOOKUPDEC_CACHE": cache_dir} if cache_dir else {}))
-    proc = subprocess.run([sys.executable, "-c", _PROBE, which, model or "", str(max_new), str(threads)],
+    proc = subprocess.run([sys.executable, "-c", _PROBE, which, model or "", str(max_new), str(threads), kv_dtype],
                           capture_output=True, text=True, cwd=REPO, env=env)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     if proc.returncode or not lines:
@@ -86,6 +89,8 @@ def probe(which: str, model: str | None, max_new: int, threads: int, cache_dir: 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--weights", default="float32,float16,quantized,auto", help="comma list of Decoder(weights=...) values")
+    ap.add_argument("--kv-dtype", default="float32", choices=("float32", "float16"),
+                    help="the KV cache's element type of every lookupdec run (Decoder(kv_dtype=...))")
     ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--model", default=None, help="a .gguf file (default: the embedded model)")
@@ -113,7 +118,7 @@ def main(argv=None) -> int:
     for w in formats:
         with tempfile.TemporaryDirectory() as tmp:
             r = probe(f"lookupdec:{w}", args.model, args.max_new_tokens, args.threads,
-                      tmp if args.fresh_cache else None)
+                      tmp if args.fresh_cache else None, args.kv_dtype)
         r["ratio"] = r["peak_mib"] / base["peak_mib"]
         rows[f"lookupdec:{w}"] = r
         print(f"{'lookupdec ' + w:22} {r['peak_mib']:>9.0f} {r['ratio']:>15.2f}  used {r.get('weights') or '-'}; "
@@ -121,6 +126,7 @@ def main(argv=None) -> int:
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"device": device_description("cpu"), "threads": args.threads,
+                                         "kv_dtype": args.kv_dtype,
                                          "max_new_tokens": args.max_new_tokens, "fresh_cache": args.fresh_cache,
                                          "runs": rows}, indent=1))
     return 0

@@ -27,8 +27,9 @@ tau (tokens committed per sequence per verify forward, from the server's /metric
 batched steps (count, mean step and forward time, and the share of the wall time inside steps: the
 rest is prefill, admission and HTTP), the share of prompt tokens whose rows an earlier request left
 (prefix reuse, not prefilled), and whether every output equals ``ar``'s first output for the
-same prompt (reported; a batch's wider forward carries the same float-rounding caveat as a tree, see
-README); then each configuration's tokens/s over ``ar``'s in the same pass.
+same prompt (``ar_kv16``'s for the float16-cache configurations; reported; a batch's wider forward carries
+the same float-rounding caveat as a tree, see README); then each configuration's tokens/s over ``ar``'s in
+the same pass.
 
 Writes ``serve_load.json``, ``serve_load.md`` and the plot ``serve_load_throughput.png``
 (throughput against concurrency; ``--plot`` puts it elsewhere) into ``--out``.
@@ -69,7 +70,14 @@ from specbench.tasks import DEFAULT_QUESTIONS, load_questions  # noqa: E402
 CONFIGS = {"auto": ("auto", None, ()), "ar": ("ar", None, ()), "one": ("auto", 1, ()), "llama_cpp": (None, None, ()),
            # prefix reuse off: what reusing earlier requests' rows (lookupdec.prefix_cache) saves
            "auto_noreuse": ("auto", None, ("--prefix-cache-mb", "0")),
-           "ar_noreuse": ("ar", None, ("--prefix-cache-mb", "0"))}
+           "ar_noreuse": ("ar", None, ("--prefix-cache-mb", "0")),
+           # a float16 KV cache (a slightly different model: its outputs are checked against ar_kv16's)
+           "auto_kv16": ("auto", None, ("--kv-dtype", "float16")), "ar_kv16": ("ar", None, ("--kv-dtype", "float16"))}
+
+
+def reference_config(config: str) -> str:
+    """The configuration whose outputs ``config``'s must equal: plain decoding of the same model."""
+    return "ar_kv16" if "--kv-dtype" in CONFIGS[config][2] else "ar"
 
 
 @dataclass(frozen=True)
@@ -389,16 +397,17 @@ def main(argv=None) -> int:
             server.stop()
     if stopped:
         print(f"serve_load: {stopped}; reporting the passes done", file=sys.stderr)
-    # Exactness: every output against ar's first output for the same prompt.
-    reference: dict[str, str] = {}
+    # Exactness: every output against plain decoding's (ar, or ar_kv16) first output for the same prompt.
+    reference: dict[str, dict[str, str]] = {"ar": {}, "ar_kv16": {}}
     for row, got in runs:
-        if row.config == "ar":
+        if row.config in reference:
             for k, v in got.items():
-                reference.setdefault(k, v)
+                reference[row.config].setdefault(k, v)
     rows: list[Row] = []
     for row, got in runs:
-        known = [k for k in got if k in reference]
-        exact = None if row.config == "llama_cpp" or not known else all(got[k] == reference[k] for k in known)
+        ref = reference[reference_config(row.config)]
+        known = [k for k in got if k in ref]
+        exact = None if row.config == "llama_cpp" or not known else all(got[k] == ref[k] for k in known)
         rows.append(replace(row, exact=exact))
     meta = {"prompts": len(prompts), "requests": sum(len(p) for p in prompts), "conversations": args.conversations,
             "max_new_tokens": args.max_new_tokens, "device": served_device(),

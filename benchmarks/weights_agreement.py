@@ -3,6 +3,8 @@
 For each prompt, plain greedy decoding (``ar``) runs with the fast forward's
 weights in float32 and in the format compared (``--weights``: float16 by
 default, quantized or quantized-bf16; ``Decoder(weights=...)``, both over one loaded model).
+``--kv-dtype float16`` gives the compared decoder a float16 KV cache as well (the reference keeps
+float32's); with ``--weights float32`` (or ``quantized``, float32's values) that compares the cache alone.
 Fields and columns named ``16`` are the compared format's. It reports the
 share of generations that are identical token for token and, for each that is
 not, the first divergence: its position, the two tokens, and the logit gaps
@@ -18,7 +20,8 @@ Prompts:
 
 Usage:
     python benchmarks/weights_agreement.py [--n-specbench 120] [--n-humaneval 164] [--max-new-tokens 128]
-                                           [--weights float16|quantized|quantized-bf16|quantized-int8] [--threads 2] [--model PATH] [--json benchmarks/out/weights_agreement.json]
+                                           [--weights float16|quantized|quantized-bf16|quantized-int8] [--kv-dtype float16]
+                                           [--threads 2] [--model PATH] [--json benchmarks/out/weights_agreement.json]
 """
 from __future__ import annotations
 
@@ -138,8 +141,11 @@ def main(argv=None) -> int:
     ap.add_argument("--n-humaneval", type=int, default=164)
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--weights", default="float16", choices=("float16", "quantized", "quantized-bf16", "quantized-int8"),
+    ap.add_argument("--weights", default="float16",
+                    choices=("float32", "float16", "quantized", "quantized-bf16", "quantized-int8"),
                     help="the format compared with float32")
+    ap.add_argument("--kv-dtype", default="float32", choices=("float32", "float16"),
+                    help="the compared decoder's KV cache element type (the reference's is float32)")
     ap.add_argument("--model", default=None, help="default: the embedded model")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
@@ -155,7 +161,9 @@ def main(argv=None) -> int:
     prompts = spec_bench_prompts(args.n_specbench) + (humaneval_prompts(args.n_humaneval) if args.n_humaneval else [])
     lm = load_model(args.model)
     d32 = Decoder(lm, weights="float32")  # a model passed in is not released: both formats pack from it
-    d16 = Decoder(lm, weights=args.weights)  # "16": the compared format
+    if args.weights == "float32" and args.kv_dtype == "float32":
+        ap.error("--weights float32 compares float32 with itself: add --kv-dtype float16, or pick another format")
+    d16 = Decoder(lm, weights=args.weights, kv_dtype=args.kv_dtype)  # "16": the compared format
     t0 = time.perf_counter()
     rows = []
     for i, (source, pid, text) in enumerate(prompts):
@@ -179,7 +187,7 @@ def main(argv=None) -> int:
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"device": device_description("cpu"), "threads": torch.get_num_threads(),
-                                         "compared": args.weights,
+                                         "compared": args.weights, "kv_dtype": args.kv_dtype,
                                          "model": lm.name, "max_new_tokens": args.max_new_tokens,
                                          "summary": stats, "rows": [asdict(r) for r in rows]}, indent=1))
     return 0

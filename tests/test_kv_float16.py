@@ -115,3 +115,17 @@ def test_the_cli_and_the_server_decode_with_a_float16_cache_as_the_library_does(
             assert list(pool.map(ask, prompts)) == want
     finally:
         srv.kill()
+
+
+def test_serve_load_checks_a_float16_cache_against_plain_decoding_with_the_same_cache():
+    import os
+    import sys
+
+    from tests.conftest import ROOT
+
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    from serve_load import CONFIGS, reference_config
+
+    assert reference_config("auto_kv16") == reference_config("ar_kv16") == "ar_kv16"
+    assert reference_config("auto") == reference_config("one") == "ar"
+    assert all(CONFIGS[c][2] == ("--kv-dtype", "float16") for c in ("auto_kv16", "ar_kv16"))

@@ -86,6 +86,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--weights", choices=WEIGHTS_CHOICES, default="auto",
                     help="the fast forward's weight format for every lookupdec method (Decoder(weights=...)); "
                          "transformers' peers always run the float32 model")
+    ap.add_argument("--kv-dtype", choices=("float32", "float16"), default="float32",
+                    help="the KV cache's element type for every lookupdec method (Decoder(kv_dtype=...))")
     ap.add_argument("--methods", default="all",
                     help=f"comma list from {','.join(list(PEER_METHODS) + list(LOOKUPDEC_METHODS))}; "
                          f"'all' = the peers and every method the decoder registers; "
@@ -186,6 +188,7 @@ def build_setup(decoder, peer_loaded, names: Sequence[str], temperature: float =
         "model": decoder.loaded.name,
         "fast_kernels": bool(getattr(decoder, "fast_kernels", False)),
         "weights": getattr(decoder, "weights", "float32"),
+        "kv_dtype": getattr(getattr(getattr(decoder, "verifier", None), "fast", None), "kv_dtype", "float32"),
         "draft_budget": getattr(decoder, "draft_budget", None),
         "torch": torch.__version__,
         "transformers": transformers.__version__,
@@ -212,7 +215,7 @@ def load_setup(args: argparse.Namespace, names: Sequence[str]) -> Setup:
     decoder = Decoder(args.model, dtype="float32", indexes=list(args.index) or None, history=history,
                       draft_model=getattr(args, "draft_model", None), draft_layers=getattr(args, "draft_layers", None),
                       cost_refresh=getattr(args, "cost_refresh", "fit"), weights=getattr(args, "weights", "auto"),
-                      prefix_cache_mb=getattr(args, "prefix_cache_mb", 0.0))
+                      prefix_cache_mb=getattr(args, "prefix_cache_mb", 0.0), kv_dtype=getattr(args, "kv_dtype", "float32"))
     scale = getattr(args, "cost_scale", None)
     if scale:
         from lookupdec.pricing import scaled_curve

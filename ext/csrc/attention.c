@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "attention_isa.h"
-#include "half.h"
 #include "lk_common.h"
 #include "qpool.h"
 
@@ -190,6 +189,7 @@ static void run_part(void *ctx, int part, int parts) {
 int lk_attend(int n_seq, const int64_t *meta, const int64_t *kv, int layer, const float *qk, const float *v,
               int64_t v_stride, int H, int Hk, int D, float scale, float *out, int threads) {
     int64_t qk_stride = (int64_t)(H + Hk) * D, rows = 0, max_keys = 0;
+    const lk_attn_routines *fn = lk_attn_pick(D);
     for (int s = 0; s < n_seq; s++)
         if (kv[s * LK_ATTN_KV + 2] != LK_KV_F32 && kv[s * LK_ATTN_KV + 2] != LK_KV_F16) return LK_EBADARG;
     for (int s = 0; s < n_seq; s++) {
@@ -203,10 +203,8 @@ int lk_attend(int n_seq, const int64_t *meta, const int64_t *kv, int layer, cons
                 int64_t row = ((int64_t)g * cap + past + i) * D;
                 if (kv[s * LK_ATTN_KV + 2] == LK_KV_F16) {
                     uint16_t *c = (uint16_t *)(intptr_t)kv[s * LK_ATTN_KV];
-                    for (int d = 0; d < D; d++) {
-                        c[at + row + d] = lk_half_from_float(k_new[d]);
-                        c[v_at + row + d] = lk_half_from_float(v_new[d]);
-                    }
+                    fn->to_half(k_new, D, c + at + row);
+                    fn->to_half(v_new, D, c + v_at + row);
                 } else {
                     float *c = (float *)(intptr_t)kv[s * LK_ATTN_KV];
                     memcpy(c + at + row, k_new, sizeof(float) * (size_t)D);
@@ -216,7 +214,7 @@ int lk_attend(int n_seq, const int64_t *meta, const int64_t *kv, int layer, cons
         rows = m[0] + w > rows ? m[0] + w : rows;
         max_keys = past + w > max_keys ? past + w : max_keys;
     }
-    job j = {n_seq, layer, H, Hk, D, meta, kv, qk, scale, out, rows, max_keys, lk_attn_pick(D), 0};
+    job j = {n_seq, layer, H, Hk, D, meta, kv, qk, scale, out, rows, max_keys, fn, 0};
     int64_t tasks = 0;
     for (int s = 0; s < n_seq; s++) tasks += Hk * tasks_of(&j, meta[s * LK_ATTN_META + 1]);
     int parts = threads < 1 ? 1 : threads;

@@ -428,12 +428,35 @@ AVX2 static void exp_all256(float *s, int64_t n, float m) {
  * of 9 heads over 3 (6 tiles) and 0.71x for 128-row prompt chunks. An AVX2 form (8 keys a vector, in
  * hsum256's order) gave 0.92-1.01x on prompt chunks and 1.11-1.14x at 6 tiles with the AVX2 routes
  * forced there, and was not kept. */
-static const lk_attn_routines routines_c = {dots_c, pv_c, scale_max_c, exp_all_c, NULL, dots_c_h, pv_c_h, NULL};
+static void to_half_c(const float *src, int64_t n, uint16_t *dst) {
+    for (int64_t i = 0; i < n; i++) dst[i] = lk_half_from_float(src[i]);
+}
+
+#ifdef LK_X86
+/* The instruction's rounding (to nearest, ties to even; subnormals kept, the overflow to infinity) is
+ * lk_half_from_float's: tests/test_attention_half.py checks both against torch's on edge values. */
+AVX512 static void to_half512(const float *src, int64_t n, uint16_t *dst) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm256_storeu_si256((__m256i *)(dst + i), _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    to_half_c(src + i, n - i, dst + i);
+}
+
+AVX2 static void to_half256(const float *src, int64_t n, uint16_t *dst) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    to_half_c(src + i, n - i, dst + i);
+}
+#endif
+
+static const lk_attn_routines routines_c = {dots_c, pv_c, scale_max_c, exp_all_c, NULL, dots_c_h, pv_c_h, NULL,
+                                            to_half_c};
 #ifdef LK_X86
 static const lk_attn_routines routines_avx512 = {dots512, pv512, scale_max512, exp_all512, dots512_block,
-                                                 dots512_h, pv512_h, dots512_block_h};
+                                                 dots512_h, pv512_h, dots512_block_h, to_half512};
 static const lk_attn_routines routines_avx2 = {dots256, pv256, scale_max256, exp_all256, NULL, dots256_h, pv256_h,
-                                               NULL};
+                                               NULL, to_half256};
 #endif
 
 const lk_attn_routines *lk_attn_pick(int D) {

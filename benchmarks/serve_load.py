@@ -63,7 +63,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from child_env import checkout_env  # noqa: E402
 
 from serve_report import markdown, percentile, plot  # noqa: E402
-from specbench.tasks import DEFAULT_QUESTIONS, load_questions  # noqa: E402
+from specbench.tasks import DEFAULT_QUESTIONS, SPEC_BENCH_TASKS, load_questions  # noqa: E402
 
 # name -> (method, max batch: None = --max-batch)
 # name: (method, --max-batch (None: the run's), extra server arguments)
@@ -297,6 +297,9 @@ def main(argv=None) -> int:
     ap.add_argument("--model", default=None, help="model for the server (default: the embedded SmolLM2-135M)")
     ap.add_argument("--questions", type=Path, default=DEFAULT_QUESTIONS, help="Spec-Bench question.jsonl")
     ap.add_argument("--per-category", type=int, default=2, metavar="N", help="questions per category")
+    ap.add_argument("--tasks", default=None,
+                    help="comma list of Spec-Bench tasks whose questions to send (e.g. summarization,rag: long "
+                         "prompts); default: all six")
     ap.add_argument("--limit", type=int, default=None, metavar="N", help="use only the first N prompts")
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--concurrency", default="1,2,4,8", help="comma-separated concurrencies")
@@ -344,12 +347,15 @@ def main(argv=None) -> int:
     if args.rounds < 1:
         ap.error("--rounds must be at least 1")
     passes = [(rnd, c) for rnd in range(args.rounds) for c in levels]
+    tasks = None if args.tasks is None else [t.strip() for t in args.tasks.split(",") if t.strip()]
+    if tasks is not None and (not tasks or set(tasks) - set(SPEC_BENCH_TASKS)):
+        ap.error(f"--tasks {args.tasks!r}: choose from {', '.join(SPEC_BENCH_TASKS)}")
 
     def prompts_of(j: int) -> list[str]:
         # Every pass the same prompts, or (--fresh-prompts) each its own questions, so that what the
         # server learnt from earlier requests (Token Recycling, the n-gram pool) never meets a repeat.
         offset = j * args.per_category if args.fresh_prompts else 0
-        questions = load_questions(args.questions, per_category=args.per_category, offset=offset)
+        questions = load_questions(args.questions, per_category=args.per_category, offset=offset, tasks=tasks)
         return [list(q.turns) if args.conversations else [q.turns[0]] for q in questions][:args.limit]
 
     pass_prompts = [prompts_of(j) for j in range(len(passes))]

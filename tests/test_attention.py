@@ -56,6 +56,18 @@ def oracle(keys, vals, q, bias, scale):
     return torch.einsum("hwn,nhd->whd", torch.softmax(s, -1), v)
 
 
+def ancestors(parents):
+    """allowed[i, j]: tree node j is node i or one of its ancestors (``parents[i]``: -1 for the root row)."""
+    w = len(parents)
+    allowed = np.zeros((w, w), dtype=bool)
+    for i in range(w):
+        j = i
+        while j >= 0:
+            allowed[i, j] = True
+            j = parents[j]
+    return allowed
+
+
 def _block(rng, w, H, Hk, D):
     f = lambda *shape: torch.from_numpy((rng.standard_normal(shape) * 1.5).astype(np.float32))  # noqa: E731
     return f(w, H, D), f(w, Hk, D), f(w, Hk, D)
@@ -104,12 +116,7 @@ def test_a_row_is_the_same_bits_alone_in_order_as_among_masked_keys_other_rows_a
     cap = past + w + 8
     q, k, v = _block(rng, w, H, Hk, D)
     base = Seq(rng, past, Hk, D, cap=cap)
-    allowed = np.zeros((w, w), dtype=bool)
-    for i in range(w):
-        j = i
-        while j >= 0:
-            allowed[i, j] = True
-            j = parents[j]
+    allowed = ancestors(parents)
     for masked in (float("-inf"), LOWEST):
         bias = torch.zeros(w, past + w)
         bias[:, past:][torch.from_numpy(~allowed)] = masked

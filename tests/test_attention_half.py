@@ -10,7 +10,7 @@ import torch
 
 from lookupdec import _native
 from lookupdec.kvcache import kv_format
-from tests.test_attention import LOWEST, Seq, _block, attend, oracle
+from tests.test_attention import LOWEST, Seq, _block, ancestors, attend, oracle
 
 
 def _half_seq(rng, past, Hk, D, cap):
@@ -88,12 +88,7 @@ def test_a_float16_tree_row_is_the_same_bits_as_its_chain_decoded_one_row_at_a_t
     parents = [-1, 0, 0, 1, 2, 3]
     w = len(parents)
     q, k, v = _block(rng, w, H, Hk, D)
-    allowed = np.zeros((w, w), dtype=bool)
-    for i in range(w):
-        j = i
-        while j >= 0:
-            allowed[i, j] = True
-            j = parents[j]
+    allowed = ancestors(parents)
     bias = torch.zeros(w, past + w)
     bias[:, past:][torch.from_numpy(~allowed)] = float("-inf")
     base = _half_seq(rng, past, Hk, D, cap=past + w)

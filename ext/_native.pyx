@@ -19,6 +19,7 @@ cdef extern from "lk_common.h" nogil:
     int LK_OK
     int LK_ENOMEM
     int LK_EBADARG
+    int LK_ERANGE
     int LK_EBADTOKEN
     int LK_ECAPACITY
 

@@ -200,6 +200,9 @@ def attend_ptr(int n_seq, size_t meta, size_t kv, int layer, size_t qk, size_t v
 
 
 cdef _attend_rc(int rc, str what):
+    if rc == LK_ERANGE:
+        raise ValueError(f"{what}: a key or value of this model reached float16's range (65,504), which a float16 "
+                         "KV cache cannot hold; use kv_dtype='float32' (--kv-dtype float32)")
     if rc == LK_EBADARG:
         raise ValueError(f"{what}: a KV cache format other than KV_FLOAT32 ({LK_KV_F32}) or KV_FLOAT16 ({LK_KV_F16})")
     if rc != 0:

@@ -164,8 +164,7 @@ cdef class NativeModel:
         with nogil:
             rc = self._run(tok, pos, rows, <const float *>cos, <const float *>sin, past, <const float *>bias, kv,
                            capacity, kv_format, <float *>out, NULL, 0, <float *>logits, threads, &head_s)
-        if rc != 0:
-            raise MemoryError("NativeModel: out of memory")
+        _attend_rc(rc, "NativeModel")
         return head_s
 
     def tree(self, int64_t root, size_t tokens, size_t parents, int64_t n, size_t extra_tokens, size_t extra_depth,
@@ -219,6 +218,5 @@ cdef class NativeModel:
         finally:
             free(buf)
             free(bias)
-        if rc != 0:
-            raise MemoryError("NativeModel: out of memory")
+        _attend_rc(rc, "NativeModel")
         return head_s

@@ -55,6 +55,18 @@ def kv_format(kv: torch.Tensor) -> int | None:
     return KV_FLOAT32 if kv.dtype == torch.float32 else KV_FLOAT16 if kv.dtype == torch.float16 else None
 
 
+def check_half_range(rows: torch.Tensor) -> None:
+    """Raise where new keys or values written to a float16 cache by torch (the SDPA prefill) would become
+    infinite: the native attention checks its own writes (``ext/csrc/attention.h``, LK_ERANGE).
+
+    Raises:
+        ValueError: some ``|x| >= 65520``, naming the fix.
+    """
+    if bool((rows.abs() >= 65520).any()):
+        raise ValueError("a key or value of this model reached float16's range (65,504), which a float16 KV cache "
+                         "cannot hold; use kv_dtype='float32' (--kv-dtype float32)")
+
+
 class LayerStore:
     """The keys and values of a cache's layers in one tensor, so that a commit moves the accepted
     rows of every layer with one indexed copy (two kernels, not four a layer: on a GPU each is a

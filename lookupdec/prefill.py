@@ -15,6 +15,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from lookupdec.kvcache import check_half_range
+
 # Rows of a prompt per forward on the chunked path: on the embedded model (quantized, 2-core AMD EPYC
 # with AVX-512; benchmarks/prefill.py) 128-row chunks prefilled 128-1024 tokens in 0.93-1.08x the
 # time of one SDPA forward (two runs).
@@ -33,6 +35,9 @@ def sdpa_prefill(ff, cache, ids: torch.Tensor, positions: torch.Tensor) -> torch
         qkv = layer.qkv(ff._rms(x, layer.in_norm, ff.eps))         # (W, (H + 2 Hk) D)
         qk = ff._rope(qkv, cos, sin)
         # Keys and values go straight into the cache rows 0..w (layout: head, row, dim).
+        if kv.dtype == torch.float16:                                # what float16 cannot hold is an error
+            check_half_range(qk[:, H:])
+            check_half_range(qkv[:, q_size + kv_size:])
         kv[li, 0, :, :w] = qk[:, H:].transpose(0, 1)
         kv[li, 1, :, :w] = qkv[:, q_size + kv_size:].view(w, Hk, D).transpose(0, 1)
         q = qk[:, :H].transpose(0, 1).unsqueeze(0)                   # (1, H, W, D)

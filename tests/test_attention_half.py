@@ -33,14 +33,14 @@ def _rounded(block):
 
 
 def test_new_rows_are_rounded_to_float16_as_torch_rounds_them(isa):
-    """Ties (to even), the subnormal range and its ties, the largest finite values, what rounds to infinity,
-    zeros of both signs, and random values of every magnitude."""
+    """Ties (to even), the subnormal range and its ties, the largest finite values and what rounds down to them,
+    zeros of both signs, and random values of every magnitude (what would round to infinity is refused: below)."""
     H, Hk, D = 2, 1, 16
     special = torch.tensor([1 + 2 ** -11, 1 + 3 * 2 ** -11, 2 ** -25, 3 * 2 ** -25, 2 ** -24 * 1.5, 2 ** -14,
-                            2 ** -14 * (1 - 2 ** -11), 65504.0, 65519.0, 65520.0, 1e9, -0.0, 0.0, -(2 ** -26),
-                            -65520.0, 6.1e-5], dtype=torch.float32)
+                            2 ** -14 * (1 - 2 ** -11), 65504.0, 65519.0, 65505.0, 65488.0, -0.0, 0.0, -(2 ** -26),
+                            -65519.0, 6.1e-5], dtype=torch.float32)
     rng = np.random.default_rng(3)
-    mags = 2.0 ** rng.integers(-30, 17, size=(7, D))
+    mags = 2.0 ** rng.integers(-30, 14, size=(7, D))
     rows = torch.cat([special[None], torch.from_numpy((rng.standard_normal((7, D)) * mags).astype(np.float32))])
     w = rows.shape[0]
     s = _half_seq(rng, 0, Hk, D, cap=w)
@@ -124,3 +124,23 @@ def test_kv_format_names_the_two_element_types_and_nothing_else():
     assert kv_format(torch.zeros(2, 2, dtype=torch.float16)) == _native.KV_FLOAT16
     assert kv_format(torch.zeros(2, 2, dtype=torch.bfloat16)) is None
     assert kv_format(torch.zeros(4, 4)[:, ::2]) is None
+
+
+def test_a_key_or_value_float16_cannot_hold_is_refused_naming_the_fix(isa):
+    """65,519 rounds to 65,504 and is kept; 65,520 (and beyond, and infinity) would become infinite in the cache:
+    the call refuses it, writing no output. A float32 cache takes the same values."""
+    H, Hk, D = 2, 1, 16
+    rng = np.random.default_rng(4)
+    for value, kind in [(65520.0, 1), (-1e6, 2), (float("inf"), 1)]:
+        s = _half_seq(rng, 3, Hk, D, cap=8)
+        q, k, v = _block(rng, 1, H, Hk, D)
+        (k if kind == 1 else v)[0, 0, 5] = value
+        with pytest.raises(ValueError, match="float16's range"):
+            attend([s], [(q, k, v)], [None], H, Hk, D)
+        full = Seq(rng, 3, Hk, D, cap=8)
+        attend([full], [(q, k, v)], [None], H, Hk, D)  # float32 holds it
+    s = _half_seq(rng, 3, Hk, D, cap=8)
+    q, k, v = _block(rng, 1, H, Hk, D)
+    k[0, 0, :] = 65519.0
+    attend([s], [(q, k, v)], [None], H, Hk, D)
+    assert bool((s.kv[1, 0, 0, 3] == 65504.0).all())

@@ -129,3 +129,28 @@ def test_serve_load_checks_a_float16_cache_against_plain_decoding_with_the_same_
     assert reference_config("auto_kv16") == reference_config("ar_kv16") == "ar_kv16"
     assert reference_config("auto") == reference_config("one") == "ar"
     assert all(CONFIGS[c][2] == ("--kv-dtype", "float16") for c in ("auto_kv16", "ar_kv16"))
+
+
+@pytest.mark.parametrize("weights", ["quantized", "float32"])
+def test_a_model_whose_keys_float16_cannot_hold_is_refused_naming_the_fix(weights, tmp_path):
+    """The first layer's norm scaled by 1e6: its keys and values reach ~1e5, which float16 cannot hold. A float16
+    cache refuses them (the native chunks in the quantized format, torch's SDPA prefill in float32) with a
+    message naming --kv-dtype float32; the float32 cache decodes the same model; the CLI exits 1 cleanly."""
+    lm = _blockified(0)
+    lm.model.model.layers[0].input_layernorm.weight.data *= 1e6
+    prompt = np.random.default_rng(0).integers(3, TINY_VOCAB, 20).tolist()
+    with pytest.raises(ValueError, match="float16's range.*--kv-dtype float32"):
+        Decoder(lm, weights=weights, kv_dtype="float16").generate(prompt, method="ar", max_new_tokens=4)
+    assert len(Decoder(lm, weights=weights).generate(prompt, method="ar", max_new_tokens=4).token_ids) == 4
+    if weights != "float32":
+        return
+    from click.testing import CliRunner
+
+    from lookupdec.cli import main
+    from tests.conftest import char_tokenizer
+
+    lm.model.save_pretrained(tmp_path)
+    char_tokenizer().save_pretrained(tmp_path)
+    out = CliRunner().invoke(main, ["generate", "--model", str(tmp_path), "--prompt", "hello there", "--kv-dtype",
+                                    "float16", "--max-new-tokens", "4"])
+    assert out.exit_code == 1 and "--kv-dtype float32" in out.output and "Traceback" not in out.output

@@ -190,6 +190,7 @@ int lk_attend(int n_seq, const int64_t *meta, const int64_t *kv, int layer, cons
               int64_t v_stride, int H, int Hk, int D, float scale, float *out, int threads) {
     int64_t qk_stride = (int64_t)(H + Hk) * D, rows = 0, max_keys = 0;
     const lk_attn_routines *fn = lk_attn_pick(D);
+    int over = 0; /* elements float16 cannot hold */
     for (int s = 0; s < n_seq; s++)
         if (kv[s * LK_ATTN_KV + 2] != LK_KV_F32 && kv[s * LK_ATTN_KV + 2] != LK_KV_F16) return LK_EBADARG;
     for (int s = 0; s < n_seq; s++) {
@@ -203,8 +204,8 @@ int lk_attend(int n_seq, const int64_t *meta, const int64_t *kv, int layer, cons
                 int64_t row = ((int64_t)g * cap + past + i) * D;
                 if (kv[s * LK_ATTN_KV + 2] == LK_KV_F16) {
                     uint16_t *c = (uint16_t *)(intptr_t)kv[s * LK_ATTN_KV];
-                    fn->to_half(k_new, D, c + at + row);
-                    fn->to_half(v_new, D, c + v_at + row);
+                    over += fn->to_half(k_new, D, c + at + row);
+                    over += fn->to_half(v_new, D, c + v_at + row);
                 } else {
                     float *c = (float *)(intptr_t)kv[s * LK_ATTN_KV];
                     memcpy(c + at + row, k_new, sizeof(float) * (size_t)D);
@@ -214,6 +215,7 @@ int lk_attend(int n_seq, const int64_t *meta, const int64_t *kv, int layer, cons
         rows = m[0] + w > rows ? m[0] + w : rows;
         max_keys = past + w > max_keys ? past + w : max_keys;
     }
+    if (over) return LK_ERANGE;
     job j = {n_seq, layer, H, Hk, D, meta, kv, qk, scale, out, rows, max_keys, fn, 0};
     int64_t tasks = 0;
     for (int s = 0; s < n_seq; s++) tasks += Hk * tasks_of(&j, meta[s * LK_ATTN_META + 1]);

@@ -37,8 +37,10 @@
  * v_stride floats) of its w rows into cache rows past..past+w-1 of layer `layer`, in the cache's
  * format, then set out rows (R x H*D) to softmax(q k^T * scale + bias) v over cache rows
  * 0..past+w-1, head h using kv head h / (H / Hk). qk: R x (H + Hk) x D, contiguous (rotary
- * already applied). Returns LK_OK, LK_ENOMEM (nothing written to out then) or LK_EBADARG (a
- * format that is not LK_KV_*: nothing written at all). */
+ * already applied). Returns LK_OK, LK_ENOMEM (nothing written to out then), LK_EBADARG (a
+ * format that is not LK_KV_*: nothing written at all) or LK_ERANGE (a new key or value of a
+ * float16 cache at or beyond 65520 in magnitude, which float16 cannot hold: the rows were written,
+ * out was not; the caller must not count them). */
 int lk_attend(int n_seq, const int64_t *meta, const int64_t *kv, int layer, const float *qk, const float *v,
               int64_t v_stride, int H, int Hk, int D, float scale, float *out, int threads);
 

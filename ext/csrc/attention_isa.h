@@ -39,8 +39,9 @@ typedef struct {
     void (*dots_block_half)(const float *const *q, int nq, const void *keys, int64_t stride, int64_t nk, int D,
                             float *const *out, float *kt);
     /* dst[i] = src[i] rounded to float16 as half.h's lk_half_from_float rounds it, i < n (a new row of
-     * keys or values written to a float16 cache) */
-    void (*to_half)(const float *src, int64_t n, uint16_t *dst);
+     * keys or values written to a float16 cache); returns how many had |src[i]| >= 65520, which
+     * float16 cannot hold (they become infinite) */
+    int (*to_half)(const float *src, int64_t n, uint16_t *dst);
 } lk_attn_routines;
 
 #define KB_MAX 64 /* keys per dots_block call */

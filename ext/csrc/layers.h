@@ -48,7 +48,8 @@ typedef struct {
  *   x += o(attend(rotary(qkv(rms(x, in_norm)))));  x += down(act(gate_up(rms(x, post_norm))))
  * cos, sin: R x D rotary tables of the rows' positions (sin with its first half negated);
  * n_seq, meta, kv: the sequences of the rows, as lk_attend takes them (their keys and values
- * are written into their caches). Returns LK_OK, or LK_ENOMEM (x is then undefined). */
+ * are written into their caches). Returns LK_OK, or LK_ENOMEM or lk_attend's LK_ERANGE (x is then
+ * undefined). */
 int lk_decode_layers(const lk_layer *layers, int n_layers, const lk_shape *shape, float *x, int64_t R,
                      const float *cos, const float *sin, int n_seq, const int64_t *meta, const int64_t *kv,
                      int threads);

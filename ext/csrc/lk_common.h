@@ -11,6 +11,7 @@
 #define LK_EBADTOKEN (-2)  /* a token < -1; its index is reported through *bad_index */
 #define LK_ECAPACITY (-3)  /* a ContinuationTrie would exceed its node capacity */
 #define LK_EBADARG (-4)    /* an argument outside what the routine takes (its header says which) */
+#define LK_ERANGE (-5)     /* a value the output's format cannot hold (its header says which) */
 
 #define LK_SEP (-1)  /* document separator: sorts below every token, never matched across */
 

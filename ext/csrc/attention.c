@@ -70,8 +70,8 @@ static void attend_task(const job *j, tile *t, int nt, const void *keys_at, cons
     int64_t stride = D, esize = half ? 2 : 4, row_bytes = (int64_t)D * esize;
     const char *keys = (const char *)keys_at, *vals = (const char *)vals_at;
     const lk_attn_routines *fn = j->fn;
-    void (*dots)(const float *const *, const void *const *, int, float *) = half ? fn->dots_half : fn->dots;
-    void (*pv)(const float *const *, const void *, int64_t, int64_t, int, float *const *, float *) =
+    void (*dots)(const float *const *, int, const void *const *, int, float *) = half ? fn->dots_half : fn->dots;
+    void (*pv)(const float *const *, int, const void *, int64_t, int64_t, int, float *const *, float *) =
         half ? fn->pv_half : fn->pv;
     void (*dots_block)(const float *const *, int, const void *, int64_t, int64_t, int, float *const *, float *) =
         half ? fn->dots_block_half : fn->dots_block;
@@ -100,7 +100,7 @@ static void attend_task(const job *j, tile *t, int nt, const void *keys_at, cons
                 if (ti == 0) prefetch_rows(keys, vals, j0 + PF, n, row_bytes);
                 const void *k[TK];
                 for (int c = 0; c < TK; c++) k[c] = keys + (j0 + c < n ? j0 + c : n - 1) * row_bytes; /* pad: dropped */
-                dots(t[ti].q, k, D, dots_out);
+                dots(t[ti].q, t[ti].nq, k, D, dots_out);
                 int64_t nk = n - j0 < TK ? n - j0 : TK;
                 for (int i = 0; i < t[ti].nq; i++)
                     memcpy(st + i * n + j0, dots_out + i * TK, sizeof(float) * (size_t)nk);
@@ -126,7 +126,7 @@ static void attend_task(const job *j, tile *t, int nt, const void *keys_at, cons
         for (int ti = 0; ti < nt; ti++) {
             const float *p[TQ];
             for (int i = 0; i < TQ; i++) p[i] = t[ti].p[i] + jb;
-            pv(p, vals + jb * row_bytes, nb, stride, D, t[ti].o, l[ti]); /* denominators too, key by key */
+            pv(p, t[ti].nq, vals + jb * row_bytes, nb, stride, D, t[ti].o, l[ti]); /* denominators too, in order */
         }
     }
     for (int ti = 0; ti < nt; ti++)

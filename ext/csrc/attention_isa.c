@@ -24,9 +24,9 @@ static inline float elem_c(const void *row, int64_t d, const int half) {
 }
 
 static inline __attribute__((always_inline)) void dots_c_t(const float *const q[TQ], const void *const k[TK], int D,
-                                                           float out[TK * TQ], const int half) {
+                                                           float out[TK * TQ], const int half, const int nq) {
     for (int c = 0; c < TK; c++)
-        for (int i = 0; i < TQ; i++) {
+        for (int i = 0; i < nq; i++) {
             float acc = 0.0f;
             for (int d = 0; d < D; d++) acc = fmaf(q[i][d], elem_c(k[c], d, half), acc);
             out[i * TK + c] = acc;
@@ -35,9 +35,9 @@ static inline __attribute__((always_inline)) void dots_c_t(const float *const q[
 
 static inline __attribute__((always_inline)) void pv_c_t(const float *const p[TQ], const void *vals, int64_t n,
                                                          int64_t stride, int D, float *const o[TQ], float l[TQ],
-                                                         const int half) {
+                                                         const int half, const int nq) {
     for (int64_t j = 0; j < n; j++)
-        for (int i = 0; i < TQ; i++) {
+        for (int i = 0; i < nq; i++) {
             float pj = p[i][j];
             if (pj == 0.0f) continue; /* adds exactly nothing: a masked key leaves no trace */
             l[i] += pj;
@@ -45,20 +45,34 @@ static inline __attribute__((always_inline)) void pv_c_t(const float *const p[TQ
         }
 }
 
-static void dots_c(const float *const q[TQ], const void *const k[TK], int D, float out[TK * TQ]) {
-    dots_c_t(q, k, D, out, 0);
-}
-static void dots_c_h(const float *const q[TQ], const void *const k[TK], int D, float out[TK * TQ]) {
-    dots_c_t(q, k, D, out, 1);
-}
-static void pv_c(const float *const p[TQ], const void *vals, int64_t n, int64_t stride, int D, float *const o[TQ],
-                 float l[TQ]) {
-    pv_c_t(p, vals, n, stride, D, o, l, 0);
-}
-static void pv_c_h(const float *const p[TQ], const void *vals, int64_t n, int64_t stride, int D, float *const o[TQ],
-                   float l[TQ]) {
-    pv_c_t(p, vals, n, stride, D, o, l, 1);
-}
+/* The routines the sets export, over tiles of nq <= TQ real queries: each size its own instance, so the
+ * padding queries of a short tile (a one-row step's 3 heads a kv head) cost nothing. A real query's
+ * operations are the same in every instance. */
+#define DOTS_ROUTINE(name, attr, tmpl, half)                                                               \
+    attr static void name(const float *const q[TQ], int nq, const void *const k[TK], int D, float out[TK * TQ]) { \
+        switch (nq) {                                                                                      \
+        case 1: tmpl(q, k, D, out, half, 1); break;                                                        \
+        case 2: tmpl(q, k, D, out, half, 2); break;                                                        \
+        case 3: tmpl(q, k, D, out, half, 3); break;                                                        \
+        default: tmpl(q, k, D, out, half, TQ);                                                             \
+        }                                                                                                  \
+    }
+#define PV_ROUTINE(name, attr, tmpl, half)                                                                  \
+    attr static void name(const float *const p[TQ], int nq, const void *vals, int64_t n, int64_t stride, int D, \
+                          float *const o[TQ], float l[TQ]) {                                                \
+        switch (nq) {                                                                                      \
+        case 1: tmpl(p, vals, n, stride, D, o, l, half, 1); break;                                         \
+        case 2: tmpl(p, vals, n, stride, D, o, l, half, 2); break;                                         \
+        case 3: tmpl(p, vals, n, stride, D, o, l, half, 3); break;                                         \
+        default: tmpl(p, vals, n, stride, D, o, l, half, TQ);                                              \
+        }                                                                                                  \
+    }
+#define PLAIN /* no target attribute */
+
+DOTS_ROUTINE(dots_c, PLAIN, dots_c_t, 0)
+DOTS_ROUTINE(dots_c_h, PLAIN, dots_c_t, 1)
+PV_ROUTINE(pv_c, PLAIN, pv_c_t, 0)
+PV_ROUTINE(pv_c_h, PLAIN, pv_c_t, 1)
 
 /* s = s * scale + bias (bias may be NULL); returns the maximum. Elementwise, so any lane order
  * gives the same bits. */
@@ -99,16 +113,17 @@ static inline const void *at(const void *row, int64_t d, const int half) {
     return half ? (const void *)((const uint16_t *)row + d) : (const void *)((const float *)row + d);
 }
 
-INLINE512 void dots512_t(const float *const q[TQ], const void *const k[TK], int D, float out[TK * TQ], const int half) {
+INLINE512 void dots512_t(const float *const q[TQ], const void *const k[TK], int D, float out[TK * TQ], const int half,
+                         const int nq) {
     __m512 acc[TK][TQ];
     for (int c = 0; c < TK; c++)
         for (int i = 0; i < TQ; i++) acc[c][i] = _mm512_setzero_ps();
     for (int d = 0; d < D; d += 16) {
         __m512 qv[TQ];
-        for (int i = 0; i < TQ; i++) qv[i] = _mm512_loadu_ps(q[i] + d);
+        for (int i = 0; i < nq; i++) qv[i] = _mm512_loadu_ps(q[i] + d);
         for (int c = 0; c < TK; c++) {
             __m512 kv = load512(k[c], d, half);
-            for (int i = 0; i < TQ; i++) acc[c][i] = _mm512_fmadd_ps(qv[i], kv, acc[c][i]);
+            for (int i = 0; i < nq; i++) acc[c][i] = _mm512_fmadd_ps(qv[i], kv, acc[c][i]);
         }
     }
     /* Sum each accumulator's 16 lanes, all 16 at once: a transpose-and-add network that adds lane l to
@@ -129,12 +144,8 @@ INLINE512 void dots512_t(const float *const q[TQ], const void *const k[TK], int 
     _mm512_storeu_ps(out, _mm512_add_ps(_mm512_shuffle_ps(v[0], v[1], 0x88), _mm512_shuffle_ps(v[0], v[1], 0xDD)));
 }
 
-AVX512 static void dots512(const float *const q[TQ], const void *const k[TK], int D, float out[TK * TQ]) {
-    dots512_t(q, k, D, out, 0);
-}
-AVX512 static void dots512_h(const float *const q[TQ], const void *const k[TK], int D, float out[TK * TQ]) {
-    dots512_t(q, k, D, out, 1);
-}
+DOTS_ROUTINE(dots512, AVX512, dots512_t, 0)
+DOTS_ROUTINE(dots512_h, AVX512, dots512_t, 1)
 
 /* 16 rows of 16 floats transposed in registers: r[j] becomes column j. */
 AVX512 static void transpose16(__m512 r[16]) {
@@ -248,13 +259,13 @@ AVX512 static void dots512_block_h(const float *const *q, int nq, const void *ke
 }
 
 INLINE512 void pv512_t(const float *const p[TQ], const void *vals, int64_t n, int64_t stride, int D,
-                        float *const o[TQ], float l[TQ], const int half) {
+                        float *const o[TQ], float l[TQ], const int half, const int nq) {
     int d0 = 0, first = 1; /* the first pass over the keys adds the denominators */
     float ls[TQ];
-    for (int i = 0; i < TQ; i++) ls[i] = l[i];
+    for (int i = 0; i < nq; i++) ls[i] = l[i];
     for (; d0 + 64 <= D; d0 += 64) {
         __m512 acc[TQ][4];
-        for (int i = 0; i < TQ; i++)
+        for (int i = 0; i < nq; i++)
             for (int e = 0; e < 4; e++) acc[i][e] = _mm512_loadu_ps(o[i] + d0 + 16 * e);
         for (int64_t j = 0; j < n; j++) {
             const void *v = at(vals, j * stride + d0, half);
@@ -262,7 +273,7 @@ INLINE512 void pv512_t(const float *const p[TQ], const void *vals, int64_t n, in
                 _mm_prefetch((const char *)at(v, PV_AHEAD * stride + 16 * e, half), _MM_HINT_T0);
             __m512 vv[4];
             for (int e = 0; e < 4; e++) vv[e] = load512(v, 16 * e, half);
-            for (int i = 0; i < TQ; i++) {
+            for (int i = 0; i < nq; i++) {
                 float pj = p[i][j];
                 if (pj == 0.0f) continue; /* adds exactly nothing: a masked key leaves no trace */
                 if (first) ls[i] += pj;
@@ -270,36 +281,30 @@ INLINE512 void pv512_t(const float *const p[TQ], const void *vals, int64_t n, in
                 for (int e = 0; e < 4; e++) acc[i][e] = _mm512_fmadd_ps(pb, vv[e], acc[i][e]);
             }
         }
-        for (int i = 0; i < TQ; i++)
+        for (int i = 0; i < nq; i++)
             for (int e = 0; e < 4; e++) _mm512_storeu_ps(o[i] + d0 + 16 * e, acc[i][e]);
         first = 0;
     }
     for (; d0 < D; d0 += 16) {
         __m512 acc[TQ];
-        for (int i = 0; i < TQ; i++) acc[i] = _mm512_loadu_ps(o[i] + d0);
+        for (int i = 0; i < nq; i++) acc[i] = _mm512_loadu_ps(o[i] + d0);
         for (int64_t j = 0; j < n; j++) {
             __m512 vv = load512(vals, j * stride + d0, half);
-            for (int i = 0; i < TQ; i++) {
+            for (int i = 0; i < nq; i++) {
                 float pj = p[i][j];
                 if (pj == 0.0f) continue;
                 if (first) ls[i] += pj;
                 acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(pj), vv, acc[i]);
             }
         }
-        for (int i = 0; i < TQ; i++) _mm512_storeu_ps(o[i] + d0, acc[i]);
+        for (int i = 0; i < nq; i++) _mm512_storeu_ps(o[i] + d0, acc[i]);
         first = 0;
     }
-    for (int i = 0; i < TQ; i++) l[i] = ls[i];
+    for (int i = 0; i < nq; i++) l[i] = ls[i];
 }
 
-AVX512 static void pv512(const float *const p[TQ], const void *vals, int64_t n, int64_t stride, int D,
-                         float *const o[TQ], float l[TQ]) {
-    pv512_t(p, vals, n, stride, D, o, l, 0);
-}
-AVX512 static void pv512_h(const float *const p[TQ], const void *vals, int64_t n, int64_t stride, int D,
-                           float *const o[TQ], float l[TQ]) {
-    pv512_t(p, vals, n, stride, D, o, l, 1);
-}
+PV_ROUTINE(pv512, AVX512, pv512_t, 0)
+PV_ROUTINE(pv512_h, AVX512, pv512_t, 1)
 
 AVX512 static float scale_max512(float *s, const float *bias, int64_t n, float scale) {
     int64_t c = 0;
@@ -328,40 +333,37 @@ AVX2 static float hsum256(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-INLINE256 void dots256_t(const float *const q[TQ], const void *const k[TK], int D, float out[TK * TQ], const int half) {
+INLINE256 void dots256_t(const float *const q[TQ], const void *const k[TK], int D, float out[TK * TQ], const int half,
+                         const int nq) {
     for (int c = 0; c < TK; c++) {
         __m256 acc[TQ];
-        for (int i = 0; i < TQ; i++) acc[i] = _mm256_setzero_ps();
+        for (int i = 0; i < nq; i++) acc[i] = _mm256_setzero_ps();
         for (int d = 0; d < D; d += 8) {
             __m256 kv = load256(k[c], d, half);
-            for (int i = 0; i < TQ; i++) acc[i] = _mm256_fmadd_ps(_mm256_loadu_ps(q[i] + d), kv, acc[i]);
+            for (int i = 0; i < nq; i++) acc[i] = _mm256_fmadd_ps(_mm256_loadu_ps(q[i] + d), kv, acc[i]);
         }
-        for (int i = 0; i < TQ; i++) out[i * TK + c] = hsum256(acc[i]);
+        for (int i = 0; i < nq; i++) out[i * TK + c] = hsum256(acc[i]);
     }
 }
 
-AVX2 static void dots256(const float *const q[TQ], const void *const k[TK], int D, float out[TK * TQ]) {
-    dots256_t(q, k, D, out, 0);
-}
-AVX2 static void dots256_h(const float *const q[TQ], const void *const k[TK], int D, float out[TK * TQ]) {
-    dots256_t(q, k, D, out, 1);
-}
+DOTS_ROUTINE(dots256, AVX2, dots256_t, 0)
+DOTS_ROUTINE(dots256_h, AVX2, dots256_t, 1)
 
 /* Output chunks of 32 floats: 4 registers for each of the TQ queries, as pv512. */
 INLINE256 void pv256_t(const float *const p[TQ], const void *vals, int64_t n, int64_t stride, int D,
-                        float *const o[TQ], float l[TQ], const int half) {
+                        float *const o[TQ], float l[TQ], const int half, const int nq) {
     int d0 = 0, first = 1; /* the first pass over the keys adds the denominators */
     float ls[TQ];
-    for (int i = 0; i < TQ; i++) ls[i] = l[i];
+    for (int i = 0; i < nq; i++) ls[i] = l[i];
     for (; d0 + 32 <= D; d0 += 32) {
         __m256 acc[TQ][4];
-        for (int i = 0; i < TQ; i++)
+        for (int i = 0; i < nq; i++)
             for (int e = 0; e < 4; e++) acc[i][e] = _mm256_loadu_ps(o[i] + d0 + 8 * e);
         for (int64_t j = 0; j < n; j++) {
             const void *v = at(vals, j * stride + d0, half);
             __m256 vv[4];
             for (int e = 0; e < 4; e++) vv[e] = load256(v, 8 * e, half);
-            for (int i = 0; i < TQ; i++) {
+            for (int i = 0; i < nq; i++) {
                 float pj = p[i][j];
                 if (pj == 0.0f) continue;
                 if (first) ls[i] += pj;
@@ -369,36 +371,30 @@ INLINE256 void pv256_t(const float *const p[TQ], const void *vals, int64_t n, in
                 for (int e = 0; e < 4; e++) acc[i][e] = _mm256_fmadd_ps(pb, vv[e], acc[i][e]);
             }
         }
-        for (int i = 0; i < TQ; i++)
+        for (int i = 0; i < nq; i++)
             for (int e = 0; e < 4; e++) _mm256_storeu_ps(o[i] + d0 + 8 * e, acc[i][e]);
         first = 0;
     }
     for (; d0 < D; d0 += 8) {
         __m256 acc[TQ];
-        for (int i = 0; i < TQ; i++) acc[i] = _mm256_loadu_ps(o[i] + d0);
+        for (int i = 0; i < nq; i++) acc[i] = _mm256_loadu_ps(o[i] + d0);
         for (int64_t j = 0; j < n; j++) {
             __m256 vv = load256(vals, j * stride + d0, half);
-            for (int i = 0; i < TQ; i++) {
+            for (int i = 0; i < nq; i++) {
                 float pj = p[i][j];
                 if (pj == 0.0f) continue;
                 if (first) ls[i] += pj;
                 acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(pj), vv, acc[i]);
             }
         }
-        for (int i = 0; i < TQ; i++) _mm256_storeu_ps(o[i] + d0, acc[i]);
+        for (int i = 0; i < nq; i++) _mm256_storeu_ps(o[i] + d0, acc[i]);
         first = 0;
     }
-    for (int i = 0; i < TQ; i++) l[i] = ls[i];
+    for (int i = 0; i < nq; i++) l[i] = ls[i];
 }
 
-AVX2 static void pv256(const float *const p[TQ], const void *vals, int64_t n, int64_t stride, int D,
-                       float *const o[TQ], float l[TQ]) {
-    pv256_t(p, vals, n, stride, D, o, l, 0);
-}
-AVX2 static void pv256_h(const float *const p[TQ], const void *vals, int64_t n, int64_t stride, int D,
-                         float *const o[TQ], float l[TQ]) {
-    pv256_t(p, vals, n, stride, D, o, l, 1);
-}
+PV_ROUTINE(pv256, AVX2, pv256_t, 0)
+PV_ROUTINE(pv256_h, AVX2, pv256_t, 1)
 
 AVX2 static float scale_max256(float *s, const float *bias, int64_t n, float scale) {
     int64_t c = 0;

@@ -14,13 +14,14 @@
 #define TK 4 /* keys per score tile (the AVX-512 sums take TQ x TK = 16) */
 
 typedef struct {
-    /* out[i * TK + c] = q[i] . k[c] over D elements (float32 keys) */
-    void (*dots)(const float *const q[TQ], const void *const k[TK], int D, float out[TQ * TK]);
+    /* out[i * TK + c] = q[i] . k[c] over D elements (float32 keys), for the tile's nq <= TQ real queries
+     * (the rest of out is left as it was) */
+    void (*dots)(const float *const q[TQ], int nq, const void *const k[TK], int D, float out[TQ * TK]);
     /* o[i] += sum over keys j < n of p[i][j] * vals[j * stride ..] (keys of weight 0 skipped), and
      * l[i] += p[i][j] key by key in order: the softmax's denominators, summed as the outputs are
-     * (float32 values; stride in elements) */
-    void (*pv)(const float *const p[TQ], const void *vals, int64_t n, int64_t stride, int D, float *const o[TQ],
-               float l[TQ]);
+     * (float32 values; stride in elements), for i < nq */
+    void (*pv)(const float *const p[TQ], int nq, const void *vals, int64_t n, int64_t stride, int D,
+               float *const o[TQ], float l[TQ]);
     /* s = s * scale + bias (bias may be NULL); returns the maximum */
     float (*scale_max)(float *s, const float *bias, int64_t n, float scale);
     /* s = exp(s - m), exactly 0 below -87.3 */
@@ -33,9 +34,9 @@ typedef struct {
     /* dots, pv and dots_block (NULL where dots_block is) over a float16 cache's keys and values: each
      * element turned into its float32 value as it is loaded (exact; half.h), then the very
      * operations of the float32 routine */
-    void (*dots_half)(const float *const q[TQ], const void *const k[TK], int D, float out[TQ * TK]);
-    void (*pv_half)(const float *const p[TQ], const void *vals, int64_t n, int64_t stride, int D, float *const o[TQ],
-                    float l[TQ]);
+    void (*dots_half)(const float *const q[TQ], int nq, const void *const k[TK], int D, float out[TQ * TK]);
+    void (*pv_half)(const float *const p[TQ], int nq, const void *vals, int64_t n, int64_t stride, int D,
+                    float *const o[TQ], float l[TQ]);
     void (*dots_block_half)(const float *const *q, int nq, const void *keys, int64_t stride, int64_t nk, int D,
                             float *const *out, float *kt);
     /* dst[i] = src[i] rounded to float16 as half.h's lk_half_from_float rounds it, i < n (a new row of

@@ -1,5 +1,5 @@
 /* See attention.h. The tiling, the tasks and the threads; the inner routines, one set per
- * instruction set, are in attention_isa.c. */
+ * instruction set, are in attention_isa.c (the AVX-512 keys-in-lanes scoring in attention_lanes.c). */
 #include "attention.h"
 
 #include <stdlib.h>

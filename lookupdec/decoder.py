@@ -16,13 +16,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Sequence
 
-from lookupdec.decoder_args import (check_callback, check_cost_curve, check_cost_refresh, check_flag,
+from lookupdec.decoder_args import (check_callback, check_cost_curve, check_cost_refresh, check_decodable, check_flag,
                                     check_max_new_tokens, check_seed, checked_budget, checked_prompt, checked_stops,
                                     open_history_arg, open_indexes, prediction_ids, reference_ids, renamed_arguments,
                                     sampling_params)
 from lookupdec.drafters.base import as_drafter
 from lookupdec.drafters.state import DrafterState
-from lookupdec.errors import ModelLoadError
 from lookupdec.methods import METHODS, make_drafter, method_inputs, method_prices  # noqa: F401  (METHODS: re-exported)
 from lookupdec.models import LoadedModel, load_model
 from lookupdec.prefix_cache import check_prefix_cache_mb, prefix_store
@@ -93,9 +92,8 @@ class Decoder:
             formats, where a reused row is the prefill's own bit for bit, else off; 0: off;
             a number turns it on in any format of the fast forward (in the float formats a
             reused row may differ from the prefill's in the last bits, as a tree's rows do).
-        kv_dtype: the fast forward's KV cache elements (CLI ``--kv-dtype``): "float32" (default) or
-            "float16" (half the memory and attention reads per cached token; a slightly different
-            model, like a weight format: greedy output equals ``ar`` with the same choice).
+        kv_dtype: the fast forward's KV cache elements (``--kv-dtype``): "float32" (default) or "float16"
+            (half the bytes; a slightly different model: greedy output equals ``ar`` with the same choice).
 
     Raises:
         IndexFormatError, TokenizerMismatchError: an index or history store that
@@ -117,7 +115,7 @@ class Decoder:
         import torch
 
         from lookupdec.fast_kernels import fast_kernels_available, pack_linears
-        from lookupdec.kvcache import check_kv_dtype, unsupported_attention
+        from lookupdec.kvcache import check_kv_dtype
         from lookupdec.products import QUANTIZED_FORMATS
         from lookupdec.weights import check_weights, decoder_verifier
 
@@ -137,11 +135,7 @@ class Decoder:
                  and weights in ("auto",) + QUANTIZED_FORMATS)
         self.loaded = model if isinstance(model, LoadedModel) else load_model(model, dtype=dtype, device=device,
                                                                               defer_matrices=defer)
-        reason = unsupported_attention(self.loaded.model.config)
-        if reason:
-            raise ModelLoadError(f"model {self.loaded.name!r} cannot be decoded with lookupdec: {reason}, so a "
-                                 "rejected draft cannot be undone; use a model with (full or sliding-window) "
-                                 "attention layers")
+        check_decodable(self.loaded)
         for idx in indexes:
             idx.check_tokenizer(self.tokenizer, self.loaded.name)
         self.indexes = indexes

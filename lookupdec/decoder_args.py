@@ -101,6 +101,21 @@ def nth_seed(seed, i: int) -> int:
     return s - (1 << 64) if s > SEED_RANGE[1] else s
 
 
+def check_decodable(loaded) -> None:
+    """Refuse a model whose layers keep a state that verification cannot roll back (``LoadedModel``).
+
+    Raises:
+        ModelLoadError: naming the model, why, and what to use instead.
+    """
+    from lookupdec.errors import ModelLoadError
+    from lookupdec.kvcache import unsupported_attention
+
+    reason = unsupported_attention(loaded.model.config)
+    if reason:
+        raise ModelLoadError(f"model {loaded.name!r} cannot be decoded with lookupdec: {reason}, so a rejected draft "
+                             "cannot be undone; use a model with (full or sliding-window) attention layers")
+
+
 def open_history_arg(history, tokenizer, budget: int | None):
     """``history`` (None, a directory, or an open HistoryStore) as an open store."""
     budget = None if budget is None else _integer(budget, "history_budget", 1)

@@ -64,7 +64,7 @@ import torch
 import torch.nn.functional as F
 
 from lookupdec.fast_forward_support import fast_forward_unsupported_reason
-from lookupdec.kvcache import FlatKVCache, check_kv_dtype, kv_format
+from lookupdec.kvcache import KV_DTYPES, FlatKVCache, check_kv_dtype, kv_format
 from lookupdec.inference import inference
 from lookupdec._native import attend_ptr, rms_norm_ptr
 from lookupdec.native_layers import layer_table, native_steps, run_layers
@@ -162,7 +162,7 @@ class FastForward:
 
     def __init__(self, model, *, release: bool = False, weights: str = "float32", layers: int | None = None,
                  blocks: Mapping | None = None, kv_dtype: str = "float32") -> None:
-        self._kv_torch_dtype = check_kv_dtype(kv_dtype)
+        check_kv_dtype(kv_dtype)
         self.kv_dtype = kv_dtype
         reason = fast_forward_unsupported_reason(model)
         if reason:
@@ -269,11 +269,11 @@ class FastForward:
     @property
     def kv_bytes_per_token(self) -> int:
         """Bytes a sequence's cache holds per cached token (every layer's keys and values)."""
-        return self.n_layers * 2 * self.n_kv_heads * self.head_dim * self._kv_torch_dtype.itemsize
+        return self.n_layers * 2 * self.n_kv_heads * self.head_dim * KV_DTYPES[self.kv_dtype].itemsize
 
     def new_cache(self, capacity: int) -> FlatKVCache:
         """An empty KV cache for one sequence of up to ``capacity`` rows (it grows if needed)."""
-        return FlatKVCache(self.n_layers, self.n_kv_heads, self.head_dim, capacity, dtype=self._kv_torch_dtype)
+        return FlatKVCache(self.n_layers, self.n_kv_heads, self.head_dim, capacity, dtype=KV_DTYPES[self.kv_dtype])
 
     def _rms(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         # One native call (ext/csrc/rmsnorm.c, each row alone in a fixed order): torch's rms_norm

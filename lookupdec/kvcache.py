@@ -36,14 +36,21 @@ from lookupdec._native import KV_FLOAT16, KV_FLOAT32
 KV_DTYPES = {"float32": torch.float32, "float16": torch.float16}
 
 
-def check_kv_dtype(kv_dtype: str) -> torch.dtype:
+def check_kv_dtype(kv_dtype: str, unsupported: str = "") -> torch.dtype:
     """The torch dtype of a KV cache element type named ``kv_dtype`` (a key of ``KV_DTYPES``).
 
+    ``unsupported``: why the fast forward cannot serve the model ("" where it does): then only
+    "float32" is taken (transformers' forward keeps its own float32 cache).
+
     Raises:
-        ValueError: any other value, naming the choices.
+        ValueError: any other value, naming the choices; a float16 cache where the fast forward
+            cannot run, naming why and the fix.
     """
     if not isinstance(kv_dtype, str) or kv_dtype not in KV_DTYPES:
         raise ValueError(f"kv_dtype must be one of {', '.join(KV_DTYPES)}, got {kv_dtype!r}")
+    if kv_dtype != "float32" and unsupported:
+        raise ValueError(f"kv_dtype={kv_dtype!r} (--kv-dtype {kv_dtype}) needs lookupdec's fast forward, which this "
+                         f"model cannot use: {unsupported}; use --kv-dtype float32")
     return KV_DTYPES[kv_dtype]
 
 

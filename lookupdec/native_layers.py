@@ -116,16 +116,16 @@ class NativeSteps:
         self._inputs = np.zeros(2, np.int64)  # a plain step's token, then its position
         self._hidden = np.zeros((1, ff.hidden), np.float32)
 
-    def _ready(self, cache, rows: int, last_position: int) -> bool:
-        """Room for ``rows`` more rows in the cache and rotary tables up to ``last_position``; False
-        (nothing changed) where the call cannot take this cache."""
-        kv, ff = cache.kv, self.ff
-        if kv_format(kv) is None or ff.layer_table is None:
-            return False
+    def _ready(self, cache, rows: int, last_position: int) -> int | None:
+        """Room for ``rows`` more rows in the cache and rotary tables up to ``last_position``; the cache's
+        ``kv_format``, or None (nothing changed) where the call cannot take this cache."""
+        fmt, ff = kv_format(cache.kv), self.ff
+        if fmt is None or ff.layer_table is None:
+            return None
         cache.reserve(cache.length + rows)
         if last_position >= ff._cos.shape[0]:
             ff._ensure_positions(last_position + 1)
-        return True
+        return fmt
 
     def _tables(self) -> tuple[int, int, int]:
         ff = self.ff
@@ -143,14 +143,15 @@ class NativeSteps:
             bias = bias.reshape(w, past + w)
             if bias.dtype != torch.float32 or not bias.is_contiguous():
                 return None
-        if not self._ready(cache, w, past + w - 1):
+        fmt = self._ready(cache, w, past + w - 1)
+        if fmt is None:
             return None
         kv, out = cache.kv, torch.empty(w, self.ff.hidden)
         for attempt in range(2):
             try:
                 self.model.body(ids.data_ptr(), positions.data_ptr(), w, *self._tables(), past,
                                 0 if bias is None else bias.data_ptr(), kv.data_ptr(), kv.shape[3], out.data_ptr(),
-                                torch.get_num_threads(), kv_format=kv_format(kv))
+                                torch.get_num_threads(), kv_format=fmt)
                 break
             except ValueError:  # a position past the tables (positions not of a tree on this cache)
                 if attempt or int(positions.min()) < 0:
@@ -162,12 +163,13 @@ class NativeSteps:
     def plain(self, cache, token: int, position: int) -> tuple[torch.Tensor, float] | None:
         """A plain decoding step: ``(logits (1, vocab), lm_head seconds)``, the cache grown by one row."""
         past = cache.length
-        if not self.has_head or not self._ready(cache, 1, position):
+        fmt = self._ready(cache, 1, position) if self.has_head else None
+        if fmt is None:
             return None
         self._inputs[0], self._inputs[1] = token, position
         kv, logits, base = cache.kv, torch.empty(1, self.ff.vocab), self._inputs.ctypes.data
         head_s = self.model.body(base, base + 8, 1, *self._tables(), past, 0, kv.data_ptr(), kv.shape[3],
-                                 self._hidden.ctypes.data, torch.get_num_threads(), logits.data_ptr(), kv_format(kv))
+                                 self._hidden.ctypes.data, torch.get_num_threads(), logits.data_ptr(), fmt)
         cache.length = past + 1
         return logits, head_s
 
@@ -181,13 +183,14 @@ class NativeSteps:
 
         past, n, m = cache.length, len(tree), 0 if extra is None else len(extra)
         deepest = max(width - 1, int(extra.depth.max()) if m else 0)  # a tree node is at most n deep
-        if not self.has_head or not self._ready(cache, width, past + deepest):
+        fmt = self._ready(cache, width, past + deepest) if self.has_head else None
+        if fmt is None:
             return None
         kv, hidden, logits = cache.kv, torch.empty(width, self.ff.hidden), torch.empty(len(rows), self.ff.vocab)
         sel = np.array(rows, np.int64)
         ex = (extra.tokens.ctypes.data, extra.depth.ctypes.data, extra.visible.ctypes.data) if m else (0, 0, 0)
         head_s = self.model.tree(root, tree.tokens.ctypes.data, tree.parents.ctypes.data, n, *ex, m, width,
                                  *self._tables(), past, kv.data_ptr(), kv.shape[3], hidden.data_ptr(),
-                                 sel.ctypes.data, len(rows), logits.data_ptr(), torch.get_num_threads(), kv_format(kv))
+                                 sel.ctypes.data, len(rows), logits.data_ptr(), torch.get_num_threads(), fmt)
         cache.length = past + width
         return hidden, logits, head_s

@@ -59,7 +59,8 @@ from lookupdec.batch_cache import padded_forward
 from lookupdec.fast_steps import plain_step, tree_step
 from lookupdec.accept import Acceptance, greedy_accept, main_path, sample_accept  # noqa: F401  (re-exported)
 from lookupdec.logit_rows import LazyLogits, subtree  # noqa: F401  (re-exported)
-from lookupdec.kvcache import all_full_attention, keep_rows, new_cache, uniform_layers, with_cache
+from lookupdec.fast_forward_support import fast_forward_unsupported_reason, supports_fast_forward
+from lookupdec.kvcache import all_full_attention, check_kv_dtype, keep_rows, new_cache, uniform_layers, with_cache
 from lookupdec.inference import inference
 from lookupdec.release import held_parameter
 from lookupdec.tree import DraftTree
@@ -194,12 +195,9 @@ class TreeVerifier:
             model qualifies; otherwise (and when False) transformers' forward.
         release: let the fast forward free the model's own linear weights once
             packed (only for a model nothing else uses; see ``FastForward``).
-        weights: the fast forward's weight format (``WEIGHT_FORMATS``; see
-            ``FastForward``); transformers' forward ignores it.
-        blocks: where the file keeps the quantized blocks of the model's weights, for the
-            fast forward's quantized formats (``FastForward``'s ``blocks``); None: recovered.
-        kv_dtype: the fast forward's KV cache element type (``FastForward``'s); transformers'
-            forward takes only "float32".
+        weights, blocks, kv_dtype: the fast forward's weight format (``WEIGHT_FORMATS``), the file's
+            quantized blocks (None: recovered) and KV cache elements (see ``FastForward``);
+            transformers' forward ignores the first two and takes only kv_dtype "float32".
 
     Attributes:
         backend: "fast" or "hf", the forward actually used.
@@ -211,13 +209,11 @@ class TreeVerifier:
         self.fast = None
         if fast:
             from lookupdec.fast_forward import FastForward
-            from lookupdec.fast_forward_support import supports_fast_forward
 
             if supports_fast_forward(model):
                 self.fast = FastForward(model, release=release, weights=weights, blocks=blocks, kv_dtype=kv_dtype)
-        if self.fast is None and kv_dtype != "float32":
-            raise ValueError(f"kv_dtype={kv_dtype!r} (--kv-dtype {kv_dtype}) needs lookupdec's fast forward, which "
-                             "this model does not use here; use --kv-dtype float32")
+        if self.fast is None:  # transformers' forward: its own float32 cache only
+            check_kv_dtype(kv_dtype, (fast and fast_forward_unsupported_reason(model)) or "hf_kernels=True")
         self.backend = "hf" if self.fast is None else "fast"
         if tree_masks is None:
             # The fast forward takes a float bias on every supported model.

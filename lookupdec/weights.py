@@ -40,7 +40,6 @@ from pathlib import Path
 from typing import Callable
 
 from lookupdec.fast_forward_support import fast_forward_unsupported_reason
-from lookupdec.kvcache import check_kv_dtype
 from lookupdec.products import WEIGHT_FORMATS, weights_unavailable_reason
 from lookupdec.release import held_parameter
 
@@ -183,8 +182,7 @@ def _write_choice(path: Path, choice: WeightsChoice, measured_for: str) -> None:
 
 
 def build_verifier(build: Callable, model, *, weights: str, stored: str, fast: bool, threads: int,
-                   cache_dir: Path | None = None, prepare: Callable[[], None] | None = None, blocks=None,
-                   kv_dtype: str = "float32"):
+                   cache_dir: Path | None = None, prepare: Callable[[], None] | None = None, blocks=None):
     """The verifier in the weight format asked for, or the one ``auto`` picks (see the module docstring).
 
     Args:
@@ -200,26 +198,19 @@ def build_verifier(build: Callable, model, *, weights: str, stored: str, fast: b
             ``defer_matrices``: ``LoadedModel.materialize``).
         blocks: ``LoadedModel.blocks`` where the file's blocks may be read (a model the Decoder loaded
             itself): timing the quantized format then reads them instead of recovering them.
-        kv_dtype: the KV cache element type ``build`` gives the verifier (``kvcache.KV_DTYPES``);
-            only checked here (the formats are timed with float32 caches).
     Returns:
         ``(verifier, WeightsChoice)``.
     Raises:
         ValueError: an unknown format, or "float16" for a model that runs transformers'
-            forward or a torch without fbgemm, or a float16 KV cache for a model that runs
-            transformers' forward (the message says why and what to use).
+            forward or a torch without fbgemm (the message says why and what to use).
 
     Measuring builds each format's products for the first ``MEASURE_LAYERS`` layers only
     (dropped after timing), then the chosen verifier: the peak stays
     near the model's own size.
     """
     check_weights(weights)
-    check_kv_dtype(kv_dtype)
     unsupported = "" if fast else "transformers' forward is in use (hf_kernels=True, or no fast kernels here)"
     unsupported = unsupported or fast_forward_unsupported_reason(model)
-    if kv_dtype != "float32" and unsupported:
-        raise ValueError(f"kv_dtype={kv_dtype!r} (--kv-dtype {kv_dtype}) needs lookupdec's fast forward, which this "
-                         f"model cannot use: {unsupported}; use --kv-dtype float32")
     if weights not in ("auto", "float32"):
         if unsupported:
             raise ValueError(f"weights={weights!r} (--weights {weights}) needs lookupdec's fast forward, which this "
@@ -267,7 +258,8 @@ def build_verifier(build: Callable, model, *, weights: str, stored: str, fast: b
 
 def decoder_verifier(loaded, owned: bool, *, weights: str, tree_masks: bool | None, fast: bool, threads: int,
                      kv_dtype: str = "float32"):
-    """A Decoder's verifier for ``loaded`` (a ``LoadedModel``) in the format asked for or ``auto``'s.
+    """A Decoder's verifier for ``loaded`` (a ``LoadedModel``) in the format asked for or ``auto``'s, with
+    a KV cache of ``kv_dtype`` (``TreeVerifier`` refuses float16 where the fast forward cannot run).
 
     Fast kernels: the lean forward for Llama-family models (which then holds the only copy of an
     ``owned`` model's linear weights); other models keep transformers' forward. Only an owned
@@ -292,4 +284,4 @@ def decoder_verifier(loaded, owned: bool, *, weights: str, tree_masks: bool | No
                             kv_dtype=kv_dtype)
 
     return build_verifier(build, loaded.model, weights=weights, stored=loaded.stored, fast=fast, threads=threads,
-                          prepare=lambda: loaded.materialize(MEASURE_LAYERS), blocks=blocks, kv_dtype=kv_dtype)
+                          prepare=lambda: loaded.materialize(MEASURE_LAYERS), blocks=blocks)

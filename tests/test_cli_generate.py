@@ -29,6 +29,7 @@ def test_json_output_one_object_per_prompt(model_dir, tmp_path):
         assert row["new_tokens"] == len(row["token_ids"]) <= 12 and row["method"] == "ar"
 
 
+@pytest.mark.cpu  # prefix reuse lives in the fast forward's cache
 def test_prompts_of_an_input_reuse_an_earlier_prompts_rows_when_asked_and_say_so(model_dir, tmp_path):
     inp = tmp_path / "in.jsonl"
     inp.write_text('"a shared preamble, then one question"\n"a shared preamble, then another"\n')

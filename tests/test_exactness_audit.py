@@ -84,6 +84,7 @@ def test_draft_without_a_draft_model_is_a_usage_error(ex, model_dir):
     assert e.value.code == 2
 
 
+@pytest.mark.cpu  # the quantized weight format and prefix reuse are the fast forward's
 def test_second_turns_reuse_rows_the_methods_left_and_are_held_to_ar_without_reuse(ex):
     """Quantized (reuse on by default): every turn's reference is ar with the store set aside."""
     from lookupdec.decoder import Decoder

@@ -254,10 +254,13 @@ class Decoder:
 
     def reset_state(self) -> None:
         """Forget what drafting has learned (acceptance rates, Token Recycling's tables, ``auto``'s
-        accounts and gates), as a new process starts; the cost curve and the draft model stay."""
+        accounts and gates) and the prompts' kept cache rows (``prefixes``), as a new process
+        starts; the cost curve and the draft model stay."""
         from lookupdec.drafters.calibrate import Calibration
 
         self.state = DrafterState(Calibration(), self.costs, self.draft)
+        if self.prefixes is not None:
+            self.prefixes.clear()
 
     def _ledger(self, method: str, temperature: float):
         """The decoder's ``SourceLedger`` for ``method`` at ``temperature``'s band (created on first use)."""

@@ -164,6 +164,15 @@ def test_float32_reuse_when_asked_for_keeps_the_logits_within_rounding():
     torch.testing.assert_close(verifier.prefill(reused, second), verifier.prefill(full, second), rtol=0, atol=1e-4)
 
 
+def test_reset_state_forgets_the_kept_prompts_as_a_new_process_would():
+    dec = Decoder(_blockified(0), weights="quantized")
+    first, second = _turns(dec, 0)
+    assert dec.generate(second, method="ar", max_new_tokens=4).cached_tokens >= len(first)
+    dec.reset_state()
+    assert dec.prefixes.stats().entries == 0
+    assert dec.generate(second, method="ar", max_new_tokens=4).cached_tokens == 0
+
+
 @pytest.mark.slow
 def test_the_embedded_models_next_turn_with_reuse_equals_it_without(real_loaded):
     """Quantized: the second turn of a chat (the first turn's prompt and output, then a new question)."""

@@ -23,6 +23,7 @@ to leave out.) transformers' backend computes every row anyway (``head_ms`` empt
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -41,7 +42,8 @@ FORMAT = 12  # bump when measurements from older versions must not be reused (2:
 #   6: quantized layers in one native call; 7: AVX2 quantized products of 3+ rows without spills;
 #   8: quantized products prefetch their next tile's weights; 9: spread over the tile instead;
 #   10: a one-sequence step's body, embedding to final norm, in one native call;
-#   11: AVX-512 quantized products of 5-24 rows in tall register tiles; 12: AVX2 ones of 5-8 rows)
+#   11: AVX-512 quantized products of 5-24 rows in tall register tiles; 12: AVX2 ones of 5-8 rows).
+#   A rebuilt native extension needs no bump: its build (``native_build``) is part of the key.
 # Rows whose logits the measured forwards compute on the fast backend: the root and a
 # main path of a tree of branches 6 deep (``measure``).
 MEASURED_LOGIT_ROWS = 7
@@ -179,6 +181,22 @@ def device_description(device) -> str:
     return f"cpu: {model}, {isa}, {os.cpu_count()} logical CPUs"
 
 
+@functools.lru_cache(maxsize=1)
+def native_build() -> str:
+    """The native extension's build, as a short hash of its file ("none" without one).
+
+    Part of a versioned curve's key: a rebuilt extension (new kernels) measures its own curve
+    instead of pricing with the last build's timings, whether or not ``FORMAT`` was bumped.
+    """
+    try:
+        from lookupdec import _native
+
+        with open(_native.__file__, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()[:12]
+    except (ImportError, OSError, AttributeError, TypeError):
+        return "none"
+
+
 def curve_key(model, backend: str, threads: int, weights: str = "float32", *, versioned: bool = True,
               kv_dtype: str = "float32") -> str:
     """What a measured curve is valid for: model (config and size), dtype, weight format, KV cache element
@@ -186,8 +204,9 @@ def curve_key(model, backend: str, threads: int, weights: str = "float32", *, ve
 
     ``weights`` is the fast forward's weight format (``WEIGHT_FORMATS``) and ``kv_dtype`` its KV cache's
     element type (``kvcache.KV_DTYPES``): each pair has its own curve.
-    ``versioned=False`` leaves out torch's version and ``FORMAT``: what the saved drafting state is
-    keyed by (``drafters/saved.py``), so that a new curve format does not orphan it.
+    ``versioned=False`` leaves out torch's version, ``FORMAT`` and the native extension's build
+    (``native_build``): what the saved drafting state is keyed by (``drafters/saved.py``), so that
+    a new curve format or a rebuilt extension does not orphan it.
     """
     import torch
 
@@ -198,7 +217,7 @@ def curve_key(model, backend: str, threads: int, weights: str = "float32", *, ve
     config = model.config.to_json_string(use_diff=False) if hasattr(model.config, "to_json_string") else repr(model.config)
     parts = [config, str(n_params), str(param.dtype), device_description(param.device), backend, str(threads)]
     if versioned:
-        parts += [torch.__version__, str(FORMAT)]
+        parts += [torch.__version__, str(FORMAT), native_build()]
     if weights != "float32":  # float32 curves keep the keys they had before formats existed
         parts.append(f"weights={weights}")
     if kv_dtype != "float32":  # and float32 caches the keys they had before float16 ones existed
@@ -223,7 +242,8 @@ def curve_description(verifier, threads: int) -> str:
     weights = getattr(getattr(verifier, "fast", None), "weights", None)
     kv_dtype = getattr(getattr(verifier, "fast", None), "kv_dtype", "float32")
     parts = [f"model {name} ({shape}, {n_params / 1e6:.1f}M parameters)", f"dtype {verifier.dtype}".replace("torch.", ""),
-             f"backend {verifier.backend}", f"threads {threads}", f"torch {torch.__version__}"]
+             f"backend {verifier.backend}", f"threads {threads}", f"torch {torch.__version__}",
+             f"native build {native_build()}"]
     if weights:
         parts.insert(2, f"weights {weights}" + ("" if kv_dtype == "float32" else f", KV cache {kv_dtype}"))
     return "; ".join(parts)

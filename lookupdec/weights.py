@@ -145,16 +145,17 @@ def time_forwards(fasts: dict, widths=MEASURE_WIDTHS, *, past: int = 64, repeats
 
 
 def choice_key(model, stored: str, threads: int) -> str:
-    """What a cached choice is valid for: the model (config, size), its storage, device, threads, torch."""
+    """What a cached choice is valid for: the model (config, size), its storage, device, threads, torch
+    and the native extension's build (new kernels: the formats are timed again)."""
     import torch
 
-    from lookupdec.costs import device_description
+    from lookupdec.costs import device_description, native_build
 
     param = held_parameter(model)
     n_params = sum(p.numel() for p in model.parameters())
     config = model.config.to_json_string(use_diff=False) if hasattr(model.config, "to_json_string") else repr(model.config)
     ident = "|".join([config, str(n_params), stored, device_description(param.device), str(threads),
-                      torch.__version__, str(CHOICE_FORMAT)])
+                      torch.__version__, str(CHOICE_FORMAT), native_build()])
     return hashlib.sha256(ident.encode()).hexdigest()[:20]
 
 

@@ -66,6 +66,31 @@ def test_measured_once_then_read_from_disk_and_remeasured_on_request(tmp_path, m
     assert cached_curve(verifier, threads=1, cache_dir=tmp_path, **kw).key == first.key
 
 
+def test_a_rebuilt_native_extension_has_its_own_curve_and_the_saved_state_keeps_its_key(monkeypatch):
+    import hashlib
+
+    import lookupdec.costs as costs
+    from lookupdec import _native
+
+    m = tiny_model(0)
+    with open(_native.__file__, "rb") as f:  # the oracle: the file's own hash
+        assert costs.native_build() == hashlib.sha256(f.read()).hexdigest()[:12]
+    before, state = curve_key(m, "fast", 1), curve_key(m, "fast", 1, versioned=False)
+    monkeypatch.setattr(costs, "native_build", lambda: "another-build")
+    assert curve_key(m, "fast", 1) != before
+    assert curve_key(m, "fast", 1, versioned=False) == state
+
+
+def test_a_rebuilt_native_extension_times_the_weight_formats_again(monkeypatch):
+    import lookupdec.costs as costs
+    from lookupdec.weights import choice_key
+
+    m = tiny_model(0)
+    before = choice_key(m, "float32", 1)
+    monkeypatch.setattr(costs, "native_build", lambda: "another-build")
+    assert choice_key(m, "float32", 1) != before
+
+
 def test_key_changes_with_threads_backend_dtype_and_model():
     m = tiny_model(0)
     k = curve_key(m, "fast", 1)

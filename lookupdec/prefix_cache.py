@@ -5,7 +5,9 @@ only the tokens after them.
 A sequence's prompt rows are kept as soon as it is prefilled (so requests decoding beside it,
 the same document asked about at once, reuse them too), and all its rows with their tokens (its
 prompt and its output) when it finishes; a later prompt takes the rows of its longest common
-prefix with any kept sequence and runs the rest.
+prefix with any kept sequence and runs the rest. An entry that extends a kept one (the finished
+sequence over its prompt, a chat's next turn over the last) takes that one's rows over and copies
+only the rows after them.
 The store holds at most ``max_mb`` MiB of rows, least recently used dropped first; a kept
 sequence whose tokens begin another's is dropped as the longer one arrives.
 
@@ -34,8 +36,9 @@ DEFAULT_MB = 256.0
 
 @dataclass
 class _Kept:
-    ids: np.ndarray          # (n,) int64: the tokens whose rows are kept
-    kv: "torch.Tensor"       # (layers, 2, kv_heads, n, head_dim): their rows
+    ids: np.ndarray                  # (n,) int64: the tokens whose rows are kept
+    parts: "list[torch.Tensor]"      # (layers, 2, kv_heads, rows, head_dim) each: their rows, in order, n in all
+    nbytes: int
 
 
 @dataclass(frozen=True)
@@ -138,7 +141,13 @@ class PrefixCache:
         kept = self._kept[best]
         self._kept.move_to_end(best)
         cache.reserve(best_n)
-        cache.kv[:, :, :, :best_n].copy_(kept.kv[:, :, :, :best_n])
+        at = 0
+        for part in kept.parts:
+            take = min(part.shape[3], best_n - at)
+            if take <= 0:
+                break
+            cache.kv[:, :, :, at:at + take].copy_(part[:, :, :, :take])
+            at += take
         cache.length = best_n
         self._hits += 1
         self._reused += best_n
@@ -147,29 +156,37 @@ class PrefixCache:
     def keep(self, token_ids: Sequence[int], cache) -> None:
         """Keep the rows of ``cache`` (those of ``token_ids``' first ``cache.length`` tokens).
 
-        Nothing is copied when a kept sequence already begins with these tokens; kept sequences
-        that these tokens begin with are dropped; then the least recently used go until the
-        store fits ``max_mb``. A sequence larger than the whole store is not kept.
+        Nothing is copied when a kept sequence already begins with these tokens. A kept sequence
+        that these tokens begin with (a prompt kept at its prefill, now finished; a chat's earlier
+        turn) is replaced: its rows become the new entry's first part, and only the rows after
+        it are copied. Then the least recently used go until the store fits ``max_mb``. A
+        sequence larger than the whole store is not kept.
         """
         n = min(cache.length, len(token_ids))
         if n <= 0:
             return
         ids = np.asarray(token_ids[:n], dtype=np.int64)
+        base = None  # the longest kept prefix of these tokens
         for key, kept in list(self._kept.items()):
             shared = common_prefix(kept.ids, ids)
             if shared == n:  # already kept (as a prefix of a longer sequence or the same one)
                 self._kept.move_to_end(key)
                 return
-            if shared == len(kept.ids):  # a prefix of these tokens: the new rows cover it
+            if shared == len(kept.ids):  # a prefix of these tokens: the new entry takes its rows over
+                if base is None or len(kept.ids) > len(base.ids):
+                    base = kept
                 self._drop(key)
-        kv = cache.kv[:, :, :, :n].clone()
-        if kv.nbytes > self.max_bytes:
+        start = 0 if base is None else len(base.ids)
+        rest = cache.kv[:, :, :, start:n].clone()
+        parts = ([] if base is None else base.parts) + [rest]
+        nbytes = (0 if base is None else base.nbytes) + rest.nbytes
+        if nbytes > self.max_bytes:
             return
-        while self._kept and self._bytes + kv.nbytes > self.max_bytes:
+        while self._kept and self._bytes + nbytes > self.max_bytes:
             self._drop(next(iter(self._kept)))
-        self._kept[self._next] = _Kept(ids, kv)
+        self._kept[self._next] = _Kept(ids, parts, nbytes)
         self._next += 1
-        self._bytes += kv.nbytes
+        self._bytes += nbytes
 
     def _drop(self, key: int) -> None:
-        self._bytes -= self._kept.pop(key).kv.nbytes
+        self._bytes -= self._kept.pop(key).nbytes

@@ -164,6 +164,33 @@ def test_float32_reuse_when_asked_for_keeps_the_logits_within_rounding():
     torch.testing.assert_close(verifier.prefill(reused, second), verifier.prefill(full, second), rtol=0, atol=1e-4)
 
 
+def test_an_entry_that_extends_a_kept_one_copies_only_the_new_rows_and_gives_back_every_row():
+    """Kept at the prompt, at the finished sequence, then at a next turn: one entry whose parts are
+    each keep's new rows; filled back, its rows are the cache's, bit for bit, across the parts."""
+    dec = Decoder(_blockified(1), weights="quantized", prefix_cache_mb=0)
+    store = PrefixCache(64)
+    verifier = dec.verifier
+    ids = np.random.default_rng(5).integers(3, TINY_VOCAB, 50).tolist()
+    cache = verifier.new_cache(64)
+    for n in (20, 35, 50):  # the prompt, the prompt and its output, the next turn
+        verifier.prefill(cache, ids[:n])
+        store.keep(ids[:n], cache)
+    (kept,) = store._kept.values()
+    assert [p.shape[3] for p in kept.parts] == [20, 15, 15]
+    assert store.stats().bytes == kept.nbytes == cache.kv[:, :, :, :50].nbytes
+    for n in (10, 20, 21, 42, 51):  # inside the first part, on a part's edge, across parts, all of it
+        got = verifier.new_cache(4)
+        reused = store.fill(got, ids[:n] + [7])
+        assert reused == min(n, 50)
+        assert torch.equal(got.kv[:, :, :, :reused], cache.kv[:, :, :, :reused]), n
+    # A sequence that branches off inside the entry is kept whole, beside it.
+    other = ids[:10] + [9] * 5
+    other_cache = verifier.new_cache(16)
+    verifier.prefill(other_cache, other)
+    store.keep(other, other_cache)
+    assert store.stats().entries == 2 and [p.shape[3] for p in store._kept[max(store._kept)].parts] == [15]
+
+
 def test_reset_state_forgets_the_kept_prompts_as_a_new_process_would():
     dec = Decoder(_blockified(0), weights="quantized")
     first, second = _turns(dec, 0)

@@ -76,8 +76,7 @@ static void attend_task(const job *j, tile *t, int nt, const void *keys_at, cons
     void (*dots_block)(const float *const *, int, const void *, int64_t, int64_t, int, float *const *, float *) =
         half ? fn->dots_block_half : fn->dots_block;
     float dots_out[TQ * TK]; /* query i, key c at i * TK + c */
-    float *pad = s + (int64_t)nt * TQ * n; /* TQ x D: outputs of padding queries, dropped */
-    float *kt = pad + (int64_t)TQ * D;     /* KB x D: a block's keys, transposed, for dots_block */
+    float *kt = s + (int64_t)nt * TQ * n; /* KB x D: a block's keys, transposed, for dots_block */
     int block = dots_block && block_tiles > 0 && nt >= block_tiles;
     const float *qs[TG * TQ];
     float *rows[TG * TQ];
@@ -114,10 +113,9 @@ static void attend_task(const job *j, tile *t, int nt, const void *keys_at, cons
             float *si = st + i * n;
             fn->exp_all(si, n, fn->scale_max(si, t[ti].bias[i], n, j->scale));
         }
-        for (int i = 0; i < TQ; i++) { /* padding queries: query 0's weights, into pad */
+        for (int i = 0; i < t[ti].nq; i++) { /* the routines read and write real queries only */
             l[ti][i] = 0.0f;
-            t[ti].p[i] = st + (i < t[ti].nq ? i : 0) * n;
-            if (i >= t[ti].nq) t[ti].o[i] = pad + i * D;
+            t[ti].p[i] = st + i * n;
             memset(t[ti].o[i], 0, sizeof(float) * (size_t)D);
         }
     }
@@ -145,9 +143,9 @@ static void run_part(void *ctx, int part, int parts) {
     for (int s = 0; s < j->n_seq; s++) tasks += j->Hk * tasks_of(j, j->meta[s * LK_ATTN_META + 1]);
     int64_t t0 = tasks * part / parts, t1 = tasks * (part + 1) / parts;
     if (t0 >= t1) return;
-    /* scores of TG x TQ queries, then TQ output rows for padding queries, then a block's keys transposed */
+    /* scores of TG x TQ queries, then a block's keys transposed */
     size_t keys_max = (size_t)(j->max_keys > 0 ? j->max_keys : 1);
-    float *scores = (float *)malloc(sizeof(float) * ((size_t)TG * TQ * keys_max + (size_t)(TQ + KB) * (size_t)j->D));
+    float *scores = (float *)malloc(sizeof(float) * ((size_t)TG * TQ * keys_max + (size_t)KB * (size_t)j->D));
     if (!scores) {
         j->failed = 1;
         return;
@@ -171,8 +169,8 @@ static void run_part(void *ctx, int part, int parts) {
             for (int ti = 0; ti < nt; ti++) {
                 int64_t q0 = (first_tile + ti) * TQ;
                 tl[ti].nq = (int)(queries - q0 < TQ ? queries - q0 : TQ);
-                for (int i = 0; i < TQ; i++) {
-                    int64_t qi = q0 + (i < tl[ti].nq ? i : 0); /* pad with the tile's first query: dropped */
+                for (int i = 0; i < tl[ti].nq; i++) {
+                    int64_t qi = q0 + i;
                     int64_t r = m[0] + qi / group;
                     int h = g * group + (int)(qi % group);
                     tl[ti].q[i] = j->qk + r * qk_stride + (int64_t)h * D;

@@ -2,8 +2,9 @@
  *
  * A tile is up to TQ queries (rows x heads of one kv head) over the same keys. Every (query, key)
  * dot product and every output element is computed by one routine per instruction set, in one
- * order, whatever the tile's other members or the key's place: padding members are computed and
- * dropped. Each set computes the same sums on every call, so a row's bits depend only on its
+ * order, whatever the tile's other members or the key's place: padding keys (and the keys-in-lanes
+ * blocks' padding queries) are computed and dropped, a short tile's missing queries not computed at
+ * all. Each set computes the same sums on every call, so a row's bits depend only on its
  * query, its unmasked keys in order, and the set. */
 #ifndef LK_ATTENTION_ISA_H
 #define LK_ATTENTION_ISA_H

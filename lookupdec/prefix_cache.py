@@ -38,7 +38,10 @@ DEFAULT_MB = 256.0
 class _Kept:
     ids: np.ndarray                  # (n,) int64: the tokens whose rows are kept
     parts: "list[torch.Tensor]"      # (layers, 2, kv_heads, rows, head_dim) each: their rows, in order, n in all
-    nbytes: int
+
+    @property
+    def nbytes(self) -> int:
+        return sum(p.nbytes for p in self.parts)
 
 
 @dataclass(frozen=True)
@@ -178,13 +181,13 @@ class PrefixCache:
                 self._drop(key)
         start = 0 if base is None else len(base.ids)
         rest = cache.kv[:, :, :, start:n].clone()
-        parts = ([] if base is None else base.parts) + [rest]
-        nbytes = (0 if base is None else base.nbytes) + rest.nbytes
+        entry = _Kept(ids, ([] if base is None else base.parts) + [rest])
+        nbytes = entry.nbytes
         if nbytes > self.max_bytes:
             return
         while self._kept and self._bytes + nbytes > self.max_bytes:
             self._drop(next(iter(self._kept)))
-        self._kept[self._next] = _Kept(ids, parts, nbytes)
+        self._kept[self._next] = entry
         self._next += 1
         self._bytes += nbytes
 

@@ -102,6 +102,8 @@ def half_matches_rounded_float32(torch, native, half: Call, threads: int) -> boo
 
 
 def main(argv: list[str] | None = None) -> int:
+    from lookupdec.cli.generate import KV_DTYPES  # --kv-dtype's names, as the CLI spells them (no torch)
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shapes", default=DEFAULT_SHAPES,
                     help=f"SEQUENCESxROWS@PAST, comma-separated (default: {DEFAULT_SHAPES})")
@@ -111,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=9)
     ap.add_argument("--compare-attention", action="store_true",
                     help="also time each shape with the keys-in-lanes scoring off, alternating call by call")
-    ap.add_argument("--kv-dtype", default="float32", choices=("float32", "float16"),
+    ap.add_argument("--kv-dtype", default="float32", choices=KV_DTYPES,
                     help="the caches' element type (default: float32)")
     ap.add_argument("--compare-kv", action="store_true",
                     help="time each shape over float32 and float16 caches, alternating call by call")
@@ -134,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from lookupdec import _native
     from lookupdec.costs import device_description
-    from lookupdec.kvcache import KV_DTYPES
+    from lookupdec.kvcache import KV_DTYPES as KV_TORCH_DTYPES
 
     if args.isa and not _native.qmatmul_force_isa(args.isa):
         ap.error(f"--isa {args.isa}: this CPU does not have it")
@@ -147,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.compare_attention and args.compare_kv:
         ap.error("--compare-attention and --compare-kv: one comparison a run")
     for n, w, past in shapes:
-        call = Call(torch, _native, n, w, past, args.layers, H, Hk, D, gen, KV_DTYPES[args.kv_dtype])
+        call = Call(torch, _native, n, w, past, args.layers, H, Hk, D, gen, KV_TORCH_DTYPES[args.kv_dtype])
         if args.compare_kv:
             half = Call(torch, _native, n, w, past, args.layers, H, Hk, D, gen, torch.float16, like=call)
             if not half_matches_rounded_float32(torch, _native, half, args.threads):

@@ -256,6 +256,7 @@ def width_rows(decoder, prompts: list[Prompt], widths=range(1, 33), positions: i
 
 
 def main(argv=None) -> int:
+    from lookupdec.cli.generate import KV_DTYPES  # --kv-dtype's names, as the CLI spells them (no torch)
     from lookupdec.weights import WEIGHTS_CHOICES
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -269,7 +270,7 @@ def main(argv=None) -> int:
     ap.add_argument("--hf-kernels", action="store_true", help="transformers' forward instead of the fast one")
     ap.add_argument("--weights", default="float32", choices=WEIGHTS_CHOICES,
                     help="the fast forward's weight format (ar and every method run in it)")
-    ap.add_argument("--kv-dtype", default="float32", choices=("float32", "float16"),
+    ap.add_argument("--kv-dtype", default="float32", choices=KV_DTYPES,
                     help="the KV cache's element type (ar and every method run with it)")
     ap.add_argument("--index", action="append", default=[], help="a datastore for rest and auto")
     ap.add_argument("--threads", type=int, default=None)

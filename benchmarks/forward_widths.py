@@ -58,10 +58,12 @@ def _median_ms(fn, repeats: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from lookupdec.cli.generate import KV_DTYPES  # --kv-dtype's names, as the CLI spells them (no torch)
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default=None, help="model (default: the embedded SmolLM2-135M)")
     ap.add_argument("--weights", default="quantized", help="weight format of the fast forward")
-    ap.add_argument("--kv-dtype", default="float32", choices=("float32", "float16"),
+    ap.add_argument("--kv-dtype", default="float32", choices=KV_DTYPES,
                     help="the KV cache's element type (default: float32)")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     ap.add_argument("--widths", default="1,4,8,16,32,64")

@@ -87,9 +87,11 @@ def probe(which: str, model: str | None, max_new: int, threads: int, cache_dir: 
 
 
 def main(argv=None) -> int:
+    from lookupdec.cli.generate import KV_DTYPES  # --kv-dtype's names, as the CLI spells them (no torch)
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--weights", default="float32,float16,quantized,auto", help="comma list of Decoder(weights=...) values")
-    ap.add_argument("--kv-dtype", default="float32", choices=("float32", "float16"),
+    ap.add_argument("--kv-dtype", default="float32", choices=KV_DTYPES,
                     help="the KV cache's element type of every lookupdec run (Decoder(kv_dtype=...))")
     ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--threads", type=int, default=2)

@@ -136,6 +136,8 @@ def summary(rows: list[Agreement]) -> dict:
 
 
 def main(argv=None) -> int:
+    from lookupdec.cli.generate import KV_DTYPES  # --kv-dtype's names, as the CLI spells them (no torch)
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n-specbench", type=int, default=120)
     ap.add_argument("--n-humaneval", type=int, default=164)
@@ -144,11 +146,13 @@ def main(argv=None) -> int:
     ap.add_argument("--weights", default="float16",
                     choices=("float32", "float16", "quantized", "quantized-bf16", "quantized-int8"),
                     help="the format compared with float32")
-    ap.add_argument("--kv-dtype", default="float32", choices=("float32", "float16"),
+    ap.add_argument("--kv-dtype", default="float32", choices=KV_DTYPES,
                     help="the compared decoder's KV cache element type (the reference's is float32)")
     ap.add_argument("--model", default=None, help="default: the embedded model")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
+    if args.weights == "float32" and args.kv_dtype == "float32":
+        ap.error("--weights float32 compares float32 with itself: add --kv-dtype float16, or pick another format")
 
     import torch
 
@@ -161,8 +165,6 @@ def main(argv=None) -> int:
     prompts = spec_bench_prompts(args.n_specbench) + (humaneval_prompts(args.n_humaneval) if args.n_humaneval else [])
     lm = load_model(args.model)
     d32 = Decoder(lm, weights="float32")  # a model passed in is not released: both formats pack from it
-    if args.weights == "float32" and args.kv_dtype == "float32":
-        ap.error("--weights float32 compares float32 with itself: add --kv-dtype float16, or pick another format")
     d16 = Decoder(lm, weights=args.weights, kv_dtype=args.kv_dtype)  # "16": the compared format
     t0 = time.perf_counter()
     rows = []

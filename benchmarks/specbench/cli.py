@@ -47,6 +47,7 @@ class Setup:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    from lookupdec.cli.generate import KV_DTYPES  # --kv-dtype's names, as the CLI spells them (no torch)
     from lookupdec.weights import WEIGHTS_CHOICES
 
     ap = argparse.ArgumentParser(
@@ -86,7 +87,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--weights", choices=WEIGHTS_CHOICES, default="auto",
                     help="the fast forward's weight format for every lookupdec method (Decoder(weights=...)); "
                          "transformers' peers always run the float32 model")
-    ap.add_argument("--kv-dtype", choices=("float32", "float16"), default="float32",
+    ap.add_argument("--kv-dtype", choices=KV_DTYPES, default="float32",
                     help="the KV cache's element type for every lookupdec method (Decoder(kv_dtype=...))")
     ap.add_argument("--methods", default="all",
                     help=f"comma list from {','.join(list(PEER_METHODS) + list(LOOKUPDEC_METHODS))}; "
